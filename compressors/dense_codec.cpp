@@ -1,0 +1,93 @@
+// none, fp16 and bf16: every element travels, as the input type (none) or rounded to
+// half precision. They take any input dtype and decode into any dtype.
+#include <string>
+
+#include "compressors/codec_registry.hpp"
+#include "compressors/element_io.hpp"
+#include "compressors/payload_io.hpp"
+
+namespace gw::detail {
+namespace {
+
+// The element type a dense message's payload is written in.
+DType payload_dtype(CodecId codec, DType input) {
+  switch (codec) {
+    case CodecId::kFp16: return DType::kFloat16;
+    case CodecId::kBf16: return DType::kBFloat16;
+    default: return input;
+  }
+}
+
+class DenseCodec final : public Codec {
+ public:
+  explicit DenseCodec(const CodecSpec& spec) : Codec(spec) {}
+
+  bool accepts(DType) const override { return true; }
+
+  size_t max_encoded_bytes(size_t n, DType dtype) const override {
+    uint64_t bytes = 0;
+    if (!wire::mul_ok(n, dtype_size(payload_dtype(id(), dtype)), bytes) ||
+        !wire::add_ok(bytes, wire::kHeaderBytes, bytes)) {
+      return SIZE_MAX;
+    }
+    return bytes;
+  }
+
+ protected:
+  Result<size_t> encode_payload(const void* src, size_t n, DType dtype, const EncodeContext&,
+                                wire::Header&, uint8_t* out) override {
+    const DType pt = payload_dtype(id(), dtype);
+    if (pt == dtype) {
+      if (n > 0) std::memcpy(out, src, n * dtype_size(dtype));
+      return n * dtype_size(dtype);
+    }
+    with_dtype(dtype, [&](auto in) {
+      using In = decltype(in);
+      const auto* s = static_cast<const typename In::Storage*>(src);
+      with_dtype(pt, [&](auto p) {
+        using P = decltype(p);
+        for (size_t i = 0; i < n; ++i) store_le(out, i, P::store(In::load(s[i])));
+      });
+    });
+    return n * dtype_size(pt);
+  }
+};
+
+std::unique_ptr<Codec> make_dense(const CodecSpec& spec) { return std::make_unique<DenseCodec>(spec); }
+
+Status validate_dense(const wire::Header& h, const uint8_t*, uint64_t& nnz) {
+  if (h.bits != 0 || h.bucket != 0 || h.k != 0 || h.seed != 0 || h.step != 0 || h.flags != 0) {
+    return invalid_message("dense message has non-zero sparse or quantizer fields");
+  }
+  const uint64_t expect = h.count * dtype_size(payload_dtype(h.codec, h.dtype));
+  if (h.payload_bytes != expect) {
+    return invalid_message("payload is " + std::to_string(h.payload_bytes) + " bytes, expected " +
+                           std::to_string(expect) + " for " + std::to_string(h.count) + " elements");
+  }
+  nnz = h.count;
+  return Status::ok();
+}
+
+void apply_dense_message(const wire::Header& h, const uint8_t* payload, void* dst, DType dtype,
+                         DecodeMode mode) {
+  with_dtype(payload_dtype(h.codec, h.dtype), [&](auto p) {
+    using P = decltype(p);
+    with_dtype(dtype, [&](auto d) {
+      using D = decltype(d);
+      apply_dense<D>(static_cast<typename D::Storage*>(dst), h.count, mode, [&](uint64_t i) {
+        return P::load(load_le<typename P::Storage>(payload, i));
+      });
+    });
+  });
+}
+
+}  // namespace
+
+const CodecEntry kNoneEntry{CodecId::kNone, "none", "", make_dense, validate_dense,
+                            apply_dense_message, true};
+const CodecEntry kFp16Entry{CodecId::kFp16, "fp16", "", make_dense, validate_dense,
+                            apply_dense_message, true};
+const CodecEntry kBf16Entry{CodecId::kBf16, "bf16", "", make_dense, validate_dense,
+                            apply_dense_message, true};
+
+}  // namespace gw::detail

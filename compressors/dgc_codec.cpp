@@ -1,0 +1,87 @@
+// dgc: top-k by a sampled threshold, after Deep Gradient Compression (Lin et al., ICLR'18).
+// Sample a fraction of |x| (stratified, from the rank's random stream), take the threshold
+// that would keep 1.25 k of the whole, keep every element at or above it in one pass, and
+// run an exact top-k over those candidates when more than k pass. Fewer than k may pass;
+// then all of them are sent. Too many to hold (a degenerate sample) falls back to exact top-k.
+#include <algorithm>
+#include <cmath>
+
+#include "compressors/hd.hpp"
+#include "compressors/sparse_codec.hpp"
+#include "compressors/stratified.hpp"
+#include "compressors/topk_select.hpp"
+
+namespace gw::detail {
+namespace {
+
+constexpr uint64_t kMinSample = 256;
+constexpr double kOverSelect = 1.25;
+constexpr uint64_t kExactBelow = 4096;  // small inputs: exact top-k costs less than sampling
+
+class DgcCodec final : public IndexedSparseCodec {
+ public:
+  explicit DgcCodec(const CodecSpec& spec) : IndexedSparseCodec(spec) {}
+
+ protected:
+  uint64_t choose(const float* x, uint64_t n, uint64_t k, const EncodeContext& ctx, uint32_t* idx) override {
+    return choose_impl(x, n, k, ctx, idx);
+  }
+  uint64_t choose(const float* x, uint64_t n, uint64_t k, const EncodeContext& ctx, uint64_t* idx) override {
+    return choose_impl(x, n, k, ctx, idx);
+  }
+
+ private:
+  template <class Idx>
+  uint64_t choose_impl(const float* x, uint64_t n, uint64_t k, const EncodeContext& ctx, Idx* idx) {
+    if (k == 0) return 0;
+    if (n < kExactBelow || k * 4 >= n) {
+      select_topk(x, n, k, idx, workspace());
+      return k;
+    }
+    const uint32_t threshold = sampled_threshold(x, n, k, ctx);
+    // Room for 4k candidates; more means the sample misled us badly.
+    const uint64_t cap = std::min<uint64_t>(n, 4 * k + 1024);
+    Idx* cand = workspace().get<Idx>(1, cap);
+    uint64_t c = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      if (hd::magnitude_key(x[i]) >= threshold) {
+        if (c == cap) {
+          select_topk(x, n, k, idx, workspace());
+          return k;
+        }
+        cand[c++] = static_cast<Idx>(i);
+      }
+    }
+    if (c <= k) {
+      std::copy(cand, cand + c, idx);
+      return c;
+    }
+    select_topk_among(x, cand, c, k, idx, workspace());
+    return k;
+  }
+
+  uint32_t sampled_threshold(const float* x, uint64_t n, uint64_t k, const EncodeContext& ctx) {
+    const uint64_t m = std::min<uint64_t>(
+        n, std::max<uint64_t>(kMinSample, static_cast<uint64_t>(std::ceil(spec().sample * static_cast<double>(n)))));
+    uint32_t* keys = workspace().get<uint32_t>(2, m);
+    const RandomStream rs{spec().seed, ctx.step, ctx.rank};
+    for (uint64_t j = 0; j < m; ++j) keys[j] = hd::magnitude_key(x[stratified_index(rs, j, n, m)]);
+    const double want = kOverSelect * static_cast<double>(k) * static_cast<double>(m) / static_cast<double>(n);
+    const uint64_t rank = std::clamp<uint64_t>(static_cast<uint64_t>(std::ceil(want)), 1, m);
+    std::nth_element(keys, keys + (rank - 1), keys + m, std::greater<uint32_t>());
+    return keys[rank - 1];
+  }
+};
+
+std::unique_ptr<Codec> make_dgc(const CodecSpec& spec) { return std::make_unique<DgcCodec>(spec); }
+
+void apply_dgc(const wire::Header& h, const uint8_t* payload, void* dst, DType, DecodeMode mode) {
+  apply_sparse(h, payload, dst, mode);
+}
+
+}  // namespace
+
+const CodecEntry kDgcEntry{CodecId::kDgc, "dgc", "ratio,k,sample,seed", make_dgc, validate_sparse,
+                           apply_dgc, false};
+
+}  // namespace gw::detail

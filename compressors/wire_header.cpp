@@ -1,0 +1,65 @@
+#include "compressors/wire_header.hpp"
+
+#include <string>
+
+namespace gw::wire {
+
+void write_header(const Header& h, uint8_t* out) {
+  for (int i = 0; i < 4; ++i) out[i] = kMagic[i];
+  out[4] = kVersion;
+  out[5] = static_cast<uint8_t>(h.codec);
+  out[6] = static_cast<uint8_t>(h.dtype);
+  out[7] = h.flags;
+  store_u64(out + 8, h.count);
+  store_u32(out + 16, h.bits);
+  store_u32(out + 20, h.bucket);
+  store_u64(out + 24, h.k);
+  store_u64(out + 32, h.seed);
+  store_u64(out + 40, h.step);
+  store_u64(out + 48, h.payload_bytes);
+}
+
+Result<Header> read_header(const uint8_t* msg, size_t len) {
+  if (msg == nullptr) return invalid_argument("message pointer is null");
+  if (len < kHeaderBytes) {
+    return invalid_message("message is " + std::to_string(len) + " bytes, shorter than the " +
+                           std::to_string(kHeaderBytes) + "-byte header");
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (msg[i] != kMagic[i]) return invalid_message("bad magic: not a gradwire message");
+  }
+  if (msg[4] != kVersion) {
+    return invalid_message("wire format version " + std::to_string(msg[4]) +
+                           " is not supported (this library reads version " +
+                           std::to_string(kVersion) + ")");
+  }
+  Header h;
+  if (msg[5] > static_cast<uint8_t>(CodecId::kRandomk)) {
+    return invalid_message("unknown codec id " + std::to_string(msg[5]));
+  }
+  h.codec = static_cast<CodecId>(msg[5]);
+  if (!dtype_valid(msg[6])) return invalid_message("unknown element type " + std::to_string(msg[6]));
+  h.dtype = static_cast<DType>(msg[6]);
+  h.flags = msg[7];
+  if ((h.flags & ~kKnownFlags) != 0) {
+    return invalid_message("unknown flag bits " + std::to_string(h.flags & ~kKnownFlags));
+  }
+  h.count = load_u64(msg + 8);
+  h.bits = load_u32(msg + 16);
+  h.bucket = load_u32(msg + 20);
+  h.k = load_u64(msg + 24);
+  h.seed = load_u64(msg + 32);
+  h.step = load_u64(msg + 40);
+  h.payload_bytes = load_u64(msg + 48);
+  if (h.count > kMaxCount) {
+    return invalid_message("element count " + std::to_string(h.count) + " exceeds the limit 2^48");
+  }
+  if (h.payload_bytes != len - kHeaderBytes) {
+    return invalid_message("header promises " + std::to_string(h.payload_bytes) +
+                           " payload bytes but the message carries " +
+                           std::to_string(len - kHeaderBytes));
+  }
+  return h;
+}
+
+}  // namespace gw::wire
