@@ -10,7 +10,7 @@ namespace gw {
 
 class Workspace {
  public:
-  static constexpr int kSlots = 4;
+  static constexpr int kSlots = 8;
 
   template <class T>
   T* get(int slot, size_t count) {

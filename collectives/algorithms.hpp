@@ -1,0 +1,37 @@
+// Every collective algorithm, one file each. They run on the communicator's progress thread,
+// with a Context; on error they return it and the communicator aborts the transport (which
+// fails whatever is still pending) before anyone reuses the buffers.
+#pragma once
+
+#include <cstddef>
+
+#include "collectives/context.hpp"
+#include "gradwire/codec.hpp"
+#include "gradwire/communicator.hpp"
+#include "gradwire/ef_state.hpp"
+
+namespace gw::coll {
+
+Status ring_allreduce(Context& c, const void* send, void* recv, size_t n, DType dtype, ReduceOp op);
+
+// The lossy algorithms take float32. ef may be null.
+Status compressed_ring_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
+                                 Codec& codec, ErrorFeedback* ef);
+Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
+                                Codec& codec, ErrorFeedback* ef);
+Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
+                                  Codec& codec, ErrorFeedback* ef);
+
+Status sparse_allgather(Context& c, const void* msg, size_t len, void* out, size_t capacity,
+                        size_t* lengths);
+Status sparse_allgather_dense(Context& c, const void* msg, size_t len, float* dense, size_t n);
+Status allgather(Context& c, const void* send, void* recv, size_t bytes);
+Status broadcast(Context& c, void* buf, size_t bytes, int root);
+Status barrier(Context& c);
+
+// Shared by the lossy algorithms: acc = send (+ residual when ef), the buffer they compress
+// from. With ef the residual buffer itself is acc, so what each encode leaves behind stays
+// there as the next step's residual.
+float* prepare_accumulator(Context& c, const float* send, size_t n, ErrorFeedback* ef, int slot);
+
+}  // namespace gw::coll

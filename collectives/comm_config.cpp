@@ -1,0 +1,49 @@
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "gradwire/communicator.hpp"
+
+namespace gw {
+namespace {
+
+Result<double> env_number(const char* name, double lo, double hi, bool& present) {
+  const char* v = std::getenv(name);
+  present = v != nullptr && *v != '\0';
+  if (!present) return 0.0;
+  char* end = nullptr;
+  errno = 0;
+  const double d = std::strtod(v, &end);
+  if (errno != 0 || *end != '\0' || !std::isfinite(d) || d < lo || d > hi) {
+    return invalid_argument(std::string(name) + "=" + v + " is not a number in [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "]");
+  }
+  return d;
+}
+
+}  // namespace
+
+Result<CommConfig> CommConfig::from_env() {
+  CommConfig c;
+  bool set = false;
+  GW_ASSIGN_OR_RETURN(double timeout, env_number("GW_TIMEOUT_S", 0.001, 1e7, set));
+  if (set) c.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000.0));
+  GW_ASSIGN_OR_RETURN(double chunk, env_number("GW_CHUNK_BYTES", 4096, 1e12, set));
+  if (set) c.chunk_bytes = static_cast<size_t>(chunk);
+  GW_ASSIGN_OR_RETURN(double dense, env_number("GW_DENSE_THRESHOLD", 0, 1e15, set));
+  if (set) c.dense_threshold_bytes = static_cast<size_t>(dense);
+  if (const char* a = std::getenv("GW_ALGO"); a != nullptr && *a != '\0') {
+    auto algo = parse_algo(a);
+    if (!algo.is_ok()) return algo.status().with_context("GW_ALGO");
+    c.algo = *algo;
+  }
+  if (const char* s = std::getenv("GW_CODEC"); s != nullptr && *s != '\0') {
+    auto spec = CodecSpec::parse(s);
+    if (!spec.is_ok()) return spec.status().with_context("GW_CODEC");
+    c.codec_override = s;
+  }
+  return c;
+}
+
+}  // namespace gw

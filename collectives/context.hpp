@@ -1,0 +1,87 @@
+// What every collective algorithm is handed: the transport, who we are, the deadline, the
+// tag space of this call, and scratch memory the communicator keeps between calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "compressors/workspace.hpp"
+#include "gradwire/status.hpp"
+#include "transport/transport.hpp"
+
+namespace gw::coll {
+
+// Tag layout (48 bits): collective sequence number (20 bits) | step (12) | chunk (16).
+constexpr int kChunkBits = 16;
+constexpr int kStepBits = 12;
+constexpr int kSeqBits = 20;
+constexpr uint32_t kMaxChunks = 1u << kChunkBits;
+constexpr uint32_t kMaxSteps = 1u << kStepBits;
+
+// Ops that grow to the largest count a call needs and are reused.
+class OpArena {
+ public:
+  transport::Op* get(size_t count);
+
+ private:
+  std::unique_ptr<transport::Op[]> ops_;
+  size_t count_ = 0;
+};
+
+struct Scratch {
+  Workspace bytes;  // slots: 0, 1 receive/temporary buffers; 2, 3 encode buffers
+  OpArena sends;
+  OpArena recvs;
+};
+
+struct Context {
+  transport::Transport& tp;
+  int rank;
+  int size;
+  transport::Clock::time_point deadline;
+  uint64_t seq;
+  size_t chunk_bytes;
+  Scratch& scratch;
+  uint32_t step_base = 0;  // lets one algorithm call another in a separate tag range
+
+  uint64_t tag(uint32_t step, uint32_t chunk) const {
+    return ((seq & ((uint64_t{1} << kSeqBits) - 1)) << (kStepBits + kChunkBits)) |
+           (static_cast<uint64_t>((step + step_base) & (kMaxSteps - 1)) << kChunkBits) | chunk;
+  }
+  int next() const { return (rank + 1) % size; }
+  int prev() const { return (rank + size - 1) % size; }
+  int wrap(int j) const { return ((j % size) + size) % size; }
+  Status wait(transport::Op& op) const { return tp.wait(op, deadline); }
+};
+
+// Balanced split of n elements into parts: part j is [start(j), start(j + 1)).
+struct Partition {
+  uint64_t n;
+  uint64_t parts;
+  uint64_t start(uint64_t j) const {
+    const uint64_t q = n / parts, r = n % parts;
+    return j * q + (j < r ? j : r);
+  }
+  uint64_t length(uint64_t j) const { return start(j + 1) - start(j); }
+};
+
+// A segment cut into pipelining chunks of at most `elems` elements (fewer than kMaxChunks).
+struct Chunking {
+  uint64_t elems;
+  static Chunking for_segment(uint64_t max_segment, size_t chunk_bytes, size_t elem_size) {
+    uint64_t e = chunk_bytes / elem_size;
+    if (e == 0) e = 1;
+    const uint64_t floor_for_tags = (max_segment + kMaxChunks - 2) / (kMaxChunks - 1);
+    return Chunking{e > floor_for_tags ? e : (floor_for_tags > 0 ? floor_for_tags : 1)};
+  }
+  uint32_t count(uint64_t len) const { return static_cast<uint32_t>((len + elems - 1) / elems); }
+  uint64_t offset(uint32_t c) const { return c * elems; }
+  uint64_t length(uint64_t len, uint32_t c) const {
+    const uint64_t off = offset(c);
+    return len - off < elems ? len - off : elems;
+  }
+};
+
+}  // namespace gw::coll

@@ -1,0 +1,107 @@
+// Compressed scatter-reduce: every rank encodes each segment once and sends it straight to
+// the segment's owner (an all-to-all); the owner sums the p contributions, encodes the sum
+// once with owner-side error feedback, and sends that message to every rank. Two
+// compressions per element, whatever p is (a ring makes p).
+#include <cstring>
+
+#include "collectives/algorithms.hpp"
+#include "collectives/message_step.hpp"
+
+namespace gw::coll {
+
+Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
+                                Codec& codec, ErrorFeedback* ef) {
+  const int p = c.size;
+  const uint64_t base_step = ef != nullptr ? ef->step() : c.seq;
+  float* acc = prepare_accumulator(c, send, n, ef, 0);
+  const Partition part{n, static_cast<uint64_t>(p)};
+  const Chunking chunks = Chunking::for_segment(part.length(0), c.chunk_bytes, sizeof(float));
+  const uint32_t max_chunks = chunks.count(part.length(0));
+  const size_t max_msg = codec.max_encoded_bytes(chunks.elems, DType::kFloat32);
+  const size_t per_phase = static_cast<size_t>(p) * max_chunks;  // (peer, chunk) slots
+  auto slot = [&](int peer, uint32_t k) { return static_cast<size_t>(peer) * max_chunks + k; };
+
+  uint8_t* out_msgs = c.scratch.bytes.get<uint8_t>(1, per_phase * max_msg);      // to owners
+  uint8_t* in_msgs = c.scratch.bytes.get<uint8_t>(2, 2 * per_phase * max_msg);   // both phases
+  transport::Op* sends = c.scratch.sends.get(2 * per_phase);
+  transport::Op* recvs = c.scratch.recvs.get(2 * per_phase);
+  const uint64_t own_start = part.start(static_cast<uint64_t>(c.rank));
+  const uint64_t own_len = part.length(static_cast<uint64_t>(c.rank));
+  float* owner_res = ef != nullptr ? ef->owner_residual(own_len) : c.scratch.bytes.get<float>(4, own_len);
+  if (ef == nullptr && own_len > 0) std::memset(owner_res, 0, own_len * sizeof(float));
+  uint8_t* own_msgs = c.scratch.bytes.get<uint8_t>(3, static_cast<size_t>(max_chunks) * max_msg);
+
+  auto seg_chunks = [&](int seg) { return chunks.count(part.length(static_cast<uint64_t>(seg))); };
+  auto seg_chunk_len = [&](int seg, uint32_t k) { return chunks.length(part.length(static_cast<uint64_t>(seg)), k); };
+  auto in_msg = [&](int phase, int peer, uint32_t k) {
+    return in_msgs + (static_cast<size_t>(phase) * per_phase + slot(peer, k)) * max_msg;
+  };
+
+  // Phase 0: contributions to my segment; phase 1: every owner's final message.
+  for (int peer = 0; peer < p; ++peer) {
+    if (peer == c.rank) continue;
+    for (uint32_t k = 0; k < seg_chunks(c.rank); ++k) {
+      GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(0, k), in_msg(0, peer, k), max_msg, recvs[slot(peer, k)]));
+    }
+    for (uint32_t k = 0; k < seg_chunks(peer); ++k) {
+      GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(1, k), in_msg(1, peer, k), max_msg,
+                                    recvs[per_phase + slot(peer, k)]));
+    }
+  }
+  // Encode each foreign segment once (in place: the loss stays as residual) and send it.
+  for (int i = 1; i < p; ++i) {
+    const int owner = c.wrap(c.rank + i);  // staggered so that owners are not all hit at once
+    for (uint32_t k = 0; k < seg_chunks(owner); ++k) {
+      uint8_t* msg = out_msgs + slot(owner, k) * max_msg;
+      const EncodeContext ctx{message_step(base_step, 0, k), static_cast<uint32_t>(c.rank)};
+      GW_ASSIGN_OR_RETURN(size_t len, codec.encode_accumulated(acc + part.start(static_cast<uint64_t>(owner)) + chunks.offset(k),
+                                                               seg_chunk_len(owner, k), ctx, msg, max_msg));
+      GW_RETURN_IF_ERROR(c.tp.isend(owner, c.tag(0, k), msg, len, sends[slot(owner, k)]));
+    }
+  }
+  // Reduce my segment chunk by chunk, in rank order (the same sum on every run), encode it
+  // once and send it to everyone.
+  for (uint32_t k = 0; k < seg_chunks(c.rank); ++k) {
+    const uint64_t len = seg_chunk_len(c.rank, k);
+    float* sum = acc + own_start + chunks.offset(k);
+    float* ores = owner_res + chunks.offset(k);
+    for (int peer = 0; peer < p; ++peer) {
+      if (peer == c.rank) continue;
+      transport::Op& r = recvs[slot(peer, k)];
+      GW_RETURN_IF_ERROR(c.wait(r));
+      GW_RETURN_IF_ERROR(decode(in_msg(0, peer, k), r.bytes, sum, len, DType::kFloat32, DecodeMode::kAccumulate)
+                             .with_context("contribution from rank " + std::to_string(peer)));
+    }
+    // The owner residual is in output units (after averaging); my own contribution is
+    // entirely in the sum, so my residual for this chunk is zero.
+    for (uint64_t i = 0; i < len; ++i) {
+      ores[i] += op == ReduceOp::kAvg ? sum[i] / static_cast<float>(p) : sum[i];
+      sum[i] = 0.0f;
+    }
+    uint8_t* msg = own_msgs + static_cast<size_t>(k) * max_msg;
+    const EncodeContext ctx{message_step(base_step, 1, k), static_cast<uint32_t>(c.rank)};
+    GW_ASSIGN_OR_RETURN(size_t mlen, codec.encode_accumulated(ores, len, ctx, msg, max_msg));
+    GW_RETURN_IF_ERROR(decode(msg, mlen, recv + own_start + chunks.offset(k), len, DType::kFloat32, DecodeMode::kOverwrite));
+    for (int i = 1; i < p; ++i) {
+      const int peer = c.wrap(c.rank + i);
+      GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(1, k), msg, mlen, sends[per_phase + slot(peer, k)]));
+    }
+  }
+  // Decode every other owner's message into place.
+  for (int peer = 0; peer < p; ++peer) {
+    if (peer == c.rank) continue;
+    for (uint32_t k = 0; k < seg_chunks(peer); ++k) {
+      transport::Op& r = recvs[per_phase + slot(peer, k)];
+      GW_RETURN_IF_ERROR(c.wait(r));
+      GW_RETURN_IF_ERROR(decode(in_msg(1, peer, k), r.bytes,
+                                recv + part.start(static_cast<uint64_t>(peer)) + chunks.offset(k),
+                                seg_chunk_len(peer, k), DType::kFloat32, DecodeMode::kOverwrite)
+                             .with_context("result from rank " + std::to_string(peer)));
+    }
+  }
+  GW_RETURN_IF_ERROR(c.tp.wait_all(sends, 2 * per_phase, c.deadline));
+  if (ef != nullptr) ef->advance();
+  return Status::ok();
+}
+
+}  // namespace gw::coll

@@ -1,0 +1,95 @@
+// C++ API for communicators: a group of ranks that run collectives together.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gradwire/codec.hpp"
+#include "gradwire/ef_state.hpp"
+#include "gradwire/export.h"
+#include "gradwire/status.hpp"
+
+namespace gw {
+
+namespace transport {
+class Transport;
+}
+
+// Values match gw_red_op_t.
+enum class ReduceOp : uint8_t { kSum = 0, kAvg = 1 };
+
+// Values match gw_algo_t.
+enum class Algo : uint8_t {
+  kAuto = 0,
+  kRing = 1,             // dense ring: reduce-scatter then all-gather
+  kCompressedRing = 2,   // every hop decodes, adds and re-encodes
+  kScatterReduce = 3,    // compressed all-to-all, owners reduce, encode once, all-gather
+  kSparseAllgather = 4,  // every rank's message to every rank, summed in rank order
+};
+GW_API const char* algo_name(Algo algo);
+GW_API Result<Algo> parse_algo(const std::string& name);
+
+struct CommConfig {
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // every wait's bound
+  size_t chunk_bytes = size_t{1} << 20;                           // pipelining unit
+  size_t dense_threshold_bytes = size_t{64} << 10;                // smaller buffers go dense
+  Algo algo = Algo::kAuto;                                        // GW_ALGO
+  std::string codec_override;                                     // GW_CODEC
+
+  // Defaults overridden by GW_TIMEOUT_S, GW_CHUNK_BYTES, GW_DENSE_THRESHOLD, GW_ALGO, GW_CODEC.
+  static Result<CommConfig> from_env();
+};
+
+class GW_API Communicator {
+ public:
+  // Takes a connected transport (the factories below build one).
+  static Result<std::unique_ptr<Communicator>> create(std::unique_ptr<transport::Transport> tp,
+                                                      const CommConfig& config);
+  ~Communicator();
+
+  int rank() const;
+  int size() const;
+  // The sticky error that broke this communicator, or OK.
+  Status error() const;
+  // Fails every pending and future operation; callable from any thread.
+  void abort(const std::string& why);
+
+  // Which algorithm an all-reduce with these arguments runs.
+  Algo choose_algo(size_t count, DType dtype, const Codec* codec, Algo requested) const;
+
+  // recv = sum (or average) of every rank's send. codec null or "none": dense. With a lossy
+  // codec the input is float32, and ef (optional, count elements) carries error feedback.
+  // send == recv is in place.
+  Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                   Codec* codec, ErrorFeedback* ef, Algo algo = Algo::kAuto);
+  // Every rank's message, concatenated in rank order into out (capacity bytes); lengths
+  // (size() entries) receives each one's length.
+  Status sparse_allgather(const void* msg, size_t len, void* out, size_t capacity,
+                          size_t* lengths);
+  // dense (count float32) = sum over ranks, in rank order, of each rank's decoded message.
+  Status sparse_allgather_dense(const void* msg, size_t len, float* dense, size_t count);
+  // recv (size() * bytes) = every rank's send block in rank order.
+  Status allgather(const void* send, void* recv, size_t bytes);
+  Status broadcast(void* buf, size_t bytes, int root);
+  Status barrier();
+
+  // Runs fn on the communicator's progress thread after every earlier call; the returned
+  // handle reports its status. This is how the non-blocking C calls work.
+  class Work;
+  std::shared_ptr<Work> submit(std::function<Status(Communicator&)> fn);
+  static bool test(Work& work, Status* status);
+  static Status wait(Work& work);
+
+ private:
+  struct Impl;
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  Status run(std::function<Status()> fn);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gw

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what gradwire needs to build, test and benchmark on Debian 12.
+# CUDA is optional and not installed here: the build finds /usr/local/cuda when present.
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+export DEBIAN_FRONTEND=noninteractive
+
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+  cmake g++ make pkg-config git ca-certificates \
+  libgtest-dev libgmock-dev libbenchmark-dev \
+  libucx-dev ucx-utils libibverbs-dev librdmacm-dev \
+  libopenmpi-dev openmpi-bin \
+  iproute2 iperf3 \
+  python3 python3-numpy python3-pytest python3-torch python3-matplotlib python3-sklearn

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds and runs every test. With --sanitize, builds a separate ASan+UBSan tree and runs
+# its tests too (what CI does).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+sanitize=0
+for a in "$@"; do
+  case "$a" in
+    --sanitize) sanitize=1 ;;
+    *) echo "usage: $0 [--sanitize]" >&2; exit 2 ;;
+  esac
+done
+
+GW_BUILD_DIR=$root/build "$root/scripts/build.sh" -DGW_WERROR=ON
+ctest --test-dir "$root/build" --output-on-failure -j "$(nproc)" --timeout 300
+
+if [ "$sanitize" = 1 ]; then
+  GW_BUILD_DIR=$root/build-asan GW_BUILD_TYPE=Debug "$root/scripts/build.sh" \
+    -DGW_WERROR=ON -DGW_SANITIZE=address,undefined -DGW_WITH_CUDA=OFF -DGW_BUILD_PERF=OFF
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir "$root/build-asan" --output-on-failure -j "$(nproc)" --timeout 600
+fi

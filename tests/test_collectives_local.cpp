@@ -1,0 +1,322 @@
+// Every collective over the in-process transport (threads as ranks): all rank counts,
+// awkward sizes, every algorithm and codec, checked against independent references.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "compressors/half.hpp"
+#include "gradwire/communicator.hpp"
+#include "tests/test_util.hpp"
+#include "transport/local/local_transport.hpp"
+
+namespace gw {
+namespace {
+
+using RankFn = std::function<void(Communicator&, int)>;
+
+void run_ranks(int p, const RankFn& fn, CommConfig cfg = CommConfig()) {
+  cfg.timeout = std::chrono::seconds(20);
+  cfg.chunk_bytes = 4096;  // many chunks even for small buffers: exercises the pipelining
+  auto group = transport::make_local_group(p);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (auto& t : group) {
+    auto c = Communicator::create(std::move(t), cfg);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    comms.push_back(std::move(c).value());
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r) threads.emplace_back([&, r] { fn(*comms[r], r); });
+  for (auto& t : threads) t.join();
+}
+
+// Small integers: every sum is exact in fp32 whatever the order.
+std::vector<float> int_data(size_t n, int rank, int salt) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(static_cast<int>((i * 7 + rank * 13 + salt) % 41) - 20);
+  return v;
+}
+
+const int kRanks[] = {1, 2, 3, 4, 5, 8};
+const size_t kSizes[] = {0, 1, 2, 3, 7, 13, 1024, 4099, 100003};
+
+TEST(RingAllreduce, ExactSumsForEveryRankCountAndSize) {
+  for (int p : kRanks) {
+    for (size_t n : kSizes) {
+      std::vector<float> expect(n, 0.0f);
+      for (int r = 0; r < p; ++r) {
+        const auto d = int_data(n, r, 1);
+        for (size_t i = 0; i < n; ++i) expect[i] += d[i];
+      }
+      run_ranks(p, [&](Communicator& c, int r) {
+        auto x = int_data(n, r, 1);
+        std::vector<float> out(n, -1.0f);
+        ASSERT_TRUE(c.allreduce(x.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).is_ok());
+        EXPECT_EQ(out, expect) << "p=" << p << " n=" << n << " rank " << r;
+        // In place, average.
+        ASSERT_TRUE(c.allreduce(x.data(), x.data(), n, DType::kFloat32, ReduceOp::kAvg, nullptr, nullptr).is_ok());
+        for (size_t i = 0; i < n; ++i) EXPECT_FLOAT_EQ(x[i], expect[i] / static_cast<float>(p));
+      });
+    }
+  }
+}
+
+TEST(RingAllreduce, HalfPrecisionTypes) {
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    for (int p : {2, 3, 4}) {
+      const size_t n = 1031;
+      run_ranks(p, [&](Communicator& c, int r) {
+        std::vector<uint16_t> x(n), out(n);
+        for (size_t i = 0; i < n; ++i) {
+          const float v = static_cast<float>(static_cast<int>((i + static_cast<size_t>(r)) % 9) - 4);
+          x[i] = dt == DType::kFloat16 ? hd::float_to_half(v) : hd::float_to_bf16(v);
+        }
+        ASSERT_TRUE(c.allreduce(x.data(), out.data(), n, dt, ReduceOp::kSum, nullptr, nullptr).is_ok());
+        for (size_t i = 0; i < n; ++i) {
+          float expect = 0;
+          for (int q = 0; q < p; ++q) expect += static_cast<float>(static_cast<int>((i + static_cast<size_t>(q)) % 9) - 4);
+          const float got = dt == DType::kFloat16 ? hd::half_to_float(out[i]) : hd::bf16_to_float(out[i]);
+          ASSERT_EQ(got, expect) << i;
+        }
+      });
+    }
+  }
+}
+
+struct LossyCase {
+  std::string codec;
+  Algo algo;
+};
+
+std::vector<LossyCase> lossy_cases() {
+  std::vector<LossyCase> cases;
+  for (const char* spec : {"none", "fp16", "bf16", "qsgd:bits=8", "qsgd:bits=4,bucket=64", "qsgd:bits=1",
+                           "sign:bucket=128", "topk:ratio=0.05", "dgc:ratio=0.05", "randomk:ratio=0.1"}) {
+    for (Algo a : {Algo::kCompressedRing, Algo::kScatterReduce, Algo::kSparseAllgather}) cases.push_back({spec, a});
+  }
+  return cases;
+}
+
+// Runs steps of EF all-reduce and checks (1) every rank gets the same bits, (2) the EF
+// invariant summed over ranks: what the outputs carried plus every residual left behind
+// equals the sum of all inputs, (3) lossless codecs give the exact sum.
+TEST(CompressedAllreduce, EveryCodecAndAlgorithmConservesMass) {
+  for (const LossyCase& lc : lossy_cases()) {
+    for (int p : {1, 2, 3, 5, 8}) {
+      for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{4099}}) {
+        const int steps = 3;
+        std::vector<std::vector<float>> outs(static_cast<size_t>(p));
+        std::vector<double> residual_total(n, 0.0), input_total(n, 0.0), output_total(n, 0.0);
+        std::mutex mu;
+        run_ranks(p, [&](Communicator& c, int r) {
+          auto codec = test::make_codec(lc.codec);
+          ErrorFeedback ef(n);
+          std::vector<float> sum_out(n, 0.0f);
+          std::vector<double> my_in(n, 0.0), my_out(n, 0.0);
+          for (int s = 0; s < steps; ++s) {
+            auto g = test::gradient(n, static_cast<uint64_t>(r * 100 + s));
+            std::vector<float> out(n, 12345.0f);
+            const Status st = c.allreduce(g.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, codec.get(), &ef, lc.algo);
+            ASSERT_TRUE(st.is_ok()) << lc.codec << " " << algo_name(lc.algo) << " p=" << p << " n=" << n << ": " << st.to_string();
+            for (size_t i = 0; i < n; ++i) {
+              my_in[i] += g[i];
+              my_out[i] += out[i];
+            }
+            if (s == steps - 1) {
+              std::lock_guard<std::mutex> lock(mu);
+              outs[static_cast<size_t>(r)] = out;
+            }
+          }
+          std::lock_guard<std::mutex> lock(mu);
+          for (size_t i = 0; i < n; ++i) {
+            input_total[i] += my_in[i];
+            residual_total[i] += ef.residual()[i];
+            if (r == 0) output_total[i] = my_out[i];
+          }
+          // Owner residuals cover each rank's owned segment; their layout is the
+          // algorithm's, so they are checked as a total below.
+          double owner = 0;
+          for (size_t i = 0; i < ef.owner_count(); ++i) owner += ef.owner_residual(ef.owner_count())[i];
+          residual_total.push_back(owner);
+        });
+        for (int r = 1; r < p; ++r) {
+          ASSERT_EQ(std::memcmp(outs[0].data(), outs[static_cast<size_t>(r)].data(), n * sizeof(float)), 0)
+              << lc.codec << " " << algo_name(lc.algo) << ": ranks disagree";
+        }
+        double lhs = 0, rhs = 0, scale = 0;
+        for (size_t i = 0; i < n; ++i) {
+          lhs += output_total[i] + residual_total[i];
+          rhs += input_total[i];
+          scale += std::fabs(input_total[i]) + std::fabs(output_total[i]);
+        }
+        for (size_t i = n; i < residual_total.size(); ++i) lhs += residual_total[i];
+        EXPECT_NEAR(lhs, rhs, 1e-5 * (scale + 1e-3) + 1e-6) << lc.codec << " " << algo_name(lc.algo) << " p=" << p << " n=" << n;
+        if (lc.codec == "none" && n > 0) {
+          for (size_t i = 0; i < n; ++i) {
+            ASSERT_NEAR(output_total[i], input_total[i], 1e-5 * (std::fabs(input_total[i]) + 1e-3)) << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Collectives, AllgatherBroadcastBarrier) {
+  for (int p : kRanks) {
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{5}, size_t{10007}}) {
+      run_ranks(p, [&](Communicator& c, int r) {
+        std::vector<uint8_t> mine(bytes), all(bytes * static_cast<size_t>(p));
+        for (size_t i = 0; i < bytes; ++i) mine[i] = static_cast<uint8_t>(r * 31 + static_cast<int>(i));
+        ASSERT_TRUE(c.allgather(mine.data(), all.data(), bytes).is_ok());
+        for (int q = 0; q < p; ++q) {
+          for (size_t i = 0; i < bytes; ++i) {
+            ASSERT_EQ(all[static_cast<size_t>(q) * bytes + i], static_cast<uint8_t>(q * 31 + static_cast<int>(i)));
+          }
+        }
+        const int root = p - 1;
+        std::vector<uint8_t> b(bytes, static_cast<uint8_t>(r == root ? 7 : 0));
+        ASSERT_TRUE(c.broadcast(b.data(), bytes, root).is_ok());
+        for (uint8_t v : b) ASSERT_EQ(v, 7);
+        ASSERT_TRUE(c.barrier().is_ok());
+      });
+    }
+  }
+}
+
+TEST(Collectives, SparseAllgatherConcatenatesAndAccumulates) {
+  for (int p : {1, 2, 3, 8}) {
+    const size_t n = 1000;
+    run_ranks(p, [&](Communicator& c, int r) {
+      auto codec = test::make_codec("topk:k=" + std::to_string(10 + r));
+      auto g = test::gradient(n, static_cast<uint64_t>(r));
+      auto msg = test::encode(*codec, g);
+      std::vector<uint8_t> all(static_cast<size_t>(p) * (msg.size() + 200));
+      std::vector<size_t> lens(static_cast<size_t>(p));
+      ASSERT_TRUE(c.sparse_allgather(msg.data(), msg.size(), all.data(), all.size(), lens.data()).is_ok());
+      size_t off = 0;
+      std::vector<float> expect(n, 0.0f);
+      for (int q = 0; q < p; ++q) {
+        auto qc = test::make_codec("topk:k=" + std::to_string(10 + q));
+        auto qmsg = test::encode(*qc, test::gradient(n, static_cast<uint64_t>(q)));
+        ASSERT_EQ(lens[static_cast<size_t>(q)], qmsg.size());
+        ASSERT_EQ(std::memcmp(all.data() + off, qmsg.data(), qmsg.size()), 0);
+        off += qmsg.size();
+        ASSERT_TRUE(decode(qmsg.data(), qmsg.size(), expect.data(), n, DType::kFloat32, DecodeMode::kAccumulate).is_ok());
+      }
+      std::vector<float> dense(n);
+      ASSERT_TRUE(c.sparse_allgather_dense(msg.data(), msg.size(), dense.data(), n).is_ok());
+      EXPECT_EQ(dense, expect);
+      // Too small an output: a clear error, and the communicator still works.
+      const Status small = c.sparse_allgather(msg.data(), msg.size(), all.data(), 1, lens.data());
+      if (p > 1 || msg.size() > 1) {
+        EXPECT_EQ(small.code(), Code::kBufferTooSmall) << small.to_string();
+      }
+      ASSERT_TRUE(c.barrier().is_ok());
+    });
+  }
+}
+
+TEST(Policy, PicksByCodecSizeAndOverrides) {
+  run_ranks(4, [&](Communicator& c, int) {
+    auto q = test::make_codec("qsgd:bits=8");
+    auto t = test::make_codec("topk:ratio=0.01");
+    auto dense = test::make_codec("topk:ratio=0.5");
+    EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, nullptr, Algo::kAuto), Algo::kRing);
+    EXPECT_EQ(c.choose_algo(100, DType::kFloat32, q.get(), Algo::kAuto), Algo::kRing);
+    EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, q.get(), Algo::kAuto), Algo::kScatterReduce);
+    EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, t.get(), Algo::kAuto), Algo::kSparseAllgather);
+    EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, dense.get(), Algo::kAuto), Algo::kScatterReduce);
+    EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat16, q.get(), Algo::kAuto), Algo::kRing);
+    EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, q.get(), Algo::kCompressedRing), Algo::kCompressedRing);
+  });
+  CommConfig cfg;
+  cfg.algo = Algo::kCompressedRing;
+  run_ranks(2, [&](Communicator& c, int) {
+    auto q = test::make_codec("qsgd:bits=8");
+    EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, q.get(), Algo::kAuto), Algo::kCompressedRing);
+  }, cfg);
+}
+
+TEST(Collectives, BadArgumentsAreRejectedAndLeaveTheCommunicatorUsable) {
+  run_ranks(2, [&](Communicator& c, int) {
+    std::vector<float> x(10, 1.0f);
+    EXPECT_EQ(c.allreduce(nullptr, x.data(), 10, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).code(), Code::kInvalidArgument);
+    EXPECT_EQ(c.allreduce(x.data(), x.data(), 10, static_cast<DType>(9), ReduceOp::kSum, nullptr, nullptr).code(), Code::kInvalidArgument);
+    ErrorFeedback wrong(3);
+    auto q = test::make_codec("qsgd");
+    EXPECT_EQ(c.allreduce(x.data(), x.data(), 10, DType::kFloat32, ReduceOp::kSum, q.get(), &wrong).code(), Code::kInvalidArgument);
+    EXPECT_EQ(c.allreduce(x.data(), x.data(), 10, DType::kFloat16, ReduceOp::kSum, q.get(), nullptr, Algo::kScatterReduce).code(),
+              Code::kUnsupported);
+    EXPECT_EQ(c.broadcast(x.data(), 4, 5).code(), Code::kInvalidArgument);
+    EXPECT_TRUE(c.allreduce(x.data(), x.data(), 10, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).is_ok());
+    EXPECT_EQ(x[0], 2.0f);
+  });
+}
+
+TEST(Failure, MissingRankTimesOutAndBreaksTheCommunicator) {
+  CommConfig cfg;
+  auto group = transport::make_local_group(3);
+  cfg.timeout = std::chrono::milliseconds(300);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (auto& t : group) comms.push_back(std::move(Communicator::create(std::move(t), cfg)).value());
+  std::vector<std::thread> threads;
+  std::vector<Status> results(2);
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<float> x(1000, 1.0f);
+      results[static_cast<size_t>(r)] = comms[static_cast<size_t>(r)]->allreduce(x.data(), x.data(), 1000, DType::kFloat32,
+                                                                                 ReduceOp::kSum, nullptr, nullptr);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  for (const Status& s : results) {
+    EXPECT_FALSE(s.is_ok());
+    EXPECT_TRUE(s.code() == Code::kTimeout || s.code() == Code::kAborted) << s.to_string();
+  }
+  EXPECT_FALSE(comms[0]->error().is_ok());
+  std::vector<float> y(4, 1.0f);
+  EXPECT_FALSE(comms[0]->allreduce(y.data(), y.data(), 4, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).is_ok());
+}
+
+TEST(Failure, AbortFromAnotherThreadEndsAPendingCollective) {
+  auto group = transport::make_local_group(2);
+  CommConfig cfg;
+  cfg.timeout = std::chrono::seconds(60);
+  auto c0 = std::move(Communicator::create(std::move(group[0]), cfg)).value();
+  auto c1 = std::move(Communicator::create(std::move(group[1]), cfg)).value();
+  std::vector<float> x(1000, 1.0f);
+  const auto start = std::chrono::steady_clock::now();
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    c0->abort("test");
+  });
+  const Status s = c0->allreduce(x.data(), x.data(), 1000, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr);
+  aborter.join();
+  EXPECT_EQ(s.code(), Code::kAborted) << s.to_string();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(NonBlocking, SubmittedWorkCompletesInOrder) {
+  run_ranks(3, [&](Communicator& c, int r) {
+    std::vector<std::vector<float>> bufs(5, std::vector<float>(333, static_cast<float>(r + 1)));
+    std::vector<std::shared_ptr<Communicator::Work>> works;
+    for (auto& b : bufs) {
+      float* p = b.data();
+      works.push_back(c.submit([p](Communicator& comm) {
+        return comm.allreduce(p, p, 333, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr);
+      }));
+    }
+    for (auto& w : works) ASSERT_TRUE(Communicator::wait(*w).is_ok());
+    for (auto& b : bufs) EXPECT_EQ(b[0], 6.0f);
+  });
+}
+
+}  // namespace
+}  // namespace gw

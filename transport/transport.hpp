@@ -1,0 +1,91 @@
+// The transport contract (DESIGN.md): two-sided, tagged, asynchronous messages between the
+// ranks of one group. A transport moves bytes; it never knows what a codec is.
+//
+// Operations live in caller-owned Op objects, so posting never allocates. An Op must stay
+// where it is, and its buffer valid, until the op is finished (done or failed). Every
+// transport keeps its first failure sticky (a dead peer, an abort): from then on every
+// pending op fails with it, and every new post returns it.
+//
+// Threading: one thread posts, progresses and waits; abort() may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "gradwire/status.hpp"
+
+namespace gw::transport {
+
+using Clock = std::chrono::steady_clock;
+
+// User tags are 48 bits wide; the transport may use the rest to carry the source rank.
+constexpr int kTagBits = 48;
+constexpr uint64_t kTagMask = (uint64_t{1} << kTagBits) - 1;
+constexpr int kMaxRanks = 1 << 16;
+
+enum class OpState : int { kIdle = 0, kPending = 1, kDone = 2, kFailed = 3 };
+
+struct Op {
+  std::atomic<int> state{static_cast<int>(OpState::kIdle)};
+  Status status;       // why it failed, when state is kFailed
+  size_t bytes = 0;    // bytes received (receives) or sent (sends)
+  int peer = -1;
+  bool is_recv = false;
+  void* impl = nullptr;  // the transport's request handle
+  Op* prev = nullptr;    // the transport's list of pending ops
+  Op* next = nullptr;
+
+  Op() = default;
+  Op(const Op&) = delete;
+  Op& operator=(const Op&) = delete;
+
+  OpState current() const { return static_cast<OpState>(state.load(std::memory_order_acquire)); }
+  bool finished() const {
+    const OpState s = current();
+    return s == OpState::kDone || s == OpState::kFailed;
+  }
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* name() const = 0;
+
+  // Posts a send of len bytes; the receiver's matching irecv gets exactly these bytes.
+  virtual Status isend(int peer, uint64_t tag, const void* buf, size_t len, Op& op) = 0;
+  // Posts a receive of at most cap bytes from peer with tag. A longer message fails the op
+  // (kRemote, "message truncated") rather than overrunning buf.
+  virtual Status irecv(int peer, uint64_t tag, void* buf, size_t cap, Op& op) = 0;
+  // Advances outstanding operations; returns true if anything happened.
+  virtual bool progress() = 0;
+  // Blocks (without spinning a core for long) until something may have happened or
+  // the deadline passes.
+  virtual void wait_for_events(Clock::time_point deadline) = 0;
+
+  // Fails every pending and future operation with reason. Safe from any thread.
+  virtual void abort(const Status& reason) = 0;
+  // The sticky first failure, or OK.
+  virtual Status error() const = 0;
+
+  // Pins memory that will be sent or received often (a registration cache: repeated calls
+  // with the same range are free). Transports that need no pinning return OK.
+  virtual Status register_memory(const void* buf, size_t len) {
+    (void)buf;
+    (void)len;
+    return Status::ok();
+  }
+
+  // Waits for op until it finishes or the deadline passes. On timeout the op is still
+  // pending and the caller must abort the transport before the buffer goes away.
+  Status wait(Op& op, Clock::time_point deadline);
+  // Waits for all of ops[0..n); returns the first failure.
+  Status wait_all(Op* ops, size_t n, Clock::time_point deadline);
+};
+
+}  // namespace gw::transport

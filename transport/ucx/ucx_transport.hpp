@@ -1,0 +1,25 @@
+// The UCX transport: UCP tag messages over whatever UCX selects (InfiniBand/RoCE verbs, TCP,
+// shared memory). UCX_* environment variables reach UCX untouched.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gradwire/status.hpp"
+#include "transport/transport.hpp"
+
+namespace gw::transport {
+
+class UcxTransport : public Transport {
+ public:
+  // Builds the UCP context and worker for `rank` of `size`. No peer is connected yet.
+  static Result<std::unique_ptr<UcxTransport>> create(int rank, int size);
+
+  // This worker's address, to be exchanged out of band (the bootstrap's all-gather).
+  virtual std::string local_address() const = 0;
+  // Connects to every peer; addresses[r] is rank r's local_address().
+  virtual Status connect(const std::vector<std::string>& addresses) = 0;
+};
+
+}  // namespace gw::transport
