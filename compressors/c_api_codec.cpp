@@ -2,19 +2,12 @@
 #include <cstring>
 #include <memory>
 
+#include "compressors/c_api_handles.hpp"
 #include "compressors/c_api_support.hpp"
 #include "gradwire/codec.hpp"
 #include "gradwire/ef_state.hpp"
 #include "gradwire/gradwire.h"
 
-struct gw_codec_s {
-  std::unique_ptr<gw::Codec> codec;
-};
-
-struct gw_ef_state_s {
-  gw::ErrorFeedback ef;
-  explicit gw_ef_state_s(size_t count) : ef(count) {}
-};
 
 namespace {
 

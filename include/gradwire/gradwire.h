@@ -9,6 +9,13 @@
  * or gw_ef_state_t must not be used by two threads at the same time (both hold scratch
  * memory that encode reuses). gw_decode and gw_message_info hold no state and are safe
  * from any thread.
+ *
+ * Communicators: every collective call may come from any thread; calls on one communicator
+ * run one after another, in the order they were made, on the communicator's progress
+ * thread, and every rank must make the same calls in the same order. A codec or EF state
+ * passed to a collective belongs to it until the call (or its request) completes.
+ * gw_comm_abort may be called from any thread at any time. gw_comm_destroy must not race
+ * with other calls on the same communicator.
  */
 #ifndef GRADWIRE_GRADWIRE_H_
 #define GRADWIRE_GRADWIRE_H_
@@ -71,8 +78,42 @@ typedef struct gw_message_info_s {
   uint64_t total_bytes; /* header plus payload */
 } gw_message_info_t;
 
+typedef enum gw_red_op {
+  GW_SUM = 0,
+  GW_AVG = 1
+} gw_red_op_t;
+
+typedef enum gw_algo {
+  GW_ALGO_AUTO = 0,             /* the policy: dense when small or uncompressed, else by codec */
+  GW_ALGO_RING = 1,             /* dense ring: reduce-scatter then all-gather */
+  GW_ALGO_COMPRESSED_RING = 2,  /* every hop decodes, adds and re-encodes */
+  GW_ALGO_SCATTER_REDUCE = 3,   /* compressed all-to-all, owners encode the sum once */
+  GW_ALGO_SPARSE_ALLGATHER = 4  /* every rank's message to every rank, summed in rank order */
+} gw_algo_t;
+
 typedef struct gw_codec_s* gw_codec_t;
 typedef struct gw_ef_state_s* gw_ef_state_t;
+typedef struct gw_comm_s* gw_comm_t;
+typedef struct gw_request_s* gw_request_t;
+
+#define GW_UNIQUE_ID_BYTES 128
+typedef struct gw_unique_id {
+  char internal[GW_UNIQUE_ID_BYTES];
+} gw_unique_id_t;
+
+/* Communicator options. Initialise with GW_CONFIG_INITIALIZER, then set what you need; a
+ * zero or negative field means "the default, or its environment variable". */
+typedef struct gw_config {
+  size_t size;            /* sizeof(gw_config_t): lets the struct grow without breaking the ABI */
+  unsigned int magic;     /* GW_CONFIG_MAGIC */
+  unsigned int version;   /* GW_VERSION_CODE of the header compiled against */
+  double timeout_s;       /* bound on every wait; GW_TIMEOUT_S, default 300 */
+  size_t chunk_bytes;     /* pipelining unit; GW_CHUNK_BYTES, default 1 MiB */
+  long long dense_threshold_bytes; /* all-reduces below this go dense; GW_DENSE_THRESHOLD, default 64 KiB; -1 default */
+} gw_config_t;
+
+#define GW_CONFIG_MAGIC 0x67776366u
+#define GW_CONFIG_INITIALIZER {sizeof(gw_config_t), GW_CONFIG_MAGIC, GW_VERSION_CODE, 0.0, 0, -1}
 
 /* ---- errors and version ---- */
 GW_API const char* gw_get_error_string(gw_result_t result);
@@ -120,6 +161,61 @@ GW_API gw_result_t gw_ef_state_count(gw_ef_state_t ef, size_t* count);
 GW_API gw_result_t gw_ef_state_step(gw_ef_state_t ef, uint64_t* step);
 /* Copies the residual (count floats) out. */
 GW_API gw_result_t gw_ef_state_get_residual(gw_ef_state_t ef, float* out, size_t count);
+
+/* ---- communicators ----
+ * NCCL-style: one process calls gw_get_unique_id (this starts a rendezvous service in
+ * that process), the id reaches every rank by any channel, and every rank calls
+ * gw_comm_init_rank. Or gw_comm_init_from_env under mpirun, srun or torchrun (see README).
+ * config may be NULL for defaults. */
+GW_API gw_result_t gw_get_unique_id(gw_unique_id_t* id);
+GW_API gw_result_t gw_comm_init_rank(gw_comm_t* comm, int nranks, gw_unique_id_t id, int rank,
+                                     const gw_config_t* config);
+GW_API gw_result_t gw_comm_init_from_env(gw_comm_t* comm, const gw_config_t* config);
+/* Finishes queued work (failing it if the communicator is broken) and frees everything. */
+GW_API gw_result_t gw_comm_destroy(gw_comm_t comm);
+/* Fails every pending and future call with GW_ERR_ABORTED; any thread. */
+GW_API gw_result_t gw_comm_abort(gw_comm_t comm);
+GW_API gw_result_t gw_comm_rank(gw_comm_t comm, int* rank);
+GW_API gw_result_t gw_comm_size(gw_comm_t comm, int* size);
+/* GW_SUCCESS while healthy; else the error that broke the communicator (a dead peer, a
+ * timeout, an abort). A broken communicator fails every call: destroy it. */
+GW_API gw_result_t gw_comm_get_async_error(gw_comm_t comm, gw_result_t* error);
+
+/* recvbuf = sum (GW_SUM) or mean (GW_AVG) over ranks of sendbuf; sendbuf == recvbuf is in
+ * place. codec NULL (or "none") is a dense all-reduce; a lossy codec needs GW_FLOAT32 and may
+ * take ef, an EF state of count elements owned by this buffer. */
+GW_API gw_result_t gw_allreduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                                gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec,
+                                gw_ef_state_t ef);
+/* The same with the algorithm chosen by the caller (GW_ALGO_AUTO: the policy). */
+GW_API gw_result_t gw_allreduce_ex(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                                   gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec,
+                                   gw_ef_state_t ef, gw_algo_t algo);
+/* Non-blocking all-reduce: returns at once with a request; buffers, codec and ef stay in use
+ * until gw_test reports done or gw_wait returns. */
+GW_API gw_result_t gw_iallreduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                                 gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec,
+                                 gw_ef_state_t ef, gw_algo_t algo, gw_request_t* request);
+/* *done = 1 when the request has finished; it is then freed and its result returned. */
+GW_API gw_result_t gw_test(gw_request_t request, int* done);
+/* Waits for the request, frees it and returns its result. */
+GW_API gw_result_t gw_wait(gw_request_t request);
+/* The algorithm the policy picks for these arguments on this communicator. */
+GW_API gw_result_t gw_allreduce_algo(gw_comm_t comm, size_t count, gw_dtype_t dtype,
+                                     gw_codec_t codec, gw_algo_t* algo);
+
+/* Every rank's message (any length, e.g. a sparse encoding) to every rank. The messages are
+ * concatenated in rank order into recvbuf (capacity bytes); lengths (nranks entries)
+ * receives each one's length. */
+GW_API gw_result_t gw_sparse_allgather(gw_comm_t comm, const void* msg, size_t len, void* recvbuf,
+                                       size_t capacity, size_t* lengths);
+/* dense (count float32) = the sum, in rank order, of every rank's decoded message. */
+GW_API gw_result_t gw_sparse_allgather_dense(gw_comm_t comm, const void* msg, size_t len,
+                                             float* dense, size_t count);
+/* recvbuf (nranks * bytes) = every rank's sendbuf block in rank order. */
+GW_API gw_result_t gw_allgather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes);
+GW_API gw_result_t gw_broadcast(gw_comm_t comm, void* buf, size_t bytes, int root);
+GW_API gw_result_t gw_barrier(gw_comm_t comm);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,249 @@
+// The communicator half of the C ABI.
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "collectives/comm_init.hpp"
+#include "compressors/c_api_handles.hpp"
+#include "compressors/c_api_support.hpp"
+#include "gradwire/communicator.hpp"
+#include "gradwire/gradwire.h"
+#include "transport/bootstrap/bootstrap.hpp"
+
+
+struct gw_comm_s {
+  std::unique_ptr<gw::Communicator> comm;
+};
+
+struct gw_request_s {
+  std::shared_ptr<gw::Communicator::Work> work;
+};
+
+namespace {
+
+using gw::Status;
+using gw::capi::guard;
+using gw::capi::null_arg;
+
+static_assert(sizeof(gw_unique_id_t) == gw::bootstrap::kUniqueIdBytes, "unique id sizes differ");
+
+gw::Result<gw::CommConfig> merge_config(const gw_config_t* config) {
+  GW_ASSIGN_OR_RETURN(gw::CommConfig c, gw::CommConfig::from_env());
+  if (config == nullptr) return c;
+  if (config->magic != GW_CONFIG_MAGIC) return gw::invalid_argument("config was not set up with GW_CONFIG_INITIALIZER (bad magic)");
+  if (config->size < sizeof(gw_config_t) || config->size > 4096) {
+    return gw::invalid_argument("config->size " + std::to_string(config->size) + " is not sizeof(gw_config_t)");
+  }
+  if (config->timeout_s < 0 || config->timeout_s > 1e7) return gw::invalid_argument("config->timeout_s is out of range");
+  if (config->timeout_s > 0) c.timeout = std::chrono::milliseconds(static_cast<int64_t>(config->timeout_s * 1000.0));
+  if (config->chunk_bytes > 0) {
+    if (config->chunk_bytes < 4096) return gw::invalid_argument("config->chunk_bytes is below 4096");
+    c.chunk_bytes = config->chunk_bytes;
+  }
+  if (config->dense_threshold_bytes >= 0) c.dense_threshold_bytes = static_cast<size_t>(config->dense_threshold_bytes);
+  return c;
+}
+
+Status check_comm(gw_comm_t comm) { return comm == nullptr ? null_arg("comm") : Status::ok(); }
+
+Status check_enum_args(gw_dtype_t dtype, gw_red_op_t op, gw_algo_t algo) {
+  if (!gw::dtype_valid(static_cast<int>(dtype))) return gw::invalid_argument("dtype " + std::to_string(static_cast<int>(dtype)) + " is not a gw_dtype_t");
+  if (op != GW_SUM && op != GW_AVG) return gw::invalid_argument("op " + std::to_string(static_cast<int>(op)) + " is not a gw_red_op_t");
+  if (static_cast<int>(algo) < 0 || algo > GW_ALGO_SPARSE_ALLGATHER) {
+    return gw::invalid_argument("algo " + std::to_string(static_cast<int>(algo)) + " is not a gw_algo_t");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+extern "C" {
+
+gw_result_t gw_get_unique_id(gw_unique_id_t* id) {
+  return guard("gw_get_unique_id", [&]() -> Status {
+    if (id == nullptr) return null_arg("id");
+    gw::bootstrap::RootOptions options;
+    GW_ASSIGN_OR_RETURN(gw::CommConfig cfg, gw::CommConfig::from_env());
+    options.timeout = cfg.timeout;
+    GW_ASSIGN_OR_RETURN(gw::bootstrap::UniqueId uid, gw::bootstrap::create_unique_id(options));
+    std::memcpy(id->internal, uid.bytes, sizeof uid.bytes);
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_comm_init_rank(gw_comm_t* comm, int nranks, gw_unique_id_t id, int rank, const gw_config_t* config) {
+  return guard("gw_comm_init_rank", [&]() -> Status {
+    if (comm == nullptr) return null_arg("comm");
+    *comm = nullptr;
+    GW_ASSIGN_OR_RETURN(gw::CommConfig cfg, merge_config(config));
+    gw::bootstrap::UniqueId uid;
+    std::memcpy(uid.bytes, id.internal, sizeof uid.bytes);
+    GW_RETURN_IF_ERROR(gw::bootstrap::validate_unique_id(uid));
+    auto exchange = [&](const std::string& blob) {
+      return gw::bootstrap::rendezvous(uid, rank, nranks, blob, cfg.timeout);
+    };
+    auto made = gw::coll::init_communicator(rank, nranks, exchange, cfg);
+    if (!made.is_ok()) return made.status();
+    *comm = new gw_comm_s{std::move(made).value()};
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_comm_init_from_env(gw_comm_t* comm, const gw_config_t* config) {
+  return guard("gw_comm_init_from_env", [&]() -> Status {
+    if (comm == nullptr) return null_arg("comm");
+    *comm = nullptr;
+    GW_ASSIGN_OR_RETURN(gw::CommConfig cfg, merge_config(config));
+    GW_ASSIGN_OR_RETURN(gw::bootstrap::LaunchEnv env, gw::bootstrap::read_launch_env());
+    auto exchange = [&](const std::string& blob) { return gw::bootstrap::rendezvous_from_env(env, blob, cfg.timeout); };
+    auto made = gw::coll::init_communicator(env.rank, env.size, exchange, cfg);
+    if (!made.is_ok()) return made.status();
+    *comm = new gw_comm_s{std::move(made).value()};
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_comm_destroy(gw_comm_t comm) {
+  return guard("gw_comm_destroy", [&]() -> Status {
+    delete comm;
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_comm_abort(gw_comm_t comm) {
+  return guard("gw_comm_abort", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    comm->comm->abort("gw_comm_abort was called");
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_comm_rank(gw_comm_t comm, int* rank) {
+  return guard("gw_comm_rank", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    if (rank == nullptr) return null_arg("rank");
+    *rank = comm->comm->rank();
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_comm_size(gw_comm_t comm, int* size) {
+  return guard("gw_comm_size", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    if (size == nullptr) return null_arg("size");
+    *size = comm->comm->size();
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_comm_get_async_error(gw_comm_t comm, gw_result_t* error) {
+  return guard("gw_comm_get_async_error", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    if (error == nullptr) return null_arg("error");
+    const Status s = comm->comm->error();
+    *error = static_cast<gw_result_t>(s.code());
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_allreduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                         gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef) {
+  return gw_allreduce_ex(comm, sendbuf, recvbuf, count, dtype, op, codec, ef, GW_ALGO_AUTO);
+}
+
+gw_result_t gw_allreduce_ex(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                            gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef, gw_algo_t algo) {
+  return guard("gw_allreduce", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_enum_args(dtype, op, algo));
+    return comm->comm->allreduce(sendbuf, recvbuf, count, static_cast<gw::DType>(dtype), static_cast<gw::ReduceOp>(op),
+                                 codec != nullptr ? codec->codec.get() : nullptr, ef != nullptr ? &ef->ef : nullptr,
+                                 static_cast<gw::Algo>(algo));
+  });
+}
+
+gw_result_t gw_iallreduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                          gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef, gw_algo_t algo, gw_request_t* request) {
+  return guard("gw_iallreduce", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    if (request == nullptr) return null_arg("request");
+    *request = nullptr;
+    GW_RETURN_IF_ERROR(check_enum_args(dtype, op, algo));
+    gw::Codec* c = codec != nullptr ? codec->codec.get() : nullptr;
+    gw::ErrorFeedback* e = ef != nullptr ? &ef->ef : nullptr;
+    auto work = comm->comm->submit([=](gw::Communicator& cm) {
+      return cm.allreduce(sendbuf, recvbuf, count, static_cast<gw::DType>(dtype), static_cast<gw::ReduceOp>(op), c, e,
+                          static_cast<gw::Algo>(algo));
+    });
+    *request = new gw_request_s{std::move(work)};
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_test(gw_request_t request, int* done) {
+  return guard("gw_test", [&]() -> Status {
+    if (request == nullptr) return null_arg("request");
+    if (done == nullptr) return null_arg("done");
+    Status result;
+    *done = gw::Communicator::test(*request->work, &result) ? 1 : 0;
+    if (*done) delete request;
+    return result;
+  });
+}
+
+gw_result_t gw_wait(gw_request_t request) {
+  return guard("gw_wait", [&]() -> Status {
+    if (request == nullptr) return null_arg("request");
+    const Status result = gw::Communicator::wait(*request->work);
+    delete request;
+    return result;
+  });
+}
+
+gw_result_t gw_allreduce_algo(gw_comm_t comm, size_t count, gw_dtype_t dtype, gw_codec_t codec, gw_algo_t* algo) {
+  return guard("gw_allreduce_algo", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    if (algo == nullptr) return null_arg("algo");
+    GW_RETURN_IF_ERROR(check_enum_args(dtype, GW_SUM, GW_ALGO_AUTO));
+    *algo = static_cast<gw_algo_t>(comm->comm->choose_algo(count, static_cast<gw::DType>(dtype),
+                                                           codec != nullptr ? codec->codec.get() : nullptr, gw::Algo::kAuto));
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_sparse_allgather(gw_comm_t comm, const void* msg, size_t len, void* recvbuf, size_t capacity, size_t* lengths) {
+  return guard("gw_sparse_allgather", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    return comm->comm->sparse_allgather(msg, len, recvbuf, capacity, lengths);
+  });
+}
+
+gw_result_t gw_sparse_allgather_dense(gw_comm_t comm, const void* msg, size_t len, float* dense, size_t count) {
+  return guard("gw_sparse_allgather_dense", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    return comm->comm->sparse_allgather_dense(msg, len, dense, count);
+  });
+}
+
+gw_result_t gw_allgather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes) {
+  return guard("gw_allgather", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    return comm->comm->allgather(sendbuf, recvbuf, bytes);
+  });
+}
+
+gw_result_t gw_broadcast(gw_comm_t comm, void* buf, size_t bytes, int root) {
+  return guard("gw_broadcast", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    return comm->comm->broadcast(buf, bytes, root);
+  });
+}
+
+gw_result_t gw_barrier(gw_comm_t comm) {
+  return guard("gw_barrier", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    return comm->comm->barrier();
+  });
+}
+
+}  // extern "C"
