@@ -17,6 +17,8 @@ namespace {
 constexpr uint64_t kMinSample = 256;
 constexpr double kOverSelect = 1.25;
 constexpr uint64_t kExactBelow = 4096;  // small inputs: exact top-k costs less than sampling
+constexpr uint64_t kScanBlock = 16;     // elements per block of the candidate pass
+constexpr uint64_t kSampleTile = 2048;  // samples drawn per tile (even: whole Philox blocks)
 
 class DgcCodec final : public IndexedSparseCodec {
  public:
@@ -39,18 +41,29 @@ class DgcCodec final : public IndexedSparseCodec {
       return k;
     }
     const uint32_t threshold = sampled_threshold(x, n, k, ctx);
-    // Room for 4k candidates; more means the sample misled us badly.
+    // Room for 4k candidates; more means the sample misled us badly. Blocks with no key at
+    // or above the threshold cost one vectorized compare; the others append without
+    // branches, which may run up to a block past cap before the check (hence the slack).
     const uint64_t cap = std::min<uint64_t>(n, 4 * k + 1024);
-    Idx* cand = workspace().get<Idx>(1, cap);
+    Idx* cand = workspace().get<Idx>(1, cap + kScanBlock + 1);
     uint64_t c = 0;
-    for (uint64_t i = 0; i < n; ++i) {
-      if (hd::magnitude_key(x[i]) >= threshold) {
-        if (c == cap) {
-          select_topk(x, n, k, idx, workspace());
-          return k;
-        }
-        cand[c++] = static_cast<Idx>(i);
-      }
+    auto append = [&](uint64_t i) {
+      cand[c] = static_cast<Idx>(i);
+      c += hd::magnitude_key(x[i]) >= threshold ? 1 : 0;
+    };
+    uint64_t i = 0;
+    for (; i + kScanBlock <= n; i += kScanBlock) {
+      uint32_t hit = 0;
+      for (uint64_t j = 0; j < kScanBlock; ++j)
+        hit |= hd::magnitude_key(x[i + j]) >= threshold ? 1u : 0u;
+      if (hit == 0) continue;
+      for (uint64_t j = 0; j < kScanBlock; ++j) append(i + j);
+      if (c > cap) break;
+    }
+    for (; i < n && c <= cap; ++i) append(i);
+    if (c > cap) {
+      select_topk(x, n, k, idx, workspace());
+      return k;
     }
     if (c <= k) {
       std::copy(cand, cand + c, idx);
@@ -65,7 +78,25 @@ class DgcCodec final : public IndexedSparseCodec {
         n, std::max<uint64_t>(kMinSample, static_cast<uint64_t>(std::ceil(spec().sample * static_cast<double>(n)))));
     uint32_t* keys = workspace().get<uint32_t>(2, m);
     const RandomStream rs{spec().seed, ctx.step, ctx.rank};
-    for (uint64_t j = 0; j < m; ++j) keys[j] = hd::magnitude_key(x[stratified_index(rs, j, n, m)]);
+    // keys[j] = |x[stratified_index(rs, j, n, m)]|, a tile at a time: the tile's random
+    // words come from philox_fill (sample j uses words 2j and 2j + 1 of the stream: block
+    // j / 2, words 0-1 or 2-3), then the positions, then the loads, which no longer wait on
+    // one another and so overlap their cache misses.
+    uint32_t* words = workspace().get<uint32_t>(4, 2 * kSampleTile + 4);
+    uint64_t* pos = workspace().get<uint64_t>(5, kSampleTile);
+    const uint64_t q = n / m, r = n % m;
+    for (uint64_t j0 = 0; j0 < m; j0 += kSampleTile) {
+      const uint64_t len = std::min(kSampleTile, m - j0);
+      philox_fill(rs, 2 * j0, words, 2 * len);
+      for (uint64_t t = 0; t < len; ++t) {
+        const uint64_t j = j0 + t;
+        const uint64_t start = j * q + (j < r ? j : r);
+        const uint64_t width = q + (j < r ? 1 : 0);
+        const uint64_t word = (static_cast<uint64_t>(words[2 * t + 1]) << 32) | words[2 * t];
+        pos[t] = start + hd::mulhi64(word, width);
+      }
+      for (uint64_t t = 0; t < len; ++t) keys[j0 + t] = hd::magnitude_key(x[pos[t]]);
+    }
     const double want = kOverSelect * static_cast<double>(k) * static_cast<double>(m) / static_cast<double>(n);
     const uint64_t rank = std::clamp<uint64_t>(static_cast<uint64_t>(std::ceil(want)), 1, m);
     std::nth_element(keys, keys + (rank - 1), keys + m, std::greater<uint32_t>());

@@ -27,7 +27,10 @@ GW_HD QsgdScale qsgd_scale(float mn, float mx, uint32_t levels) {
 
 // r is a uniform draw in [0, 1) for stochastic rounding, or 0.5 for nearest.
 GW_HD uint32_t qsgd_quantize(float x, const QsgdScale& s, uint32_t levels, float r) {
-  const float u = hd::mul(hd::sub(x, s.min), s.inv_unit);
+  const float d = hd::sub(x, s.min);
+  // A bucket wider than FLT_MAX overflows x - min; scaling each side first cannot.
+  const float u = d <= 3.4e38f ? hd::mul(d, s.inv_unit)
+                               : hd::sub(hd::mul(x, s.inv_unit), hd::mul(s.min, s.inv_unit));
   float q = floorf(hd::add(u, r));
   q = q >= 0.0f ? q : 0.0f;  // also maps NaN to 0
   const float l = static_cast<float>(levels);
