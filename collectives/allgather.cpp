@@ -34,7 +34,8 @@ Status ring_allgatherv(Context& c, uint8_t* data, const uint64_t* offsets, const
   const int last = c.wrap(c.rank - (p - 1));
   GW_RETURN_IF_ERROR(c.wait(recvs[p - 2]));
   if (recvs[p - 2].bytes != lengths[last]) {
-    return Status(Code::kRemote, "rank " + std::to_string(c.prev()) + " sent a block of the wrong size");
+    return Status(Code::kRemote, "rank " + std::to_string(c.prev()) + " sent " + std::to_string(recvs[p - 2].bytes) +
+                                     " bytes for block " + std::to_string(last) + ", expected " + std::to_string(lengths[last]));
   }
   return c.tp.wait_all(sends, static_cast<size_t>(p - 1), c.deadline);
 }

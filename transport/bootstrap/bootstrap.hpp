@@ -68,9 +68,13 @@ struct LaunchEnv {
 // The root is GW_ROOT (host:port), else MASTER_ADDR with GW_PORT or MASTER_PORT + 1, else,
 // when every rank is on this host, 127.0.0.1 with a port derived from the job id. The token
 // is GW_TOKEN (32 hex digits) or derived from the launcher's job id.
+// Security: a token derived from a job id is no secret and only keeps out strays; GW_TOKEN
+// (random, shared by the job script) or the unique-id path is real authentication
+// (launch_env.cpp says more). A malformed variable is kInvalidArgument naming it.
 Result<LaunchEnv> read_launch_env();
 
-// Env-mode rendezvous: rank 0 serves the root on env.root_port, every rank joins.
+// Env-mode rendezvous: rank 0 serves the root on env.root_port, every rank joins. (A job of
+// one rank meets nobody and returns {blob} at once.) kSystem if rank 0 cannot listen there.
 Result<std::vector<std::string>> rendezvous_from_env(const LaunchEnv& env, const std::string& blob,
                                                      std::chrono::milliseconds timeout);
 

@@ -18,7 +18,9 @@ class UcxTransport : public Transport {
 
   // This worker's address, to be exchanged out of band (the bootstrap's all-gather).
   virtual std::string local_address() const = 0;
-  // Connects to every peer; addresses[r] is rank r's local_address().
+  // Connects to every peer; addresses[r] is rank r's local_address(). Collective: every rank
+  // calls it, and it returns once every rank has connected to this one (each endpoint is
+  // wired up here rather than at its first message), or fails after 60 s.
   virtual Status connect(const std::vector<std::string>& addresses) = 0;
 };
 

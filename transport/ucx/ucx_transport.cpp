@@ -1,0 +1,875 @@
+// The UCX transport: UCP tag messages over whatever UCX selects (verbs, TCP, shared memory).
+//
+// Threading. One thread drives the transport (posts, progresses, waits); abort() may come from
+// any other thread. Every UCX call is made with drive_mu_ held, so the worker is created in
+// UCS_THREAD_MODE_SERIALIZED (UCX takes no locks of its own; we serialise). The driving thread
+// holds drive_mu_ only inside isend/irecv/progress and the busy part of wait_for_events: it
+// lets go while it sleeps in poll(). abort() records the reason under err_mu_, raises a flag
+// and writes an eventfd that the sleeper polls; if it can take drive_mu_ it fails everything
+// itself before returning, otherwise (the driver is inside a call) the driver does so before
+// that call returns. Either way no op is pending after abort() and the next progress().
+//
+// Ops. Posting fills the caller's Op; a pending op sits in an intrusive list (Op::prev/next,
+// with a sentinel so that unlinking needs no list head). Each UCX request carries a small
+// context (request_size) naming its Op once the post has returned; a callback that fires
+// inside the posting call (a receive that matched an unexpected message completes there,
+// since UCX 1.13 fills recv_info only through the callback) finds the context empty and
+// completes the op through user_data instead. To give up on a request (abort, failure), the
+// op is detached: the context forgets the Op, the op fails now, and the callback only frees
+// the request whenever UCX completes it.
+//
+// Failure. The first failure (a peer's endpoint error, or abort) is sticky: pending receives
+// are cancelled, every endpoint is force-closed (which fails the sends on it), whatever UCX
+// still holds is detached, and every later post returns the error. Endpoint errors are
+// collected during ucp_worker_progress and judged after it returns.
+//
+// Clean shutdown. A peer that simply closes its endpoints looks, from the other side, like a
+// dead peer (the connection drops). So a healthy transport being destroyed with nothing
+// pending says goodbye first: an active message "bye" to every peer, and it waits (bounded)
+// until each one has answered "ack", said bye itself, or failed. A peer that said bye may
+// then drop its connection without failing anyone.
+#include "transport/ucx/ucx_transport.hpp"
+
+#include <poll.h>
+#include <time.h>
+#include <sys/eventfd.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "transport/log.hpp"
+
+namespace gw::transport {
+namespace {
+
+// wait_for_events: spin this long on ucp_worker_progress before arming the wakeup fd
+// (GW_UCX_SPIN_US overrides it)...
+constexpr auto kSpin = std::chrono::microseconds(30);
+// ...then sleep at most this long before looking again (much less while sends are pending).
+constexpr auto kSleep = std::chrono::milliseconds(3);
+constexpr auto kSleepWithSends = std::chrono::microseconds(100);
+constexpr int kMaxSleepMs = 3;
+// Bounded waits of the destructor and of failure handling.
+constexpr auto kByeTimeout = std::chrono::seconds(2);
+constexpr auto kCloseTimeout = std::chrono::seconds(1);
+constexpr auto kConnectTimeout = std::chrono::seconds(60);
+constexpr auto kSettleTimeout = std::chrono::milliseconds(300);
+constexpr auto kSettleIdle = std::chrono::milliseconds(30);
+constexpr auto kFailDrainTimeout = std::chrono::milliseconds(200);
+// ucp_worker_progress calls per progress(), so that a stream of events cannot starve the caller.
+constexpr int kMaxProgressRounds = 64;
+
+// Control messages (UCP active messages, id kCtrlAmId): a header, no payload.
+// The worker is ours alone, so id 0 is free (UCX sizes its handler table by the largest id).
+constexpr unsigned kCtrlAmId = 0;
+enum class Ctrl : uint32_t { kHello = 1, kBye = 2, kAck = 3 };
+struct CtrlHeader {
+  uint32_t kind;
+  uint32_t rank;
+};
+
+class UcxTransportImpl;
+
+// What each UCX request carries (request_size bytes in front of nothing: UCX gives us the
+// space at the pointer it returns). Both fields are null while the request is in UCX's pool.
+struct ReqCtx {
+  Op* op;
+  UcxTransportImpl* self;
+};
+
+void request_init(void* request) {
+  auto* ctx = static_cast<ReqCtx*>(request);
+  ctx->op = nullptr;
+  ctx->self = nullptr;
+}
+
+struct EpErrorArg {
+  UcxTransportImpl* self = nullptr;
+  int peer = -1;
+};
+
+ucp_tag_t make_tag(int source, uint64_t tag) {
+  return (static_cast<uint64_t>(source) << kTagBits) | (tag & kTagMask);
+}
+
+Status ucs_error(const std::string& what, ucs_status_t s) {
+  return Status(Code::kSystem, what + ": " + ucs_status_string(s));
+}
+
+Status truncated(int peer) {
+  return Status(Code::kRemote, "message truncated: the message from rank " + std::to_string(peer) +
+                                   " is longer than the receive buffer");
+}
+
+// Status of an op that UCX completed with s, before any sticky error is known.
+Status plain_status(ucs_status_t s, const Op& op) {
+  if (s == UCS_ERR_MESSAGE_TRUNCATED) return truncated(op.peer);
+  if (s == UCS_ERR_CANCELED) return Status(Code::kAborted, "operation cancelled");
+  return Status(Code::kRemote, std::string(op.is_recv ? "receive from" : "send to") + " rank " +
+                                   std::to_string(op.peer) + " failed: " + ucs_status_string(s));
+}
+
+void finish(Op& op, Status s) {
+  op.impl = nullptr;
+  const OpState st = s.is_ok() ? OpState::kDone : OpState::kFailed;
+  op.status = std::move(s);
+  op.state.store(static_cast<int>(st), std::memory_order_release);
+}
+
+void unlink(Op& op) {
+  op.prev->next = op.next;
+  op.next->prev = op.prev;
+  op.prev = op.next = nullptr;
+}
+
+void free_request_cb(void* request, ucs_status_t, void*) { ucp_request_free(request); }
+
+class UcxTransportImpl final : public UcxTransport {
+ public:
+  UcxTransportImpl(int rank, int size)
+      : rank_(rank), size_(size), ep_args_(static_cast<size_t>(size)), peers_(static_cast<size_t>(size)) {
+    pending_.prev = pending_.next = &pending_;
+  }
+  ~UcxTransportImpl() override { shutdown(); }
+
+  Status init() {
+    if (const char* v = std::getenv("GW_UCX_SPIN_US"); v != nullptr && *v != '\0') {
+      char* end = nullptr;
+      const long long us = std::strtoll(v, &end, 10);
+      if (end != nullptr && *end == '\0' && us >= 0 && us <= 1000000) {
+        spin_ = std::chrono::microseconds(us);
+      } else {
+        GW_WARN("ucx: ignoring GW_UCX_SPIN_US=%s (want microseconds in [0, 1000000])", v);
+      }
+    }
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) return Status(Code::kSystem, std::string("eventfd: ") + std::strerror(errno));
+
+    ucp_config_t* config = nullptr;
+    ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+    if (s != UCS_OK) return ucs_error("ucp_config_read", s);
+    apply_defaults(config);
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE | UCP_PARAM_FIELD_REQUEST_INIT |
+                        UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
+                        UCP_PARAM_FIELD_NAME;
+    params.features = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    params.request_size = sizeof(ReqCtx);
+    params.request_init = &request_init;
+    params.mt_workers_shared = 0;
+    params.estimated_num_eps = static_cast<size_t>(size_);
+    params.name = "gradwire";
+    s = ucp_init(&params, config, &context_);
+    ucp_config_release(config);
+    if (s != UCS_OK) return ucs_error("ucp_init", s);
+
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+    s = ucp_worker_create(context_, &wp, &worker_);
+    if (s != UCS_OK) return ucs_error("ucp_worker_create", s);
+
+    ucp_worker_attr_t attr{};
+    attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
+    s = ucp_worker_query(worker_, &attr);
+    if (s != UCS_OK) return ucs_error("ucp_worker_query", s);
+    address_.assign(reinterpret_cast<const char*>(attr.address), attr.address_length);
+    ucp_worker_release_address(worker_, attr.address);
+
+    s = ucp_worker_get_efd(worker_, &efd_);
+    if (s != UCS_OK) return ucs_error("ucp_worker_get_efd", s);
+
+    ucp_am_handler_param_t ap{};
+    ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    ap.id = kCtrlAmId;
+    ap.cb = &UcxTransportImpl::on_ctrl;
+    ap.arg = this;
+    s = ucp_worker_set_am_recv_handler(worker_, &ap);
+    if (s != UCS_OK) return ucs_error("ucp_worker_set_am_recv_handler", s);
+
+    GW_INFO("ucx: rank %d of %d: worker created (UCX %s, address %zu bytes, UCX_TLS=%s)", rank_, size_,
+            ucp_get_version_string(), address_.size(), getenv_or("UCX_TLS", "all (default)"));
+    return Status::ok();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* name() const override { return "ucx"; }
+  std::string local_address() const override { return address_; }
+
+  Status connect(const std::vector<std::string>& addresses) override {
+    std::lock_guard<std::mutex> lock(drive_mu_);
+    if (connected_) return internal_error("ucx transport: connect() called twice");
+    if (addresses.size() != static_cast<size_t>(size_)) {
+      return invalid_argument("ucx transport: " + std::to_string(addresses.size()) + " addresses for " +
+                              std::to_string(size_) + " ranks");
+    }
+    eps_.assign(static_cast<size_t>(size_), nullptr);
+    connected_ = true;
+    for (int r = 0; r < size_; ++r) {
+      const size_t i = static_cast<size_t>(r);
+      if (addresses[i].empty()) return invalid_argument("ucx transport: empty address for rank " + std::to_string(r));
+      ep_args_[i].self = this;
+      ep_args_[i].peer = r;
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.address = reinterpret_cast<const ucp_address_t*>(addresses[i].data());
+      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_handler.cb = &UcxTransportImpl::on_ep_error;
+      ep.err_handler.arg = &ep_args_[i];
+      const ucs_status_t s = ucp_ep_create(worker_, &ep, &eps_[i]);
+      if (s != UCS_OK) {
+        eps_[i] = nullptr;
+        return ucs_error("ucx transport: ucp_ep_create to rank " + std::to_string(r), s);
+      }
+    }
+    // Wire every endpoint up now: UCX connects lazily, at an endpoint's first message. Each
+    // rank says hello to every rank (itself included), waits for everyone's hello, and then
+    // flushes its endpoints. Connection problems show here rather than in the first
+    // collective, and no wireup is left in flight later, when a failure may tear endpoints
+    // down (UCX 1.13 asserts in ucp_worker_destroy when it purges a wireup reply that a late
+    // connection request left pending).
+    if (Status s = handshake(); !s.is_ok()) {
+      fail(s);  // sticky: the destructor then drops the endpoints without a goodbye round
+      return s;
+    }
+    if (log::enabled(log::Level::kInfo)) {
+      const int peer = size_ > 1 ? (rank_ + 1) % size_ : rank_;
+      GW_INFO("ucx: rank %d connected to %d ranks; lanes to rank %d: %s", rank_, size_, peer,
+              describe_lanes(eps_[static_cast<size_t>(peer)]).c_str());
+    }
+    return Status::ok();
+  }
+
+  Status isend(int peer, uint64_t tag, const void* buf, size_t len, Op& op) override {
+    std::lock_guard<std::mutex> lock(drive_mu_);
+    GW_RETURN_IF_ERROR(prepare(peer, op, false));
+    if (peers_[static_cast<size_t>(peer)].said_bye) {
+      finish(op, Status(Code::kRemote, "send to rank " + std::to_string(peer) + ": that rank has closed its transport"));
+      return op.status;
+    }
+    op.bytes = len;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = &UcxTransportImpl::on_send;
+    p.user_data = &op;
+    void* req = ucp_tag_send_nbx(eps_[static_cast<size_t>(peer)], buf, len, make_tag(rank_, tag), &p);
+    GW_TRACE("ucx: isend to %d tag %llu len %zu -> %s", peer, static_cast<unsigned long long>(tag & kTagMask), len,
+             req == nullptr ? "done" : (UCS_PTR_IS_ERR(req) ? "error" : "pending"));
+    return adopt(req, op, len);
+  }
+
+  Status irecv(int peer, uint64_t tag, void* buf, size_t cap, Op& op) override {
+    std::lock_guard<std::mutex> lock(drive_mu_);
+    GW_RETURN_IF_ERROR(prepare(peer, op, true));
+    ucp_request_param_t p{};
+    // NO_IMM_CMPL: an immediate match still reports its length through the callback (UCX 1.13
+    // does not fill recv_info on immediate completion).
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p.cb.recv = &UcxTransportImpl::on_recv;
+    p.user_data = &op;
+    void* req = ucp_tag_recv_nbx(worker_, buf, cap, make_tag(peer, tag), ~ucp_tag_t{0}, &p);
+    GW_TRACE("ucx: irecv from %d tag %llu cap %zu -> %s", peer, static_cast<unsigned long long>(tag & kTagMask), cap,
+             req == nullptr ? "done" : (UCS_PTR_IS_ERR(req) ? "error" : "posted"));
+    return adopt(req, op, 0);
+  }
+
+  bool progress() override {
+    std::lock_guard<std::mutex> lock(drive_mu_);
+    return drive();
+  }
+
+  void wait_for_events(Clock::time_point deadline) override {
+    {
+      std::lock_guard<std::mutex> lock(drive_mu_);
+      const auto spin_until = Clock::now() + spin_;
+      do {
+        if (drive()) return;
+      } while (Clock::now() < spin_until);
+      if (abort_flag_.load(std::memory_order_acquire) || worker_ == nullptr) return;
+      const ucs_status_t s = ucp_worker_arm(worker_);
+      if (s == UCS_ERR_BUSY) return;  // events arrived meanwhile: go and progress them
+      if (s != UCS_OK) {
+        GW_TRACE("ucx: ucp_worker_arm: %s", ucs_status_string(s));
+        return;
+      }
+    }
+    // Sleep without drive_mu_, so that abort() from another thread can act at once. UCX
+    // signals the fd when something arrives, but not when a blocked send could go on (a full
+    // shared-memory FIFO drained by the peer), so with sends pending the nap is short.
+    const auto cap = sends_pending_ > 0 ? kSleepWithSends : kSleep;
+    const auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) return;
+    const auto nap = std::chrono::duration_cast<std::chrono::nanoseconds>(std::min<Clock::duration>(left, cap));
+    const timespec ts{static_cast<time_t>(nap.count() / 1000000000), static_cast<long>(nap.count() % 1000000000)};
+    pollfd fds[2] = {{efd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    const int n = ppoll(fds, 2, &ts, nullptr);
+    if (n > 0 && (fds[1].revents & POLLIN) != 0) {
+      uint64_t v = 0;
+      if (read(wake_fd_, &v, sizeof(v)) < 0) { /* drained already */ }
+    }
+  }
+
+  void abort(const Status& reason) override {
+    const Status why = reason.is_ok() ? Status(Code::kAborted, "transport aborted") : reason;
+    {
+      std::lock_guard<std::mutex> lock(err_mu_);
+      if (abort_reason_.is_ok()) abort_reason_ = why;
+    }
+    abort_flag_.store(true, std::memory_order_release);
+    const uint64_t one = 1;
+    if (write(wake_fd_, &one, sizeof(one)) < 0) { /* the flag is enough */ }
+    // If nobody is inside the transport, act now; otherwise the thread inside acts before it
+    // returns from its current call.
+    std::unique_lock<std::mutex> lock(drive_mu_, std::try_to_lock);
+    if (lock.owns_lock()) handle_abort_flag();
+  }
+
+  Status error() const override {
+    std::lock_guard<std::mutex> lock(err_mu_);
+    return error_;
+  }
+
+ private:
+  struct PeerState {
+    bool failed = false;    // its endpoint reported an error
+    bool said_bye = false;  // it closed its transport cleanly
+    bool acked = false;     // it answered our bye
+    bool owe_ack = false;   // it said bye and waits for our answer
+    bool hello = false;     // it has connected to us
+  };
+
+  static const char* getenv_or(const char* name, const char* fallback) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? v : fallback;
+  }
+
+  // Whether UCX_TLS lets UCX use the posix/sysv shared-memory transports.
+  static bool tls_may_use_mm() {
+    const char* tls = std::getenv("UCX_TLS");
+    if (tls == nullptr || *tls == '\0') return true;
+    std::string list(tls);
+    const bool exclude = list[0] == '^';
+    if (exclude) list.erase(0, 1);
+    bool named = false;
+    size_t pos = 0;
+    while (pos <= list.size()) {
+      const size_t comma = std::min(list.find(',', pos), list.size());
+      const std::string tl = list.substr(pos, comma - pos);
+      if (tl == "all" || tl == "sm" || tl == "shm" || tl == "mm" || tl == "posix" || tl == "sysv") named = true;
+      pos = comma + 1;
+    }
+    return exclude ? !named : named;
+  }
+
+  // Defaults that differ from UCX's, applied only where the user set no UCX_* variable for
+  // them (ucp_config_read has read the environment; ucp_config_modify only fills the rest):
+  //  - KEEPALIVE_INTERVAL=1s (UCX: 20s): a dead peer on shared memory is found in ~1-2 s.
+  //  - MM_ERROR_HANDLING=y (UCX: n) for the posix/sysv transports: without it they offer no
+  //    peer-failure handling, and with UCX_TLS=sm an endpoint in UCP_ERR_HANDLING_MODE_PEER
+  //    finds no transport for its messages ("no peer failure handler"). Set only when UCX_TLS
+  //    lets UCX use them, since UCX warns about a transport setting that nothing used.
+  static void apply_defaults(ucp_config_t* config) {
+    struct Default {
+      const char* key;    // for ucp_config_modify
+      const char* value;
+      const char* env[3];  // the variables by which a user may already have chosen
+    };
+    static const Default kDefaults[] = {
+        {"KEEPALIVE_INTERVAL", "1s", {"UCX_KEEPALIVE_INTERVAL", nullptr, nullptr}},
+        {"MM_ERROR_HANDLING", "y", {"UCX_POSIX_ERROR_HANDLING", "UCX_SYSV_ERROR_HANDLING", "UCX_MM_ERROR_HANDLING"}},
+    };
+    for (const Default& d : kDefaults) {
+      bool user_set = false;
+      for (const char* env : d.env) user_set = user_set || (env != nullptr && std::getenv(env) != nullptr);
+      if (user_set) continue;
+      if (std::strcmp(d.key, "MM_ERROR_HANDLING") == 0 && !tls_may_use_mm()) continue;
+      const ucs_status_t s = ucp_config_modify(config, d.key, d.value);
+      if (s != UCS_OK) GW_TRACE("ucx: cannot default %s=%s: %s", d.key, d.value, ucs_status_string(s));
+    }
+  }
+
+  // "tcp/lo am am_bw | cma/memory rma_bw" from ucp_ep_print_info, for the log.
+  static std::string describe_lanes(ucp_ep_h ep) {
+    char* text = nullptr;
+    size_t len = 0;
+    FILE* f = open_memstream(&text, &len);
+    if (f == nullptr) return "?";
+    ucp_ep_print_info(ep, f);
+    std::fclose(f);
+    std::string out;
+    std::string all(text != nullptr ? text : "", len);
+    std::free(text);
+    size_t pos = 0;
+    while ((pos = all.find("lane[", pos)) != std::string::npos) {
+      const size_t eol = all.find('\n', pos);
+      std::string line = all.substr(pos, eol == std::string::npos ? std::string::npos : eol - pos);
+      pos = eol == std::string::npos ? all.size() : eol;
+      // "lane[0]:  2:tcp/lo.0 md[1]  -> md[1]/tcp/sysdev[255] rma_bw#0 am am_bw#0"
+      const size_t colon = line.find(':', line.find(']'));
+      if (colon == std::string::npos) continue;
+      size_t b = line.find(':', colon + 1);
+      if (b == std::string::npos) continue;
+      ++b;
+      const size_t e = line.find(' ', b);
+      std::string tl = line.substr(b, e == std::string::npos ? std::string::npos : e - b);
+      std::string roles;
+      const size_t arrow = line.find("->");
+      if (arrow != std::string::npos) {
+        const size_t r = line.find(' ', line.find_first_not_of(' ', arrow + 2));
+        if (r != std::string::npos) roles = line.substr(r);
+      }
+      if (!out.empty()) out += " |";
+      out += " " + tl + roles;
+    }
+    return out.empty() ? "?" : out;
+  }
+
+  // connect()'s hello round (see there). drive_mu_ held.
+  Status handshake() {
+    for (int r = 0; r < size_; ++r) send_ctrl(r, Ctrl::kHello);
+    const auto until = Clock::now() + kConnectTimeout;
+    Status result;
+    std::vector<void*> flushes;
+    bool flushing = false;
+    for (;;) {
+      while (ucp_worker_progress(worker_) != 0) {
+      }
+      after_progress();
+      if (failed_) {
+        result = sticky();
+        break;
+      }
+      if (!flushing) {
+        int missing = -1;
+        for (int r = 0; r < size_ && missing < 0; ++r) {
+          if (!peers_[static_cast<size_t>(r)].hello) missing = r;
+        }
+        if (missing < 0) {
+          flushing = true;
+          for (size_t r = 0; r < eps_.size() && result.is_ok(); ++r) {
+            ucp_request_param_t p{};
+            void* req = ucp_ep_flush_nbx(eps_[r], &p);
+            if (UCS_PTR_IS_ERR(req)) {
+              result = ucs_error("ucx transport: flushing the endpoint to rank " + std::to_string(r),
+                                 UCS_PTR_STATUS(req));
+            } else if (req != nullptr) {
+              flushes.push_back(req);
+            }
+          }
+          if (!result.is_ok()) break;
+        } else if (Clock::now() >= until) {
+          result = Status(Code::kTimeout, "ucx transport: no hello from rank " + std::to_string(missing) + " within " +
+                                              std::to_string(kConnectTimeout.count()) + " s");
+          break;
+        }
+      }
+      if (flushing) {
+        bool done = true;
+        for (void* req : flushes) done = done && ucp_request_check_status(req) != UCS_INPROGRESS;
+        if (done) break;
+        if (Clock::now() >= until) {
+          result = Status(Code::kTimeout, "ucx transport: connecting took longer than " +
+                                              std::to_string(kConnectTimeout.count()) + " s");
+          break;
+        }
+      }
+      if (ucp_worker_arm(worker_) == UCS_OK) {
+        pollfd fds[2] = {{efd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+        poll(fds, 2, kMaxSleepMs);
+      }
+    }
+    for (void* req : flushes) {
+      const ucs_status_t s = ucp_request_check_status(req);
+      if (result.is_ok() && s != UCS_OK) result = ucs_error("ucx transport: connecting", s);
+      ucp_request_free(req);  // one still in progress is released when it ends
+    }
+    return result;
+  }
+
+  // Checks that an op may be posted and marks it pending. drive_mu_ held.
+  Status prepare(int peer, Op& op, bool is_recv) {
+    handle_abort_flag();
+    if (peer < 0 || peer >= size_) {
+      return invalid_argument("peer rank " + std::to_string(peer) + " is not in [0, " + std::to_string(size_) + ")");
+    }
+    if (failed_) return sticky();
+    if (!connected_) return internal_error("ucx transport used before connect()");
+    op.peer = peer;
+    op.is_recv = is_recv;
+    op.bytes = 0;
+    op.status = Status::ok();
+    op.impl = nullptr;
+    op.prev = op.next = nullptr;
+    op.state.store(static_cast<int>(OpState::kPending), std::memory_order_release);
+    return Status::ok();
+  }
+
+  // Triage of what a *_nbx call returned.
+  Status adopt(void* req, Op& op, size_t immediate_bytes) {
+    if (req == nullptr) {  // completed in place
+      op.bytes = immediate_bytes;
+      finish(op, Status::ok());
+      return Status::ok();
+    }
+    if (UCS_PTR_IS_ERR(req)) {
+      if (!op.finished()) finish(op, plain_status(UCS_PTR_STATUS(req), op));
+      return op.status;
+    }
+    if (op.finished()) {  // the callback already ran inside the call
+      ucp_request_free(req);
+      return Status::ok();  // the op carries its own result (e.g. truncation)
+    }
+    auto* ctx = static_cast<ReqCtx*>(req);
+    ctx->op = &op;
+    ctx->self = this;
+    if (!op.is_recv) ++sends_pending_;
+    op.impl = req;
+    op.next = &pending_;
+    op.prev = pending_.prev;
+    pending_.prev->next = &op;
+    pending_.prev = &op;
+    return Status::ok();
+  }
+
+  // A UCX completion for request (the op it belongs to, if any, is in its context).
+  static void complete(void* request, ucs_status_t s, size_t length, void* user_data) {
+    auto* ctx = static_cast<ReqCtx*>(request);
+    if (ctx->self == nullptr) {
+      // Inside the posting call: the op is user_data and is not linked yet; adopt() frees.
+      Op& op = *static_cast<Op*>(user_data);
+      if (s == UCS_OK && op.is_recv) op.bytes = length;
+      finish(op, s == UCS_OK ? Status::ok() : plain_status(s, op));
+      return;
+    }
+    Op* op = ctx->op;
+    UcxTransportImpl* self = ctx->self;
+    ctx->op = nullptr;
+    ctx->self = nullptr;
+    ucp_request_free(request);
+    if (op == nullptr) return;  // detached: the op was failed already
+    self->forget(*op);
+    if (s == UCS_OK) {
+      if (op->is_recv) op->bytes = length;
+      GW_TRACE("ucx: %s rank %d done, %zu bytes", op->is_recv ? "recv from" : "send to", op->peer, op->bytes);
+      finish(*op, Status::ok());
+    } else {
+      finish(*op, self->status_for(s, *op));
+    }
+  }
+
+  // Takes a pending op off the list.
+  void forget(Op& op) {
+    unlink(op);
+    if (!op.is_recv) --sends_pending_;
+  }
+
+  Status status_for(ucs_status_t s, const Op& op) const {
+    if (s == UCS_ERR_MESSAGE_TRUNCATED) return truncated(op.peer);
+    if (failed_) return sticky();
+    return plain_status(s, op);
+  }
+
+  static void on_send(void* request, ucs_status_t status, void* user_data) {
+    complete(request, status, 0, user_data);
+  }
+
+  static void on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
+    complete(request, status, info != nullptr ? info->length : 0, user_data);
+  }
+
+  static void on_ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
+    auto* a = static_cast<EpErrorArg*>(arg);
+    a->self->ep_errors_.emplace_back(a->peer, status);
+  }
+
+  static ucs_status_t on_ctrl(void* arg, const void* header, size_t header_length, void*, size_t,
+                              const ucp_am_recv_param_t*) {
+    auto* self = static_cast<UcxTransportImpl*>(arg);
+    CtrlHeader h{};
+    if (header_length != sizeof(h)) return UCS_OK;
+    std::memcpy(&h, header, sizeof(h));
+    if (h.rank >= static_cast<uint32_t>(self->size_)) return UCS_OK;
+    PeerState& p = self->peers_[h.rank];
+    if (h.kind == static_cast<uint32_t>(Ctrl::kHello)) {
+      p.hello = true;
+    } else if (h.kind == static_cast<uint32_t>(Ctrl::kBye)) {
+      GW_INFO("ucx: rank %u closed its transport", h.rank);
+      p.said_bye = true;
+      p.owe_ack = true;
+    } else if (h.kind == static_cast<uint32_t>(Ctrl::kAck)) {
+      p.acked = true;
+    }
+    return UCS_OK;
+  }
+
+  void send_ctrl(int peer, Ctrl kind) {
+    ucp_ep_h ep = eps_[static_cast<size_t>(peer)];
+    if (ep == nullptr || peers_[static_cast<size_t>(peer)].failed) return;
+    const CtrlHeader* h = kind == Ctrl::kHello ? &hello_header_ : (kind == Ctrl::kBye ? &bye_header_ : &ack_header_);
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS;
+    p.cb.send = &free_request_cb;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+    // The header lives as long as the worker (UCX 1.13 may read it until the send completes).
+    void* req = ucp_am_send_nbx(ep, kCtrlAmId, h, sizeof(*h), nullptr, 0, &p);
+    if (UCS_PTR_IS_ERR(req)) GW_TRACE("ucx: control message to rank %d: %s", peer, ucs_status_string(UCS_PTR_STATUS(req)));
+  }
+
+  // ucp_worker_progress, then whatever it left for us: endpoint errors, acks, abort.
+  // drive_mu_ held.
+  bool drive() {
+    handle_abort_flag();
+    if (worker_ == nullptr) return false;
+    bool any = false;
+    for (int i = 0; i < kMaxProgressRounds && ucp_worker_progress(worker_) != 0; ++i) any = true;
+    after_progress();
+    return any;
+  }
+
+  void after_progress() {
+    if (!ep_errors_.empty()) handle_ep_errors();
+    if (!failed_ && connected_) {
+      for (int r = 0; r < size_; ++r) {
+        PeerState& p = peers_[static_cast<size_t>(r)];
+        if (!p.owe_ack) continue;
+        p.owe_ack = false;
+        send_ctrl(r, Ctrl::kAck);
+      }
+    }
+    handle_abort_flag();
+  }
+
+  void handle_ep_errors() {
+    std::vector<std::pair<int, ucs_status_t>> errors;
+    errors.swap(ep_errors_);
+    for (const auto& [peer, status] : errors) {
+      PeerState& p = peers_[static_cast<size_t>(peer)];
+      p.failed = true;
+      if (closing_) continue;
+      if (p.said_bye) {
+        GW_INFO("ucx: connection to rank %d closed (%s) after it said goodbye", peer, ucs_status_string(status));
+        continue;
+      }
+      fail(Status(Code::kRemote, "connection to rank " + std::to_string(peer) + " failed: " +
+                                     ucs_status_string(status) + " (the peer died or dropped the connection)"));
+    }
+  }
+
+  void handle_abort_flag() {
+    if (!abort_flag_.load(std::memory_order_acquire)) return;
+    abort_flag_.store(false, std::memory_order_relaxed);
+    Status reason;
+    {
+      std::lock_guard<std::mutex> lock(err_mu_);
+      reason = abort_reason_;
+    }
+    fail(reason);
+  }
+
+  Status sticky() const {
+    std::lock_guard<std::mutex> lock(err_mu_);
+    return error_;
+  }
+
+  // Makes s the sticky error (if it is the first) and fails everything. drive_mu_ held.
+  void fail(const Status& s) {
+    {
+      std::lock_guard<std::mutex> lock(err_mu_);
+      if (!error_.is_ok()) return;
+      error_ = s;
+    }
+    if (s.code() == Code::kAborted) {
+      GW_INFO("ucx: rank %d: %s", rank_, s.to_string().c_str());
+    } else {
+      GW_WARN("ucx: rank %d: %s", rank_, s.to_string().c_str());
+    }
+    failed_ = true;
+    fail_everything();
+  }
+
+  // Cancels receives, force-closes endpoints, and fails whatever UCX does not hand back
+  // promptly. drive_mu_ held; not re-entered (the progress calls here do not judge errors).
+  void fail_everything() {
+    if (failing_ || worker_ == nullptr) return;
+    failing_ = true;
+    // Receives posted on the worker: UCX fails them for no peer, so cancel them (unmatched
+    // ones complete at once with UCS_ERR_CANCELED; the callback unlinks only its own op).
+    for (Op* op = pending_.next; op != &pending_;) {
+      Op* next = op->next;
+      if (op->is_recv && op->impl != nullptr) ucp_request_cancel(worker_, op->impl);
+      op = next;
+    }
+    // Sends (and matched rendezvous receives) end when their endpoint goes.
+    close_endpoints(/*force=*/true);
+    const auto until = Clock::now() + kFailDrainTimeout;
+    while (pending_.next != &pending_ && Clock::now() < until) ucp_worker_progress(worker_);
+    const Status err = sticky();
+    while (pending_.next != &pending_) {
+      Op* op = pending_.next;
+      forget(*op);
+      auto* ctx = static_cast<ReqCtx*>(op->impl);
+      if (ctx != nullptr) ctx->op = nullptr;  // detach: the callback will only free it
+      finish(*op, err);
+    }
+    ep_errors_.clear();
+    failing_ = false;
+  }
+
+  // Closes every endpoint (force: drop; else flush first), bounded by kCloseTimeout.
+  void close_endpoints(bool force) {
+    std::vector<void*> reqs;
+    for (size_t r = 0; r < eps_.size(); ++r) {
+      ucp_ep_h ep = eps_[r];
+      if (ep == nullptr) continue;
+      eps_[r] = nullptr;
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = (force || peers_[r].failed) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+      void* req = ucp_ep_close_nbx(ep, &p);
+      if (req != nullptr && !UCS_PTR_IS_ERR(req)) reqs.push_back(req);
+    }
+    const auto until = Clock::now() + kCloseTimeout;
+    for (void* req : reqs) {
+      while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < until) ucp_worker_progress(worker_);
+      // A close still in progress is released by UCX when it ends (or with the worker).
+      ucp_request_free(req);
+    }
+  }
+
+  // Says goodbye to every peer and waits (bounded) for each to answer, say goodbye, or fail.
+  void say_goodbye() {
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const PeerState& p = peers_[static_cast<size_t>(r)];
+      if (!p.said_bye && !p.failed) send_ctrl(r, Ctrl::kBye);
+    }
+    const auto until = Clock::now() + kByeTimeout;
+    for (;;) {
+      while (ucp_worker_progress(worker_) != 0) {
+      }
+      after_progress();
+      if (failed_) return;
+      int waiting = -1;
+      for (int r = 0; r < size_ && waiting < 0; ++r) {
+        const PeerState& p = peers_[static_cast<size_t>(r)];
+        if (r != rank_ && !p.acked && !p.said_bye && !p.failed) waiting = r;
+      }
+      if (waiting < 0) return;
+      if (Clock::now() >= until) {
+        GW_INFO("ucx: rank %d: rank %d did not answer the goodbye in time; closing anyway", rank_, waiting);
+        return;
+      }
+      if (ucp_worker_arm(worker_) == UCS_OK) {
+        pollfd pfd{efd_, POLLIN, 0};
+        poll(&pfd, 1, 1);
+      }
+    }
+  }
+
+  // After a failure: lets UCX finish or fail what it still has in flight on its own
+  // endpoints (wireup messages on dropped connections), progressing until it has been idle
+  // for a while or kSettleTimeout passes.
+  void settle() {
+    const auto until = Clock::now() + kSettleTimeout;
+    auto idle_since = Clock::now();
+    while (Clock::now() < until && Clock::now() - idle_since < kSettleIdle) {
+      if (ucp_worker_progress(worker_) != 0) {
+        idle_since = Clock::now();
+      } else if (ucp_worker_arm(worker_) == UCS_OK) {
+        pollfd pfd{efd_, POLLIN, 0};
+        poll(&pfd, 1, 1);
+      }
+    }
+    ep_errors_.clear();
+  }
+
+  void shutdown() {
+    std::lock_guard<std::mutex> lock(drive_mu_);
+    if (worker_ != nullptr) {
+      handle_abort_flag();
+      if (!failed_ && pending_.next != &pending_) {
+        fail(Status(Code::kAborted, "ucx transport destroyed with operations pending"));
+      }
+      if (!failed_ && connected_) say_goodbye();
+      closing_ = true;
+      if (failed_) {
+        fail_everything();
+        settle();
+      } else {
+        close_endpoints(/*force=*/false);
+      }
+      ucp_worker_destroy(worker_);
+      worker_ = nullptr;
+    }
+    if (context_ != nullptr) {
+      ucp_cleanup(context_);
+      context_ = nullptr;
+    }
+    if (wake_fd_ >= 0) {
+      close(wake_fd_);
+      wake_fd_ = -1;
+    }
+  }
+
+  const int rank_;
+  const int size_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int efd_ = -1;
+  int wake_fd_ = -1;
+  Clock::duration spin_ = kSpin;
+  std::string address_;
+  std::vector<ucp_ep_h> eps_;
+  std::vector<EpErrorArg> ep_args_;  // stable: UCX holds pointers to its elements
+  const CtrlHeader hello_header_{static_cast<uint32_t>(Ctrl::kHello), static_cast<uint32_t>(rank_)};
+  const CtrlHeader bye_header_{static_cast<uint32_t>(Ctrl::kBye), static_cast<uint32_t>(rank_)};
+  const CtrlHeader ack_header_{static_cast<uint32_t>(Ctrl::kAck), static_cast<uint32_t>(rank_)};
+
+  // Driving-thread state (drive_mu_ held).
+  std::mutex drive_mu_;
+  Op pending_;  // sentinel of the circular list of pending ops
+  size_t sends_pending_ = 0;  // how many of them are sends
+  std::vector<PeerState> peers_;
+  std::vector<std::pair<int, ucs_status_t>> ep_errors_;  // collected during progress
+  bool connected_ = false;
+  bool failed_ = false;  // error_ is set (mirror readable without err_mu_)
+  bool failing_ = false;
+  bool closing_ = false;
+
+  // Shared with other threads.
+  mutable std::mutex err_mu_;
+  Status error_;
+  Status abort_reason_;
+  std::atomic<bool> abort_flag_{false};
+};
+
+}  // namespace
+
+Result<std::unique_ptr<UcxTransport>> UcxTransport::create(int rank, int size) {
+  if (size < 1 || size > kMaxRanks) {
+    return invalid_argument("ucx transport: size " + std::to_string(size) + " is not in [1, " +
+                            std::to_string(kMaxRanks) + "]");
+  }
+  if (rank < 0 || rank >= size) {
+    return invalid_argument("ucx transport: rank " + std::to_string(rank) + " is not in [0, " +
+                            std::to_string(size) + ")");
+  }
+  auto t = std::make_unique<UcxTransportImpl>(rank, size);
+  GW_RETURN_IF_ERROR(t->init());
+  return std::unique_ptr<UcxTransport>(std::move(t));
+}
+
+}  // namespace gw::transport
