@@ -1,0 +1,136 @@
+#include "tests/multiproc/mp_launch.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "collectives/comm_init.hpp"
+
+namespace gw::test {
+
+namespace {
+
+constexpr int kExitNoId = 3;
+
+bool write_all(int fd, const void* buf, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(buf);
+  while (n > 0) {
+    const ssize_t w = write(fd, p, n);
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* buf, size_t n) {
+  auto* p = static_cast<uint8_t*>(buf);
+  while (n > 0) {
+    const ssize_t r = read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+
+}  // namespace
+
+std::vector<int> fork_with_unique_id(const std::vector<int>& ranks,
+                                     std::chrono::milliseconds root_timeout,
+                                     const std::function<int(int, const bootstrap::UniqueId&)>& body,
+                                     std::chrono::seconds limit) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  signal(SIGPIPE, SIG_IGN);  // a child that died early must not take the creator with it
+  const size_t n = ranks.size();
+  std::vector<int> fds(2 * n, -1);  // pipe i carries the id from the creator to child i
+  for (size_t i = 0; i < n; ++i) {
+    if (pipe(&fds[2 * i]) != 0) {
+      std::perror("pipe");
+      std::abort();
+    }
+  }
+  std::vector<pid_t> pids;
+  for (size_t i = 0; i < n; ++i) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("fork");
+      std::abort();
+    }
+    if (pid == 0) {
+      alarm(static_cast<unsigned>(limit.count()));
+      bootstrap::UniqueId id{};
+      if (ranks[i] == 0) {
+        bootstrap::RootOptions options;
+        options.address = "127.0.0.1";
+        options.timeout = root_timeout;
+        auto created = bootstrap::create_unique_id(options);
+        if (!created.is_ok()) {
+          std::fprintf(stderr, "unique id: %s\n", created.status().to_string().c_str());
+          _exit(kExitNoId);
+        }
+        id = *created;
+        for (size_t j = 0; j < n; ++j) {
+          if (j != i) write_all(fds[2 * j + 1], id.bytes, sizeof id.bytes);
+        }
+      } else if (!read_all(fds[2 * i], id.bytes, sizeof id.bytes)) {
+        _exit(kExitNoId);
+      }
+      for (int fd : fds) close(fd);
+      const int code = body(ranks[i], id);
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  for (int fd : fds) close(fd);
+  std::vector<int> codes;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    codes.push_back(exit_code(status));
+  }
+  return codes;
+}
+
+int run_ranks(int np, const CommConfig& config, const std::function<int(Communicator&)>& body,
+              std::chrono::seconds limit) {
+  auto run = [&](Result<std::unique_ptr<Communicator>> comm) {
+    if (!comm.is_ok()) {
+      std::fprintf(stderr, "communicator init failed: %s\n", comm.status().to_string().c_str());
+      return kExitNoId;
+    }
+    return body(**comm);
+  };
+  if (np <= 0) {
+    auto env = bootstrap::read_launch_env();
+    if (!env.is_ok()) {
+      std::fprintf(stderr, "no launcher environment: %s\n", env.status().to_string().c_str());
+      return kExitNoId;
+    }
+    const bootstrap::LaunchEnv e = *env;
+    return run(coll::init_communicator(e.rank, e.size, [&](const std::string& blob) {
+      return bootstrap::rendezvous_from_env(e, blob, config.timeout);
+    }, config));
+  }
+  std::vector<int> ranks;
+  for (int r = 0; r < np; ++r) ranks.push_back(r);
+  const auto codes = fork_with_unique_id(ranks, config.timeout, [&](int rank, const bootstrap::UniqueId& id) {
+    return run(coll::init_communicator(rank, np, [&](const std::string& blob) {
+      return bootstrap::rendezvous(id, rank, np, blob, config.timeout);
+    }, config));
+  }, limit);
+  for (int c : codes) {
+    if (c != 0) return c;
+  }
+  return 0;
+}
+
+}  // namespace gw::test
