@@ -1,5 +1,6 @@
 #include "perf/launch.hpp"
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,6 +9,32 @@
 #include <vector>
 
 namespace gw::perf {
+
+namespace {
+
+bool write_all(int fd, const void* buf, size_t n) {
+  const auto* p = static_cast<const char*>(buf);
+  while (n > 0) {
+    const ssize_t w = write(fd, p, n);
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* buf, size_t n) {
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    const ssize_t r = read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+}  // namespace
 
 void check(gw_result_t r, const char* where) {
   if (r == GW_SUCCESS) return;
@@ -21,9 +48,18 @@ gw_comm_t launch(int np) {
     check(gw_comm_init_from_env(&comm, nullptr), "gw_comm_init_from_env");
     return comm;
   }
-  gw_unique_id_t id;
-  check(gw_get_unique_id(&id), "gw_get_unique_id");
+  // Ranks are forked before any gradwire call: gw_get_unique_id starts the rendezvous
+  // root's thread, and a process must not fork while another of its threads may hold a lock.
+  // Rank 0 creates the id, as in a real job, and hands it to the others through pipes.
+  std::vector<int> fds(2 * static_cast<size_t>(np));
+  for (int r = 0; r < np; ++r) {
+    if (pipe(&fds[2 * static_cast<size_t>(r)]) != 0) {
+      std::perror("pipe");
+      std::exit(1);
+    }
+  }
   std::fflush(stdout);
+  signal(SIGPIPE, SIG_IGN);
   std::vector<pid_t> children;
   for (int r = 0; r < np; ++r) {
     const pid_t pid = fork();
@@ -32,11 +68,21 @@ gw_comm_t launch(int np) {
       std::exit(1);
     }
     if (pid == 0) {
+      gw_unique_id_t id;
+      if (r == 0) {
+        check(gw_get_unique_id(&id), "gw_get_unique_id");
+        for (int q = 1; q < np; ++q) write_all(fds[2 * static_cast<size_t>(q) + 1], &id, sizeof id);
+      } else if (!read_all(fds[2 * static_cast<size_t>(r)], &id, sizeof id)) {
+        std::fprintf(stderr, "rank %d: rank 0 gave no unique id\n", r);
+        std::exit(1);
+      }
+      for (int fd : fds) close(fd);
       check(gw_comm_init_rank(&comm, np, id, r, nullptr), "gw_comm_init_rank");
       return comm;
     }
     children.push_back(pid);
   }
+  for (int fd : fds) close(fd);
   int result = 0;
   for (pid_t pid : children) {
     int status = 0;
