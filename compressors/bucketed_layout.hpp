@@ -21,6 +21,10 @@ inline Status validate_bucketed(const wire::Header& h, uint32_t scale_bytes, uin
   if (h.k != 0 || h.seed != 0 || h.step != 0) {
     return invalid_message("quantized message has non-zero sparse fields");
   }
+  if (h.dtype != DType::kFloat32) {
+    return invalid_message(std::string("quantized message says dtype ") + dtype_name(h.dtype) +
+                           "; qsgd and sign encode float32 only");
+  }
   if (h.bucket == 0 || h.bucket > (1u << 24)) {
     return invalid_message("bucket size " + std::to_string(h.bucket) + " is out of range");
   }

@@ -30,7 +30,16 @@
 extern "C" {
 #endif
 
-typedef enum gw_result {
+/* C lets a caller pass any integer as an enum; C++ gives an enum without a fixed type only
+ * the values of its range, so a bad value would be undefined behaviour before the library
+ * could reject it. The fixed type matches what C compilers choose for these enums. */
+#ifdef __cplusplus
+#define GW_ENUM_TYPE : unsigned int
+#else
+#define GW_ENUM_TYPE
+#endif
+
+typedef enum gw_result GW_ENUM_TYPE {
   GW_SUCCESS = 0,
   GW_ERR_INVALID_ARGUMENT = 1, /* a caller's argument is wrong (null, zero, out of range) */
   GW_ERR_INVALID_MESSAGE = 2,  /* wire bytes failed validation (truncated, forged, corrupt) */
@@ -46,19 +55,19 @@ typedef enum gw_result {
   GW_NUM_RESULTS = 12
 } gw_result_t;
 
-typedef enum gw_dtype {
+typedef enum gw_dtype GW_ENUM_TYPE {
   GW_FLOAT32 = 1,
   GW_FLOAT16 = 2,
   GW_BFLOAT16 = 3
 } gw_dtype_t;
 
-typedef enum gw_decode_mode {
+typedef enum gw_decode_mode GW_ENUM_TYPE {
   GW_DECODE_OVERWRITE = 0,  /* dst = decoded */
   GW_DECODE_ACCUMULATE = 1, /* dst += decoded */
   GW_DECODE_SUBTRACT = 2    /* dst -= decoded */
 } gw_decode_mode_t;
 
-typedef enum gw_codec_id {
+typedef enum gw_codec_id GW_ENUM_TYPE {
   GW_CODEC_NONE = 0,
   GW_CODEC_FP16 = 1,
   GW_CODEC_BF16 = 2,
@@ -78,12 +87,12 @@ typedef struct gw_message_info_s {
   uint64_t total_bytes; /* header plus payload */
 } gw_message_info_t;
 
-typedef enum gw_red_op {
+typedef enum gw_red_op GW_ENUM_TYPE {
   GW_SUM = 0,
   GW_AVG = 1
 } gw_red_op_t;
 
-typedef enum gw_algo {
+typedef enum gw_algo GW_ENUM_TYPE {
   GW_ALGO_AUTO = 0,             /* the policy: dense when small or uncompressed, else by codec */
   GW_ALGO_RING = 1,             /* dense ring: reduce-scatter then all-gather */
   GW_ALGO_COMPRESSED_RING = 2,  /* every hop decodes, adds and re-encodes */
