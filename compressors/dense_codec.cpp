@@ -4,6 +4,7 @@
 
 #include "compressors/codec_registry.hpp"
 #include "compressors/element_io.hpp"
+#include "compressors/half_bulk.hpp"
 #include "compressors/payload_io.hpp"
 
 namespace gw::detail {
@@ -41,6 +42,10 @@ class DenseCodec final : public Codec {
       if (n > 0) std::memcpy(out, src, n * dtype_size(dtype));
       return n * dtype_size(dtype);
     }
+    if (pt == DType::kFloat16 && dtype == DType::kFloat32) {
+      floats_to_halves(static_cast<const float*>(src), out, n);
+      return n * 2;
+    }
     with_dtype(dtype, [&](auto in) {
       using In = decltype(in);
       const auto* s = static_cast<const typename In::Storage*>(src);
@@ -70,6 +75,18 @@ Status validate_dense(const wire::Header& h, const uint8_t*, uint64_t& nnz) {
 
 void apply_dense_message(const wire::Header& h, const uint8_t* payload, void* dst, DType dtype,
                          DecodeMode mode) {
+  if (payload_dtype(h.codec, h.dtype) == DType::kFloat16 && dtype == DType::kFloat32) {
+    // Widen a tile at a time (bulk conversion), then apply it in plain f32.
+    constexpr uint64_t kTile = 2048;
+    float tile[kTile];
+    auto* d = static_cast<float*>(dst);
+    for (uint64_t lo = 0; lo < h.count; lo += kTile) {
+      const uint64_t len = h.count - lo < kTile ? h.count - lo : kTile;
+      halves_to_floats(payload + 2 * lo, tile, len);
+      apply_dense<F32>(d + lo, len, mode, [&](uint64_t i) { return tile[i]; });
+    }
+    return;
+  }
   with_dtype(payload_dtype(h.codec, h.dtype), [&](auto p) {
     using P = decltype(p);
     with_dtype(dtype, [&](auto d) {
