@@ -8,33 +8,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include "transport/bootstrap/fd_io.hpp"
+
 namespace gw::perf {
-
-namespace {
-
-bool write_all(int fd, const void* buf, size_t n) {
-  const auto* p = static_cast<const char*>(buf);
-  while (n > 0) {
-    const ssize_t w = write(fd, p, n);
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool read_all(int fd, void* buf, size_t n) {
-  auto* p = static_cast<char*>(buf);
-  while (n > 0) {
-    const ssize_t r = read(fd, p, n);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-}  // namespace
 
 void check(gw_result_t r, const char* where) {
   if (r == GW_SUCCESS) return;
@@ -71,8 +47,8 @@ gw_comm_t launch(int np) {
       gw_unique_id_t id;
       if (r == 0) {
         check(gw_get_unique_id(&id), "gw_get_unique_id");
-        for (int q = 1; q < np; ++q) write_all(fds[2 * static_cast<size_t>(q) + 1], &id, sizeof id);
-      } else if (!read_all(fds[2 * static_cast<size_t>(r)], &id, sizeof id)) {
+        for (int q = 1; q < np; ++q) bootstrap::write_all(fds[2 * static_cast<size_t>(q) + 1], &id, sizeof id);
+      } else if (!bootstrap::read_all(fds[2 * static_cast<size_t>(r)], &id, sizeof id)) {
         std::fprintf(stderr, "rank %d: rank 0 gave no unique id\n", r);
         std::exit(1);
       }

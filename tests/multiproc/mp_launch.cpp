@@ -8,34 +8,13 @@
 #include <cstdlib>
 
 #include "collectives/comm_init.hpp"
+#include "transport/bootstrap/fd_io.hpp"
 
 namespace gw::test {
 
 namespace {
 
 constexpr int kExitNoId = 3;
-
-bool write_all(int fd, const void* buf, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(buf);
-  while (n > 0) {
-    const ssize_t w = write(fd, p, n);
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool read_all(int fd, void* buf, size_t n) {
-  auto* p = static_cast<uint8_t*>(buf);
-  while (n > 0) {
-    const ssize_t r = read(fd, p, n);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
 
 int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
@@ -77,9 +56,9 @@ std::vector<int> fork_with_unique_id(const std::vector<int>& ranks,
         }
         id = *created;
         for (size_t j = 0; j < n; ++j) {
-          if (j != i) write_all(fds[2 * j + 1], id.bytes, sizeof id.bytes);
+          if (j != i) bootstrap::write_all(fds[2 * j + 1], id.bytes, sizeof id.bytes);
         }
-      } else if (!read_all(fds[2 * i], id.bytes, sizeof id.bytes)) {
+      } else if (!bootstrap::read_all(fds[2 * i], id.bytes, sizeof id.bytes)) {
         _exit(kExitNoId);
       }
       for (int fd : fds) close(fd);

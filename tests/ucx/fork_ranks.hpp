@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "transport/bootstrap/fd_io.hpp"
 #include "transport/ucx/ucx_transport.hpp"
 
 namespace gw::test {
@@ -34,27 +35,8 @@ using RankBody = std::function<int(std::unique_ptr<transport::UcxTransport>& t, 
 
 namespace detail {
 
-inline bool write_all(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t w = write(fd, c, n);
-    if (w <= 0) return false;
-    c += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-inline bool read_all(int fd, void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n > 0) {
-    const ssize_t r = read(fd, c, n);
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
+using bootstrap::read_all;
+using bootstrap::write_all;
 
 inline bool write_blob(int fd, const std::string& s) {
   const uint32_t len = static_cast<uint32_t>(s.size());
