@@ -4,6 +4,7 @@
 // communication, and the transport is only ever driven from one thread.
 #include "gradwire/communicator.hpp"
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -15,6 +16,9 @@
 #include "transport/transport.hpp"
 
 namespace gw {
+
+// How often an idle progress thread drives the transport.
+constexpr std::chrono::milliseconds kIdleProgress{5};
 
 class Communicator::Work {
  public:
@@ -93,7 +97,15 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
       std::shared_ptr<Work> w;
       {
         std::unique_lock<std::mutex> lock(im->mu);
-        im->cv.wait(lock, [&] { return im->stopping || !im->queue.empty(); });
+        // While idle, keep the transport progressing: a peer may still need this rank's
+        // answers (UCX connection wire-up, acknowledgements) after this rank has moved on to
+        // something else, such as a torch barrier; without them that peer's init times out.
+        while (!im->cv.wait_for(lock, kIdleProgress, [&] { return im->stopping || !im->queue.empty(); })) {
+          lock.unlock();
+          while (im->tp->progress()) {
+          }
+          lock.lock();
+        }
         if (im->queue.empty()) return;
         w = std::move(im->queue.front());
         im->queue.pop_front();

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -135,6 +137,36 @@ TEST(Failures, AbortFromAnotherThreadEndsAWaitOnAPeer) {
     return std::chrono::steady_clock::now() - start < seconds(5) ? kOk : kTooSlow;
   });
   for (int c : codes) EXPECT_EQ(c, kOk);
+}
+
+TEST(Failures, InitCompletesWhileRanksAreBusyElsewhere) {
+  // Ranks that return from init and then block in something else (a torch barrier, say)
+  // must not leave a peer's init waiting for their answers. Here every rank, once its init
+  // has returned, waits outside gradwire (a barrier of files) for every other rank's init.
+  char dir[] = "/tmp/gw-init-barrier-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string where = dir;
+  const auto codes = run_children({0, 1, 2, 3}, [&](int rank, const bootstrap::UniqueId& id) {
+    setenv("UCX_TLS", "tcp,self", 1);  // where UCX's connection wire-up needs the peer's answers
+    auto comm = join(id, rank, 4, milliseconds(20000));
+    if (!comm.is_ok()) return kInitFailed;
+    std::fclose(std::fopen((where + "/" + std::to_string(rank)).c_str(), "w"));
+    const auto until = std::chrono::steady_clock::now() + seconds(10);
+    for (int q = 0; q < 4; ++q) {
+      while (access((where + "/" + std::to_string(q)).c_str(), F_OK) != 0) {
+        if (std::chrono::steady_clock::now() > until) return kTooSlow;
+        usleep(10000);
+      }
+    }
+    std::vector<float> x(10, 1.0f);
+    if (!(*comm)->allreduce(x.data(), x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).is_ok()) {
+      return kInitFailed;
+    }
+    return x[9] == 4.0f ? kOk : kWrongCode;
+  });
+  for (int c : codes) EXPECT_EQ(c, kOk);
+  for (int q = 0; q < 4; ++q) unlink((where + "/" + std::to_string(q)).c_str());
+  rmdir(dir);
 }
 
 }  // namespace
