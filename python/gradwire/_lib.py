@@ -1,0 +1,194 @@
+"""Loads libgradwire.so with ctypes and declares the C ABI's prototypes.
+
+Where the library comes from, first match wins:
+  1. $GRADWIRE_LIB, a path to libgradwire.so (nothing else is tried when it is set);
+  2. build/libgradwire.so and build-release/libgradwire.so of the source tree this package
+     sits in (python/../build);
+  3. the system's search path (ctypes.util.find_library("gradwire"), e.g. after
+     `cmake --install build --prefix /usr/local`).
+"""
+import ctypes
+import ctypes.util
+import os
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+GW_SUCCESS = 0
+DTYPES = {"float32": 1, "float16": 2, "bfloat16": 3}
+DTYPE_SIZES = {"float32": 4, "float16": 2, "bfloat16": 2}
+DECODE_MODES = {"overwrite": 0, "accumulate": 1, "subtract": 2}
+OPS = {"sum": 0, "avg": 1}
+ALGOS = {"auto": 0, "ring": 1, "compressed_ring": 2, "scatter_reduce": 3, "sparse_allgather": 4}
+CODEC_IDS = {0: "none", 1: "fp16", 2: "bf16", 3: "qsgd", 4: "sign", 5: "topk", 6: "dgc", 7: "randomk"}
+RESULT_NAMES = [
+    "success", "invalid argument", "invalid message", "unsupported", "out of memory",
+    "buffer too small", "internal error", "system error", "remote error", "timeout",
+    "aborted", "CUDA error",
+]
+GW_ERR_INVALID_ARGUMENT = 1
+GW_ERR_UNSUPPORTED = 3
+GW_CONFIG_MAGIC = 0x67776366
+
+
+class GradwireError(RuntimeError):
+    """A gradwire call failed: code is the gw_result_t, message the library's own words."""
+
+    def __init__(self, code, message):
+        self.code = code
+        self.message = message
+        name = RESULT_NAMES[code] if 0 <= code < len(RESULT_NAMES) else "error %d" % code
+        super().__init__("%s: %s" % (name, message))
+
+    def __reduce__(self):  # picklable, so it survives a trip through multiprocessing
+        return (GradwireError, (self.code, self.message))
+
+
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+class MessageInfo(ctypes.Structure):
+    _fields_ = [("codec", ctypes.c_int), ("dtype", ctypes.c_int), ("count", ctypes.c_uint64),
+                ("nnz", ctypes.c_uint64), ("total_bytes", ctypes.c_uint64)]
+
+
+class Config(ctypes.Structure):
+    """gw_config_t. Zero or negative fields mean "the default, or its environment variable"."""
+    _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
+                ("timeout_s", ctypes.c_double), ("chunk_bytes", ctypes.c_size_t),
+                ("dense_threshold_bytes", ctypes.c_longlong)]
+
+
+class CommStats(ctypes.Structure):
+    """gw_comm_stats_t (libraries that have gw_comm_get_stats)."""
+    _fields_ = [("size", ctypes.c_size_t), ("collectives", ctypes.c_uint64), ("allreduces", ctypes.c_uint64),
+                ("bytes_sent", ctypes.c_uint64), ("messages_sent", ctypes.c_uint64),
+                ("encode_s", ctypes.c_double), ("decode_s", ctypes.c_double), ("total_s", ctypes.c_double),
+                ("last_algo", ctypes.c_int)]
+
+
+def _candidates():
+    env = os.environ.get("GRADWIRE_LIB")
+    if env:
+        yield env
+        return
+    root = os.path.dirname(os.path.dirname(_HERE))
+    for build in ("build", "build-release"):
+        yield os.path.join(root, build, "libgradwire.so")
+    found = ctypes.util.find_library("gradwire")
+    if found:
+        yield found
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.path.exists(path) or not os.path.dirname(path):
+            try:
+                return ctypes.CDLL(path), path
+            except OSError as e:
+                tried.append("%s (%s)" % (path, e))
+        else:
+            tried.append("%s (no such file)" % path)
+    raise ImportError("libgradwire.so not found; build it (scripts/build.sh) or set GRADWIRE_LIB "
+                      "to its path. Tried: " + ", ".join(tried))
+
+
+lib, path = _load()
+
+_c = ctypes
+_sz = _c.c_size_t
+_vp = _c.c_void_p
+_p = _c.POINTER
+
+_PROTOTYPES = {
+    "gw_get_error_string": (_c.c_char_p, [_c.c_int]),
+    "gw_get_last_error": (_c.c_char_p, []),
+    "gw_get_version": (_c.c_int, [_p(_c.c_int)]),
+    "gw_codec_create": (_c.c_int, [_c.c_char_p, _p(_vp)]),
+    "gw_codec_destroy": (_c.c_int, [_vp]),
+    "gw_codec_spec": (_c.c_int, [_vp, _c.c_char_p, _sz]),
+    "gw_codec_id": (_c.c_int, [_vp, _p(_c.c_int)]),
+    "gw_codec_max_encoded_bytes": (_c.c_int, [_vp, _sz, _c.c_int, _p(_sz)]),
+    "gw_encode": (_c.c_int, [_vp, _vp, _sz, _c.c_int, _c.c_uint64, _c.c_uint32, _vp, _vp, _sz, _p(_sz)]),
+    "gw_decode": (_c.c_int, [_vp, _sz, _vp, _sz, _c.c_int, _c.c_int]),
+    "gw_message_info": (_c.c_int, [_vp, _sz, _p(MessageInfo)]),
+    "gw_ef_state_create": (_c.c_int, [_sz, _p(_vp)]),
+    "gw_ef_state_destroy": (_c.c_int, [_vp]),
+    "gw_ef_state_reset": (_c.c_int, [_vp]),
+    "gw_ef_state_count": (_c.c_int, [_vp, _p(_sz)]),
+    "gw_ef_state_step": (_c.c_int, [_vp, _p(_c.c_uint64)]),
+    "gw_ef_state_get_residual": (_c.c_int, [_vp, _vp, _sz]),
+    "gw_get_unique_id": (_c.c_int, [_p(UniqueId)]),
+    "gw_comm_init_rank": (_c.c_int, [_p(_vp), _c.c_int, UniqueId, _c.c_int, _p(Config)]),
+    "gw_comm_init_from_env": (_c.c_int, [_p(_vp), _p(Config)]),
+    "gw_comm_destroy": (_c.c_int, [_vp]),
+    "gw_comm_abort": (_c.c_int, [_vp]),
+    "gw_comm_rank": (_c.c_int, [_vp, _p(_c.c_int)]),
+    "gw_comm_size": (_c.c_int, [_vp, _p(_c.c_int)]),
+    "gw_comm_get_async_error": (_c.c_int, [_vp, _p(_c.c_int)]),
+    "gw_allreduce_ex": (_c.c_int, [_vp, _vp, _vp, _sz, _c.c_int, _c.c_int, _vp, _vp, _c.c_int]),
+    "gw_iallreduce": (_c.c_int, [_vp, _vp, _vp, _sz, _c.c_int, _c.c_int, _vp, _vp, _c.c_int, _p(_vp)]),
+    "gw_test": (_c.c_int, [_vp, _p(_c.c_int)]),
+    "gw_wait": (_c.c_int, [_vp]),
+    "gw_allreduce_algo": (_c.c_int, [_vp, _sz, _c.c_int, _vp, _p(_c.c_int)]),
+    "gw_allgather": (_c.c_int, [_vp, _vp, _vp, _sz]),
+    "gw_broadcast": (_c.c_int, [_vp, _vp, _sz, _c.c_int]),
+    "gw_barrier": (_c.c_int, [_vp]),
+}
+
+# Newer calls: bound when the loaded library has them.
+_OPTIONAL = {
+    "gw_comm_get_stats": (_c.c_int, [_vp, _p(CommStats)]),
+    "gw_comm_reset_stats": (_c.c_int, [_vp]),
+}
+
+for _name, (_res, _args) in _PROTOTYPES.items():
+    _f = getattr(lib, _name)
+    _f.restype = _res
+    _f.argtypes = _args
+for _name, (_res, _args) in _OPTIONAL.items():
+    if hasattr(lib, _name):
+        _f = getattr(lib, _name)
+        _f.restype = _res
+        _f.argtypes = _args
+
+
+def has(name):
+    """Whether the loaded library exports the C function name."""
+    return hasattr(lib, name)
+
+
+def last_error():
+    """The library's message for the last failed call on this thread."""
+    msg = lib.gw_get_last_error()
+    return msg.decode("utf-8", "replace") if msg else ""
+
+
+def check(result):
+    """Raises GradwireError carrying the library's message when result is not GW_SUCCESS.
+
+    Call it on the thread that made the call: the library's message is thread-local."""
+    if result != GW_SUCCESS:
+        raise GradwireError(result, last_error())
+
+
+def version():
+    """GW_VERSION_CODE of the loaded library."""
+    v = ctypes.c_int()
+    check(lib.gw_get_version(ctypes.byref(v)))
+    return v.value
+
+
+def make_config(timeout_s=None, chunk_bytes=None, dense_threshold_bytes=None):
+    """A gw_config_t, or None when every field is left to the library (and its environment)."""
+    if timeout_s is None and chunk_bytes is None and dense_threshold_bytes is None:
+        return None
+    cfg = Config()
+    cfg.size = ctypes.sizeof(Config)
+    cfg.magic = GW_CONFIG_MAGIC
+    cfg.version = version()
+    cfg.timeout_s = float(timeout_s or 0.0)
+    cfg.chunk_bytes = int(chunk_bytes or 0)
+    cfg.dense_threshold_bytes = -1 if dense_threshold_bytes is None else int(dense_threshold_bytes)
+    return cfg

@@ -1,0 +1,407 @@
+"""Codecs, error-feedback states and communicators over the C ABI.
+
+Buffers are contiguous numpy arrays or contiguous CPU torch tensors of float32, float16 or
+(torch only) bfloat16. Every failed library call raises GradwireError with the library's
+own message (gw_get_last_error()).
+"""
+import ctypes
+import threading
+
+from . import _lib
+from ._lib import (ALGOS, CODEC_IDS, DECODE_MODES, DTYPES, OPS, GradwireError,
+                   MessageInfo, UniqueId, check, lib, make_config)
+
+_INVALID = _lib.GW_ERR_INVALID_ARGUMENT
+_UNSUPPORTED = _lib.GW_ERR_UNSUPPORTED
+
+
+def _buffer(x, what="buffer"):
+    """(pointer, element count, gradwire dtype name) of a contiguous numpy array or CPU tensor."""
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        if x.device.type != "cpu":
+            raise GradwireError(_UNSUPPORTED, "%s is on %s: this build moves host memory only" % (what, x.device))
+        if not x.is_contiguous():
+            raise GradwireError(_INVALID, "%s is not contiguous" % what)
+        name = str(x.dtype).replace("torch.", "")
+        if name not in DTYPES:
+            raise GradwireError(_INVALID, "%s dtype %s is not float32, float16 or bfloat16" % (what, name))
+        return x.data_ptr(), x.numel(), name
+    if mod.startswith("numpy"):
+        if not x.flags["C_CONTIGUOUS"]:
+            raise GradwireError(_INVALID, "%s is not C-contiguous" % what)
+        if not x.flags["WRITEABLE"]:
+            raise GradwireError(_INVALID, "%s is read-only" % what)
+        name = str(x.dtype)
+        if name not in DTYPES:
+            raise GradwireError(_INVALID, "%s dtype %s is not float32 or float16" % (what, name))
+        return x.ctypes.data, x.size, name
+    raise GradwireError(_INVALID, "%s: expected a numpy array or a torch tensor, got %s" % (what, type(x).__name__))
+
+
+def _nbytes(x):
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        return x.numel() * x.element_size()
+    return x.nbytes
+
+
+def _raw(x, what="buffer"):
+    """(pointer, bytes) of any contiguous numpy array or CPU tensor (for byte-moving calls)."""
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        if x.device.type != "cpu":
+            raise GradwireError(_UNSUPPORTED, "%s is on %s: this build moves host memory only" % (what, x.device))
+        if not x.is_contiguous():
+            raise GradwireError(_INVALID, "%s is not contiguous" % what)
+        return x.data_ptr(), _nbytes(x)
+    if mod.startswith("numpy"):
+        if not x.flags["C_CONTIGUOUS"]:
+            raise GradwireError(_INVALID, "%s is not C-contiguous" % what)
+        return x.ctypes.data, x.nbytes
+    raise GradwireError(_INVALID, "%s: expected a numpy array or a torch tensor, got %s" % (what, type(x).__name__))
+
+
+class Codec:
+    """A codec from a spec string such as 'qsgd:bits=4,bucket=512' (see the README).
+
+    A bad spec raises GradwireError with the library's message. A codec holds scratch memory:
+    do not use one codec from two threads at once (collectives on one communicator all run
+    on its progress thread, so sharing a codec between the buffers of one communicator is fine).
+    """
+
+    def __init__(self, spec):
+        if not isinstance(spec, str):
+            raise GradwireError(_INVALID, "codec spec must be a string, not %s" % type(spec).__name__)
+        self._h = ctypes.c_void_p()
+        check(lib.gw_codec_create(spec.encode(), ctypes.byref(self._h)))
+
+    @property
+    def spec(self):
+        """The canonical spec string (every key spelled out)."""
+        buf = ctypes.create_string_buffer(1024)
+        check(lib.gw_codec_spec(self._h, buf, len(buf)))
+        return buf.value.decode()
+
+    @property
+    def name(self):
+        """'none', 'fp16', 'bf16', 'qsgd', 'sign', 'topk', 'dgc' or 'randomk'."""
+        i = ctypes.c_int()
+        check(lib.gw_codec_id(self._h, ctypes.byref(i)))
+        return CODEC_IDS.get(i.value, "codec %d" % i.value)
+
+    def max_encoded_bytes(self, count, dtype="float32"):
+        if dtype not in DTYPES:
+            raise GradwireError(_INVALID, "dtype must be one of %s, not %r" % (sorted(DTYPES), dtype))
+        n = ctypes.c_size_t()
+        check(lib.gw_codec_max_encoded_bytes(self._h, int(count), DTYPES[dtype], ctypes.byref(n)))
+        return n.value
+
+    def encode(self, x, step=0, rank=0, ef=None):
+        """The message (bytes) for x; with ef, encodes x + residual and updates the residual."""
+        ptr, n, dtype = _buffer(x, "input")
+        if ef is not None and ef.count != n:
+            raise GradwireError(_INVALID, "ef holds %d elements but the input has %d" % (ef.count, n))
+        cap = self.max_encoded_bytes(n, dtype)
+        out = ctypes.create_string_buffer(max(cap, 1))
+        written = ctypes.c_size_t()
+        check(lib.gw_encode(self._h, ptr, n, DTYPES[dtype], int(step), int(rank),
+                            ef._h if ef is not None else None, out, cap, ctypes.byref(written)))
+        return out.raw[:written.value]
+
+    def __repr__(self):
+        return "Codec(%r)" % (self.spec if self._h else "<closed>")
+
+    def close(self):
+        if getattr(self, "_h", None) and lib is not None:
+            lib.gw_codec_destroy(self._h)
+        self._h = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def decode(msg, out, mode="overwrite"):
+    """Decodes a message (bytes) into out (numpy array or CPU tensor); mode is 'overwrite',
+    'accumulate' or 'subtract'. The message is untrusted: the library checks it first."""
+    if mode not in DECODE_MODES:
+        raise GradwireError(_INVALID, "mode must be one of %s, not %r" % (sorted(DECODE_MODES), mode))
+    msg = bytes(msg)
+    ptr, n, dtype = _buffer(out, "out")
+    check(lib.gw_decode(msg, len(msg), ptr, n, DTYPES[dtype], DECODE_MODES[mode]))
+    return out
+
+
+def message_info(msg):
+    """What a message's header says: dict of codec, dtype, count, nnz, total_bytes."""
+    msg = bytes(msg)
+    info = MessageInfo()
+    check(lib.gw_message_info(msg, len(msg), ctypes.byref(info)))
+    dtypes = {v: k for k, v in DTYPES.items()}
+    return {"codec": CODEC_IDS.get(info.codec, info.codec), "dtype": dtypes.get(info.dtype, info.dtype),
+            "count": info.count, "nnz": info.nnz, "total_bytes": info.total_bytes}
+
+
+class ErrorFeedback:
+    """The fp32 residual of one gradient buffer of count elements, and its step counter.
+
+    An EF state passed to an all-reduce belongs to it until the call (or request) finishes:
+    read residual() only between calls."""
+
+    def __init__(self, count):
+        self._h = ctypes.c_void_p()
+        self.count = int(count)
+        if self.count < 0:
+            raise GradwireError(_INVALID, "count %d is negative" % self.count)
+        check(lib.gw_ef_state_create(self.count, ctypes.byref(self._h)))
+
+    @property
+    def step(self):
+        s = ctypes.c_uint64()
+        check(lib.gw_ef_state_step(self._h, ctypes.byref(s)))
+        return s.value
+
+    def residual(self):
+        """A copy of the residual (numpy float32 array of count elements)."""
+        import numpy as np
+        out = np.empty(self.count, dtype=np.float32)
+        check(lib.gw_ef_state_get_residual(self._h, out.ctypes.data, self.count))
+        return out
+
+    def reset(self):
+        check(lib.gw_ef_state_reset(self._h))
+
+    def __repr__(self):
+        return "ErrorFeedback(%d)" % self.count
+
+    def close(self):
+        if getattr(self, "_h", None) and lib is not None:
+            lib.gw_ef_state_destroy(self._h)
+        self._h = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def get_unique_id():
+    """A new unique id (128 bytes): starts the rendezvous service in this process, which must
+    then stay alive until every rank has called Communicator.init_rank."""
+    uid = UniqueId()
+    check(lib.gw_get_unique_id(ctypes.byref(uid)))
+    # Not bytes(uid.internal): a c_char array field reads as bytes cut at the first NUL.
+    return ctypes.string_at(ctypes.addressof(uid), ctypes.sizeof(uid))
+
+
+class Request:
+    """A non-blocking all-reduce in flight; keeps its buffers, codec and EF state alive until
+    it has completed (test() returned True or wait() returned)."""
+
+    def __init__(self, handle, keep):
+        self._h = handle
+        self._keep = keep
+        self._lock = threading.Lock()
+        self._done = False
+
+    def test(self):
+        """True once the all-reduce has finished; raises GradwireError if it failed."""
+        with self._lock:
+            if self._done:
+                return True
+            done = ctypes.c_int(0)
+            result = lib.gw_test(self._h, ctypes.byref(done))
+            if done.value:  # gw_test freed the request (failed or not)
+                self._done = True
+                self._keep = None
+            check(result)
+            return bool(done.value)
+
+    def wait(self):
+        """Blocks until the all-reduce has finished; raises GradwireError if it failed."""
+        with self._lock:
+            if self._done:
+                return
+            result = lib.gw_wait(self._h)  # releases the GIL while it blocks
+            self._done = True
+            self._keep = None  # only now may the buffers, codec and EF state go
+            check(result)
+
+    def __del__(self):
+        # A request dropped unwaited still owns memory the progress thread writes: wait.
+        try:
+            if not self._done and lib is not None:
+                self.wait()
+        except Exception:
+            pass
+
+
+class Communicator:
+    """A group of ranks. Build it with from_env() (torchrun, mpirun, srun, GW_RANK/GW_SIZE)
+    or with init_rank() and a unique id; gradwire.torch.init_communicator() does the latter
+    over a torch.distributed process group.
+
+    Options (None: the library's default or its environment variable): timeout_s (bound on
+    every wait, GW_TIMEOUT_S), chunk_bytes (GW_CHUNK_BYTES), dense_threshold_bytes (all-reduces
+    smaller than this go dense, GW_DENSE_THRESHOLD, default 64 KiB; 0 compresses every size).
+    """
+
+    def __init__(self, handle):
+        self._h = handle
+
+    @classmethod
+    def from_env(cls, timeout_s=None, chunk_bytes=None, dense_threshold_bytes=None):
+        cfg = make_config(timeout_s, chunk_bytes, dense_threshold_bytes)
+        h = ctypes.c_void_p()
+        check(lib.gw_comm_init_from_env(ctypes.byref(h), ctypes.byref(cfg) if cfg is not None else None))
+        return cls(h)
+
+    @classmethod
+    def init_rank(cls, nranks, unique_id, rank, timeout_s=None, chunk_bytes=None, dense_threshold_bytes=None):
+        if not isinstance(unique_id, (bytes, bytearray)) or len(unique_id) != 128:
+            raise GradwireError(_INVALID, "unique_id must be the 128 bytes get_unique_id() returned")
+        cfg = make_config(timeout_s, chunk_bytes, dense_threshold_bytes)
+        # Not memmove(uid.internal, ...): that field reads as a bytes copy, not the struct's memory.
+        uid = UniqueId.from_buffer_copy(bytes(unique_id))
+        h = ctypes.c_void_p()
+        check(lib.gw_comm_init_rank(ctypes.byref(h), int(nranks), uid, int(rank),
+                                    ctypes.byref(cfg) if cfg is not None else None))
+        return cls(h)
+
+    def _handle(self):
+        if not self._h:
+            raise GradwireError(_INVALID, "the communicator is closed")
+        return self._h
+
+    @property
+    def rank(self):
+        r = ctypes.c_int()
+        check(lib.gw_comm_rank(self._handle(), ctypes.byref(r)))
+        return r.value
+
+    @property
+    def size(self):
+        s = ctypes.c_int()
+        check(lib.gw_comm_size(self._handle(), ctypes.byref(s)))
+        return s.value
+
+    def async_error(self):
+        """None while healthy, else a GradwireError naming what broke the communicator."""
+        e = ctypes.c_int()
+        check(lib.gw_comm_get_async_error(self._handle(), ctypes.byref(e)))
+        if e.value == _lib.GW_SUCCESS:
+            return None
+        return GradwireError(e.value, "the communicator is broken")
+
+    def stats(self):
+        """What this communicator's collectives did so far (dict), from gw_comm_get_stats;
+        None when the loaded library is too old to have it."""
+        if not _lib.has("gw_comm_get_stats"):
+            return None
+        st = _lib.CommStats()
+        st.size = ctypes.sizeof(st)
+        check(lib.gw_comm_get_stats(self._handle(), ctypes.byref(st)))
+        out = {name: getattr(st, name) for name, _ in st._fields_ if name != "size"}
+        out["last_algo"] = {v: k for k, v in ALGOS.items()}.get(st.last_algo, st.last_algo)
+        return out
+
+    def reset_stats(self):
+        if _lib.has("gw_comm_reset_stats"):
+            check(lib.gw_comm_reset_stats(self._handle()))
+
+    def _args(self, x, out, op, codec, ef, algo):
+        ptr, n, dtype = _buffer(x, "input")
+        optr = ptr
+        if out is not None:
+            optr, on, odtype = _buffer(out, "out")
+            if on != n or odtype != dtype:
+                raise GradwireError(_INVALID, "out must match the input's size and dtype")
+        if op not in OPS:
+            raise GradwireError(_INVALID, "op must be 'sum' or 'avg', not %r" % (op,))
+        if algo not in ALGOS:
+            raise GradwireError(_INVALID, "algo must be one of %s, not %r" % (sorted(ALGOS), algo))
+        if isinstance(codec, str):
+            codec = Codec(codec)
+        elif codec is not None and not isinstance(codec, Codec):
+            raise GradwireError(_INVALID, "codec must be a spec string or a Codec, not %s" % type(codec).__name__)
+        if ef is not None:
+            if not isinstance(ef, ErrorFeedback):
+                raise GradwireError(_INVALID, "ef must be an ErrorFeedback, not %s" % type(ef).__name__)
+            if ef.count != n:
+                raise GradwireError(_INVALID, "ef holds %d elements but the buffer has %d" % (ef.count, n))
+        return (ptr, optr, n, DTYPES[dtype], OPS[op], codec, ef, ALGOS[algo])
+
+    def allreduce(self, x, out=None, op="sum", codec=None, ef=None, algo="auto"):
+        """Sums (or averages, op='avg') x over ranks into out (default: in place); returns it.
+
+        codec: None or a spec or Codec ('none' is dense); ef: an ErrorFeedback of x's size."""
+        ptr, optr, n, dt, o, codec, ef, a = self._args(x, out, op, codec, ef, algo)
+        check(lib.gw_allreduce_ex(self._handle(), ptr, optr, n, dt, o, codec._h if codec else None,
+                                  ef._h if ef else None, a))
+        return x if out is None else out
+
+    def iallreduce(self, x, out=None, op="sum", codec=None, ef=None, algo="auto"):
+        """Non-blocking allreduce; returns a Request. x, out, codec and ef must not be touched
+        until the request has completed."""
+        ptr, optr, n, dt, o, codec, ef, a = self._args(x, out, op, codec, ef, algo)
+        req = ctypes.c_void_p()
+        check(lib.gw_iallreduce(self._handle(), ptr, optr, n, dt, o, codec._h if codec else None,
+                                ef._h if ef else None, a, ctypes.byref(req)))
+        return Request(req, (x, out, codec, ef))
+
+    def algo_for(self, x, codec=None):
+        """The algorithm an all-reduce of x with codec runs under this communicator's policy."""
+        _, n, dtype = _buffer(x, "input")
+        if isinstance(codec, str):
+            codec = Codec(codec)
+        a = ctypes.c_int()
+        check(lib.gw_allreduce_algo(self._handle(), n, DTYPES[dtype], codec._h if codec else None, ctypes.byref(a)))
+        return {v: k for k, v in ALGOS.items()}[a.value]
+
+    def allgather(self, x, out):
+        """out (size() times x's bytes) = every rank's x in rank order; returns out."""
+        ptr, nbytes = _raw(x, "input")
+        optr, obytes = _raw(out, "out")
+        if obytes != nbytes * self.size:
+            raise GradwireError(_INVALID, "out holds %d bytes, not size() * %d" % (obytes, nbytes))
+        check(lib.gw_allgather(self._handle(), ptr, optr, nbytes))
+        return out
+
+    def broadcast(self, x, root=0):
+        """x on every rank = x on root (in place); returns x."""
+        ptr, nbytes = _raw(x, "buffer")
+        check(lib.gw_broadcast(self._handle(), ptr, nbytes, int(root)))
+        return x
+
+    def barrier(self):
+        check(lib.gw_barrier(self._handle()))
+
+    def abort(self):
+        """Fails every pending and future call (GW_ERR_ABORTED); from any thread."""
+        check(lib.gw_comm_abort(self._handle()))
+
+    def close(self):
+        """Finishes queued work and frees the communicator (idempotent)."""
+        h = getattr(self, "_h", None)
+        self._h = None
+        if h and lib is not None:
+            lib.gw_comm_destroy(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+__all__ = ["Codec", "Communicator", "ErrorFeedback", "Request", "decode", "get_unique_id", "message_info"]

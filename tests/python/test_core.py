@@ -1,0 +1,129 @@
+"""The ctypes package without torch: codecs, EF states, errors, communicators."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gradwire
+from ranks import child_env, run_ranks
+
+
+def test_bad_spec_raises_with_the_library_message():
+    with pytest.raises(gradwire.GradwireError) as e:
+        gradwire.Codec("qsgd:bits=3")
+    assert e.value.code == 1  # GW_ERR_INVALID_ARGUMENT
+    assert "gw_codec_create" in e.value.message and "bits=3 is out of range" in e.value.message
+    assert "bits=3 is out of range" in str(e.value)
+
+    with pytest.raises(gradwire.GradwireError) as e:
+        gradwire.Codec("zip:level=9")
+    assert "unknown codec 'zip'" in e.value.message and "topk" in e.value.message
+
+    with pytest.raises(gradwire.GradwireError) as e:
+        gradwire.Codec("topk:ratio=0.01,bucket=4")
+    assert "unknown key 'bucket'" in e.value.message
+
+
+def test_codec_spec_and_roundtrip():
+    c = gradwire.Codec("qsgd:bits=4,bucket=256")
+    assert c.name == "qsgd"
+    assert c.spec.startswith("qsgd:bits=4,bucket=256")
+    x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+    msg = gradwire.Codec("none").encode(x)
+    y = gradwire.decode(msg, np.empty_like(x))
+    assert np.array_equal(x, y)
+    info = gradwire.message_info(gradwire.Codec("topk:k=10").encode(x))
+    assert info["codec"] == "topk" and info["count"] == 4096 and info["nnz"] == 10
+    # A corrupt message is refused with the library's reason and leaves out untouched.
+    bad = bytearray(gradwire.Codec("fp16").encode(x))
+    out = np.zeros_like(x)
+    with pytest.raises(gradwire.GradwireError) as e:
+        gradwire.decode(bytes(bad[:-3]), out)
+    assert e.value.code == 2 and e.value.message  # GW_ERR_INVALID_MESSAGE
+    assert not out.any()
+
+
+def test_error_feedback_keeps_what_the_codec_drops():
+    """EF on one buffer: with a constant gradient g, the decoded messages plus the residual
+    always add up to T * g, so their mean converges to g even at top-8 of 512."""
+    rng = np.random.default_rng(1)
+    g = rng.standard_normal(512).astype(np.float32)
+    for spec in ("topk:k=8", "sign:bucket=64", "qsgd:bits=2"):
+        codec = gradwire.Codec(spec)
+        ef = gradwire.ErrorFeedback(g.size)
+        total = np.zeros(g.size, dtype=np.float64)
+        steps = 3000
+        for t in range(steps):
+            out = np.zeros_like(g)
+            gradwire.decode(codec.encode(g, step=t, ef=ef), out)
+            total += out
+        assert ef.step == steps
+        # sum of messages + residual == T g (up to fp32 rounding of the residual)
+        np.testing.assert_allclose(total + ef.residual(), steps * g.astype(np.float64), rtol=0, atol=2e-2 * steps ** 0.5)
+        err = np.linalg.norm(total / steps - g) / np.linalg.norm(g)
+        assert err < 0.05, (spec, err)
+    # and without EF, top-1 never sends the other 511 coordinates
+    codec = gradwire.Codec("topk:k=1")
+    out = np.zeros_like(g)
+    for t in range(10):
+        gradwire.decode(codec.encode(g, step=t), out, mode="accumulate")
+    assert np.count_nonzero(out) == 1
+
+
+def test_single_rank_communicator_and_argument_errors():
+    with gradwire.Communicator.init_rank(1, gradwire.get_unique_id(), 0, timeout_s=30) as comm:
+        assert (comm.rank, comm.size) == (0, 1)
+        x = np.arange(70000, dtype=np.float32)
+        y = comm.allreduce(x.copy(), op="avg")
+        assert np.array_equal(x, y)
+        with pytest.raises(gradwire.GradwireError) as e:
+            comm.allreduce(np.ones(1 << 15, dtype=np.float16), codec="qsgd:bits=8", algo="scatter_reduce")
+        assert e.value.code == 3 and "compressed all-reduce takes float32, not float16" in e.value.message
+        with pytest.raises(gradwire.GradwireError) as e:
+            comm.allreduce(x, ef=gradwire.ErrorFeedback(3), codec="sign")
+        assert "ef holds 3 elements" in e.value.message
+        with pytest.raises(gradwire.GradwireError):
+            comm.allreduce(np.ones(4, dtype=np.float64))
+        with pytest.raises(gradwire.GradwireError):
+            comm.allreduce(np.ones((4, 4), dtype=np.float32)[:, ::2])  # not contiguous
+        assert comm.async_error() is None  # argument errors do not break a communicator
+        r = comm.iallreduce(np.ones(100000, dtype=np.float32), codec="topk:ratio=0.01")
+        r.wait()
+        assert r.test()
+    with pytest.raises(gradwire.GradwireError):
+        gradwire.Communicator.init_rank(2, b"\0" * 128, 0)  # not an id the library made
+
+
+def test_library_from_environment_variable():
+    """GRADWIRE_LIB names the library; a wrong path fails at import with a clear message."""
+    env = child_env({"GRADWIRE_LIB": "/nonexistent/libgradwire.so"})
+    p = subprocess.run([sys.executable, "-c", "import gradwire"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode != 0 and "GRADWIRE_LIB" in p.stderr and "/nonexistent/libgradwire.so" in p.stderr
+    env = child_env({"GRADWIRE_LIB": gradwire.library_path})
+    p = subprocess.run([sys.executable, "-c", "import gradwire; print(gradwire.library_path)"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and os.path.samefile(p.stdout.strip(), gradwire.library_path)
+
+
+def test_four_ranks_from_launcher_environment():
+    """4 processes, Communicator.from_env() (GW_RANK/GW_SIZE/GW_ROOT), numpy buffers."""
+    res = run_ranks("core", nranks=4, timeout=90)
+    for r, x in enumerate(res):
+        assert (x["rank"], x["size"]) == (r, 4)
+        assert x["dense_sum_exact"] and x["fp16_avg_exact"]
+        assert x["iallreduce_ok"] and x["broadcast_ok"]
+        assert x["allgather"] == [v for k in range(4) for v in (k, 10 * k)]
+        assert x["fp16_lossy_error"][0] == 3 and "takes float32" in x["fp16_lossy_error"][1]
+        assert x["bad_spec_error"][0] == 1 and "ratio=2 is out of range" in x["bad_spec_error"][1]
+        assert x["usable_after_errors"]
+        c = x["codecs"]
+        assert c["none"]["rel_err"] == 0 and c["none"]["algo"] == "ring"
+        assert c["fp16"]["rel_err"] < 1e-3 and c["qsgd:bits=8"]["rel_err"] < 0.05
+        assert c["topk:ratio=0.01"]["algo"] == "sparse_allgather"
+        for spec in ("qsgd:bits=8", "sign", "topk:ratio=0.01", "dgc:ratio=0.001"):
+            assert c[spec]["ef_step"] == 1 and c[spec]["residual_norm"] > 0
+    for spec in res[0]["codecs"]:  # every rank ends with the same bits
+        assert len({x["codecs"][spec]["digest"] for x in res}) == 1, spec

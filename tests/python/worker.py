@@ -1,0 +1,338 @@
+"""One rank of a multi-process test scenario: `python3 worker.py SCENARIO OUTDIR`.
+
+ranks.run_ranks() starts these with RANK/WORLD_SIZE/MASTER_* (torch.distributed, gloo) and
+GW_RANK/GW_SIZE/GW_ROOT (gradwire's launcher path) set. Each scenario writes what it saw to
+OUTDIR/rank<r>.json; the pytest side makes the assertions. Nothing here is mocked: real
+processes, real gloo, real libgradwire over UCX.
+"""
+import hashlib
+import json
+import os
+import sys
+
+import numpy as np
+
+import gradwire
+
+RANK = int(os.environ["RANK"])
+SIZE = int(os.environ["WORLD_SIZE"])
+
+
+def digest(x):
+    return hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest()
+
+
+# ---------------------------------------------------------------- numpy only (no torch)
+
+def scenario_core():
+    """Communicator from the launcher environment; numpy all-reduce, codecs, EF, errors."""
+    r = {}
+    comm = gradwire.Communicator.from_env(dense_threshold_bytes=0)
+    r["rank"], r["size"] = comm.rank, comm.size
+
+    # Dense sums of small integers are exact in any order.
+    n = 100003
+    x = (np.arange(n, dtype=np.float32) % 97) * (RANK + 1)
+    y = np.empty_like(x)
+    comm.allreduce(x, out=y)
+    want = (np.arange(n, dtype=np.float32) % 97) * (SIZE * (SIZE + 1) // 2)
+    r["dense_sum_exact"] = bool(np.array_equal(y, want))
+    h = (np.arange(1000) % 7).astype(np.float16) * (RANK + 1)
+    comm.allreduce(h, op="avg")
+    r["fp16_avg_exact"] = bool(np.array_equal(h, ((np.arange(1000) % 7) * ((SIZE + 1) / 2)).astype(np.float16)))
+
+    # Lossy codecs with EF: every rank ends with the same bits, close to the true mean.
+    rng = np.random.default_rng(1000 + RANK)
+    g = rng.standard_normal(1 << 16).astype(np.float32)
+    true_mean = np.zeros_like(g)
+    comm.allreduce(g.copy(), out=true_mean, op="avg")
+    r["codecs"] = {}
+    for spec in ["none", "fp16", "qsgd:bits=8", "sign", "topk:ratio=0.01", "dgc:ratio=0.001"]:
+        ef = gradwire.ErrorFeedback(g.size)
+        out = g.copy()
+        comm.allreduce(out, op="avg", codec=spec, ef=ef)
+        rel = float(np.linalg.norm(out - true_mean) / np.linalg.norm(true_mean))
+        r["codecs"][spec] = {"digest": digest(out), "rel_err": rel, "algo": comm.algo_for(g, spec),
+                             "ef_step": ef.step, "residual_norm": float(np.linalg.norm(ef.residual()))}
+
+    # Several non-blocking all-reduces in flight at once, completed in any order.
+    bufs = [np.full(5000 + i, float(RANK + i), dtype=np.float32) for i in range(4)]
+    reqs = [comm.iallreduce(b, op="sum", codec="none") for b in bufs]
+    for q in reversed(reqs):
+        q.wait()
+    r["iallreduce_ok"] = all(np.all(b == sum(k + i for k in range(SIZE))) for i, b in enumerate(bufs))
+
+    b = np.full(10, float(RANK), dtype=np.float32)
+    comm.broadcast(b, root=SIZE - 1)
+    r["broadcast_ok"] = bool(np.all(b == SIZE - 1))
+    mine = np.array([RANK, RANK * 10], dtype=np.int32)
+    everyone = np.zeros(2 * SIZE, dtype=np.int32)
+    comm.allgather(mine, everyone)
+    r["allgather"] = everyone.tolist()
+    comm.barrier()
+
+    # Argument errors carry the library's message and leave the communicator usable.
+    try:
+        comm.allreduce(np.ones(1 << 15, dtype=np.float16), codec="qsgd:bits=8", algo="scatter_reduce")
+        r["fp16_lossy_error"] = None
+    except gradwire.GradwireError as e:
+        r["fp16_lossy_error"] = [e.code, e.message]
+    try:
+        comm.allreduce(np.ones(10, dtype=np.float32), codec="topk:ratio=2")
+        r["bad_spec_error"] = None
+    except gradwire.GradwireError as e:
+        r["bad_spec_error"] = [e.code, e.message]
+    ok = np.ones(7, dtype=np.float32)
+    comm.allreduce(ok)
+    r["usable_after_errors"] = bool(np.all(ok == SIZE)) and comm.async_error() is None
+    comm.close()
+    return r
+
+
+# ---------------------------------------------------------------- torch
+
+def torch_setup():
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=RANK, world_size=SIZE)
+    import gradwire.torch as gwt
+    return torch, dist, gwt
+
+
+def flat_params(model):
+    import torch
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def flat_grads(model):
+    import torch
+    return torch.cat([p.grad.detach().reshape(-1) for p in model.parameters()])
+
+
+def same_on_all_ranks(dist, t):
+    """True when t has the same bits on every rank (gathered through gloo)."""
+    import torch
+    parts = [torch.empty_like(t) for _ in range(SIZE)]
+    dist.all_gather(parts, t.contiguous())
+    return all(torch.equal(parts[0], p) for p in parts[1:])
+
+
+def scenario_exact():
+    """DDP + gradwire hook with codec none against plain DDP (gloo all-reduce), step by step.
+
+    Dyadic data (small integers, weights in eighths, lr 1/16, 4 ranks) make every sum exact
+    in fp32 whatever the order, so the averaged gradients must agree bit for bit; the run
+    checks that claim against a float64 reference. A second pair on ordinary random data
+    shows how close they are when sums round."""
+    torch, dist, gwt = torch_setup()
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    comm = gwt.init_communicator(dense_threshold_bytes=0)
+    r = {"rank": comm.rank}
+
+    def make(dyadic):
+        torch.manual_seed(7)
+        # 269k parameters: two DDP buckets (the first is capped at 1 MiB).
+        m = torch.nn.Sequential(torch.nn.Linear(8, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                                torch.nn.ReLU(), torch.nn.Linear(512, 4))
+        if dyadic:
+            with torch.no_grad():
+                for p in m.parameters():
+                    p.copy_(torch.randint(-4, 5, p.shape).float() / 8)
+        return m
+
+    for kind in ("dyadic", "random"):
+        dyadic = kind == "dyadic"
+        plain = DDP(make(dyadic))
+        hooked = DDP(make(dyadic))
+        state = gwt.HookState(comm, codec="none", min_size=0)
+        hooked.register_comm_hook(state, gwt.comm_hook)
+        opt_p = torch.optim.SGD(plain.parameters(), lr=1 / 16)
+        opt_h = torch.optim.SGD(hooked.parameters(), lr=1 / 16)
+        g = torch.Generator().manual_seed(100 + RANK)
+        steps = []
+        for step in range(4):
+            if dyadic:
+                x = torch.randint(-3, 4, (16, 8), generator=g).float()
+                c = torch.randint(-2, 3, (16, 4), generator=g).float()
+            else:
+                x = torch.randn(16, 8, generator=g)
+                c = torch.randn(16, 4, generator=g)
+            # Local float64 gradients, for the reference average.
+            ref = make(dyadic).double()
+            with torch.no_grad():
+                for a, b in zip(ref.parameters(), plain.module.parameters()):
+                    a.copy_(b.double())
+            (ref(x.double()) * c.double()).sum().backward()
+            local = flat_grads(ref)
+            parts = [torch.empty_like(local) for _ in range(SIZE)]
+            dist.all_gather(parts, local)
+            ref_avg = sum(parts) / SIZE
+
+            for model, opt in ((plain, opt_p), (hooked, opt_h)):
+                opt.zero_grad()
+                (model(x) * c).sum().backward()
+            gp, gh = flat_grads(plain.module), flat_grads(hooked.module)
+            steps.append({
+                "grads_equal": bool(torch.equal(gp, gh)),
+                "max_abs_diff": float((gp - gh).abs().max()),
+                "max_abs": float(gp.abs().max()),
+                "plain_is_exact": bool(torch.equal(gp.double(), ref_avg)),
+                "hook_is_exact": bool(torch.equal(gh.double(), ref_avg)),
+            })
+            opt_p.step()
+            opt_h.step()
+            steps[-1]["params_equal"] = bool(torch.equal(flat_params(plain.module), flat_params(hooked.module)))
+            if dyadic:
+                # Back onto a grid of 1/8 in [-2, 2] (the same op on both models), so that
+                # the next step's sums are exact again.
+                with torch.no_grad():
+                    for m in (plain.module, hooked.module):
+                        for p in m.parameters():
+                            p.copy_(torch.clamp(torch.round(p * 8) / 8, -2, 2))
+        pp, ph = flat_params(plain.module), flat_params(hooked.module)
+        r[kind] = {"steps": steps, "params_equal": bool(torch.equal(pp, ph)),
+                   "params_max_diff": float((pp - ph).abs().max()),
+                   "hook_steps": state.step,
+                   "stats": {"dense": state.stats["dense"],
+                                                       "compressed": state.stats["compressed"]},
+                   "in_sync": same_on_all_ranks(dist, ph)}
+        state.close()
+    comm.close()
+    dist.destroy_process_group()
+    return r
+
+
+def scenario_converge():
+    """Least squares on synthetic data (each rank its own rows): SGD through DDP with lossy
+    codecs, with and without error feedback, and dense for reference."""
+    torch, dist, gwt = torch_setup()
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    comm = gwt.init_communicator(dense_threshold_bytes=0)
+    g = torch.Generator().manual_seed(5)
+    w_true = torch.randn(16, 256, generator=g) / 16
+    g = torch.Generator().manual_seed(50 + RANK)
+    X = torch.randn(512, 256, generator=g)
+    Y = X @ w_true.t()
+    r = {}
+    configs = [("dense", "none", True), ("sign_ef", "sign", True), ("topk_ef", "topk:ratio=0.01", True),
+               ("qsgd2_ef", "qsgd:bits=2", True), ("topk_noef", "topk:ratio=0.01", False)]
+    for name, spec, ef in configs:
+        torch.manual_seed(0)
+        model = DDP(torch.nn.Linear(256, 16, bias=False))
+        state = gwt.HookState(comm, codec=spec, min_size=0, ef=ef)
+        model.register_comm_hook(state, gwt.comm_hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        losses = []
+        for step in range(300):
+            idx = torch.randint(0, 512, (64,), generator=g)
+            loss = ((model(X[idx]) - Y[idx]) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+        w = model.module.weight.detach()
+        full = float(((X @ w.t() - Y) ** 2).mean())
+        t = torch.tensor([full])
+        dist.all_reduce(t)
+        r[name] = {"first_loss": losses[0], "final_loss": float(t) / SIZE,
+                   "dist_to_opt": float((w - w_true).norm() / w_true.norm()),
+                   "in_sync": same_on_all_ranks(dist, w.contiguous()),
+                   "compressed": state.stats["compressed"], "algos": sorted(set(state.stats["algos"].values()))}
+        state.close()
+    comm.close()
+    dist.destroy_process_group()
+    return r
+
+
+def scenario_torch_collectives():
+    """A model that uses torch.distributed itself (collectives inside forward, DDP buffer
+    broadcasts, barrier/all_gather/broadcast in the loop, a second DDP model on plain gloo,
+    no_sync accumulation, unused parameters) with the gradwire hook compressing next to it."""
+    torch, dist, gwt = torch_setup()
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    comm = gwt.init_communicator(dense_threshold_bytes=0)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            # 360k parameters: two DDP buckets, [unused, head, body.3] and [body.1, body.0].
+            self.body = torch.nn.Sequential(torch.nn.Linear(32, 1024), torch.nn.BatchNorm1d(1024), torch.nn.ReLU(),
+                                            torch.nn.Linear(1024, 256), torch.nn.ReLU())
+            self.head = torch.nn.Linear(256, 10)
+            self.unused = torch.nn.Linear(256, 256)  # never in the graph: find_unused_parameters
+            self.register_buffer("seen", torch.zeros(1))
+
+        def forward(self, x):
+            h = self.body(x)
+            # The model's own collective inside forward (like SyncBatchNorm's statistics).
+            with torch.no_grad():
+                m = h.mean(0)
+                dist.all_reduce(m)
+                self.seen += 1
+            return self.head(h)
+
+    torch.manual_seed(3)
+    net = Net()
+    ddp = DDP(net, find_unused_parameters=True, broadcast_buffers=True)
+    state = gwt.HookState(comm, codec="topk:ratio=0.05", param_codecs=[("head.*", "fp16")], min_size=256,
+                          warmup_steps=2, model=net)
+    ddp.register_comm_hook(state, gwt.comm_hook)
+    other = DDP(torch.nn.Linear(32, 10))  # a second model on DDP's own all-reduce
+    opt = torch.optim.SGD(list(ddp.parameters()) + list(other.parameters()), lr=0.05)
+    g = torch.Generator().manual_seed(RANK)
+    W = torch.randn(10, 32, generator=torch.Generator().manual_seed(1))
+    losses, steps = [], 0
+    for it in range(24):
+        x = torch.randn(32, 32, generator=g)
+        y = (x @ W.t()).argmax(1)
+        accumulate = it % 3 == 0  # every third batch accumulates locally first
+        if accumulate:
+            with ddp.no_sync(), other.no_sync():
+                (torch.nn.functional.cross_entropy(ddp(x), y) +
+                 torch.nn.functional.cross_entropy(other(x), y)).backward()
+            continue
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        loss2 = torch.nn.functional.cross_entropy(other(x), y)
+        (loss + loss2).backward()
+        opt.step()
+        opt.zero_grad()
+        steps += 1
+        # The training loop's own collectives, between steps.
+        t = loss.detach().clone()
+        dist.all_reduce(t)
+        losses.append(float(t) / SIZE)
+        if it % 4 == 1:
+            dist.barrier()
+            box = [{"rank": RANK, "it": it}]
+            dist.broadcast_object_list(box, src=0)
+            gathered = [None] * SIZE
+            dist.all_gather_object(gathered, it)
+            assert gathered == [it] * SIZE and box[0]["it"] == it
+        # and gradwire's communicator used directly too
+        v = torch.full((8,), float(RANK))
+        comm.allreduce(v)
+        assert torch.all(v == sum(range(SIZE)))
+    r = {"losses": losses, "hook_steps": state.step, "opt_steps": steps,
+         "stats": {"dense": state.stats["dense"], "compressed": state.stats["compressed"],
+                   "algos": sorted(set(state.stats["algos"].values()))},
+         "bucket_specs": {str(i): e[0] for i, e in state._ef.items()},
+         "specs": sorted(s for s in state._codecs),
+         "ddp_in_sync": same_on_all_ranks(dist, flat_params(net)),
+         "other_in_sync": same_on_all_ranks(dist, flat_params(other.module)),
+         "seen": float(net.seen), "ef_states": len(state._ef)}
+    state.close()
+    comm.close()
+    dist.destroy_process_group()
+    return r
+
+
+def main():
+    scenario, out = sys.argv[1], sys.argv[2]
+    result = globals()["scenario_" + scenario]()
+    with open(os.path.join(out, "rank%d.json" % RANK), "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()
