@@ -150,6 +150,13 @@ Result<CodecSpec> CodecSpec::parse(std::string_view text) {
     case CodecId::kQsgd:
       if (spec.bits == 0) spec.bits = 8;
       if (spec.bucket == 0) spec.bucket = kDefaultBucket;
+      // Error feedback needs a compressor whose error is smaller than its input. 1-bit
+      // stochastic min/max rounding is not one: its residual grows step after step (seen:
+      // inf within 150 steps of a constant gradient). Rounding to nearest is.
+      if (spec.ef && spec.bits == 1 && spec.stochastic) {
+        return invalid_argument("codec spec: qsgd:bits=1 with ef=1 diverges under stochastic rounding; "
+                                "add rounding=nearest, or use sign");
+      }
       break;
     case CodecId::kSign:
       spec.bits = 1;

@@ -149,7 +149,7 @@ static void test_codec_create(void) {
       {"topk:k=1000", GW_CODEC_TOPK, "topk:k=1000"},
       {"dgc:ratio=0.001", GW_CODEC_DGC, "dgc:ratio=0.001"},
       {"randomk:ratio=0.01,seed=7", GW_CODEC_RANDOMK, "randomk:ratio=0.01"},
-      {"qsgd:bits=1,bucket=16777216,ef=1", GW_CODEC_QSGD, "qsgd:bits=1,bucket=16777216"},
+      {"qsgd:bits=1,bucket=16777216,ef=1,rounding=nearest", GW_CODEC_QSGD, "qsgd:bits=1,bucket=16777216"},
   };
   size_t i;
   for (i = 0; i < sizeof good / sizeof good[0]; ++i) {

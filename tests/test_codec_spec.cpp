@@ -72,7 +72,14 @@ INSTANTIATE_TEST_SUITE_P(
                       BadSpec{"topk:k=12x", "k=12x"}, BadSpec{"dgc:ratio=0.01,sample=2", "sample=2"},
                       BadSpec{"qsgd:ef=maybe", "ef=maybe"}, BadSpec{"qsgd:bits", "not key=value"},
                       BadSpec{"qsgd:bits=4,bits=8", "given twice"},
-                      BadSpec{"qsgd:rounding=up", "rounding=up"}, BadSpec{"none:seed=1", "unknown key 'seed'"}));
+                      BadSpec{"qsgd:rounding=up", "rounding=up"}, BadSpec{"none:seed=1", "unknown key 'seed'"},
+                      BadSpec{"qsgd:bits=1,ef=1", "diverges"}));
+
+TEST(CodecSpec, OneBitQsgdTakesErrorFeedbackOnlyWithNearestRounding) {
+  EXPECT_TRUE(CodecSpec::parse("qsgd:bits=1,ef=1,rounding=nearest").is_ok());
+  EXPECT_TRUE(CodecSpec::parse("qsgd:bits=1").is_ok());
+  EXPECT_TRUE(CodecSpec::parse("qsgd:bits=2,ef=1").is_ok());
+}
 
 TEST(CodecSpec, KForRatio) {
   auto s = CodecSpec::parse("topk:ratio=0.01");
