@@ -1,4 +1,5 @@
 // The communicator half of the C ABI.
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -143,6 +144,37 @@ gw_result_t gw_comm_get_async_error(gw_comm_t comm, gw_result_t* error) {
     const Status s = comm->comm->error();
     *error = static_cast<gw_result_t>(s.code());
     return Status::ok();
+  });
+}
+
+gw_result_t gw_comm_get_stats(gw_comm_t comm, gw_comm_stats_t* stats) {
+  return guard("gw_comm_get_stats", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    if (stats == nullptr) return null_arg("stats");
+    if (stats->size < offsetof(gw_comm_stats_t, collectives) + sizeof(uint64_t) || stats->size > 4096) {
+      return gw::invalid_argument("stats->size " + std::to_string(stats->size) + " is not sizeof(gw_comm_stats_t)");
+    }
+    GW_ASSIGN_OR_RETURN(gw::CommStats s, comm->comm->stats());
+    gw_comm_stats_t out;
+    std::memset(&out, 0, sizeof out);
+    out.size = stats->size;
+    out.collectives = s.collectives;
+    out.allreduces = s.allreduces;
+    out.bytes_sent = s.bytes_sent;
+    out.messages_sent = s.messages_sent;
+    out.encode_s = s.encode_s;
+    out.decode_s = s.decode_s;
+    out.total_s = s.total_s;
+    out.last_algo = static_cast<gw_algo_t>(s.last_algo);
+    std::memcpy(stats, &out, stats->size < sizeof out ? stats->size : sizeof out);
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_comm_reset_stats(gw_comm_t comm) {
+  return guard("gw_comm_reset_stats", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    return comm->comm->reset_stats();
   });
 }
 

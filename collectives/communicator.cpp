@@ -6,12 +6,16 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 
 #include "collectives/algorithms.hpp"
 #include "collectives/policy.hpp"
+#include "collectives/stats.hpp"
 #include "transport/log.hpp"
 #include "transport/transport.hpp"
 
@@ -56,6 +60,12 @@ struct Communicator::Impl {
   std::unique_ptr<Codec> codec_override;
   coll::Scratch scratch;
   uint64_t seq = 0;  // progress thread only
+  coll::CommStats stats;                             // progress thread only
+  std::unique_ptr<coll::CountingTransport> counted;  // tp, counting what collectives send
+  coll::AllreduceTuner tuner;
+  bool tune = true;  // GW_TUNE=0 keeps the static policy
+  // EF states whose residual a compressed call filled and no dense call has flushed yet.
+  std::unordered_set<const ErrorFeedback*> ef_unflushed;  // progress thread only
 
   std::mutex mu;
   std::condition_variable cv;
@@ -68,6 +78,21 @@ struct Communicator::Impl {
     std::lock_guard<std::mutex> lock(mu);
     return broken;
   }
+  // Runs one collective with a fresh context (the next sequence number), counting it.
+  template <class F>
+  Status collective(F&& fn, double* seconds = nullptr) {
+    coll::Context c{*counted, tp->rank(), tp->size(), transport::Clock::now() + config.timeout, seq++,
+                    config.chunk_bytes, scratch};
+    c.stats = &stats;
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = fn(c);
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats.total_s += t;
+    ++stats.collectives;
+    if (seconds != nullptr) *seconds = t;
+    return s;
+  }
+
   void break_with(const Status& s) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -86,6 +111,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
   auto impl = std::make_unique<Impl>();
   impl->tp = std::move(tp);
   impl->config = config;
+  impl->counted = std::make_unique<coll::CountingTransport>(*impl->tp, impl->stats);
+  if (const char* t = std::getenv("GW_TUNE"); t != nullptr && std::strcmp(t, "0") == 0) impl->tune = false;
   if (!config.codec_override.empty()) {
     GW_ASSIGN_OR_RETURN(impl->codec_override, Codec::create(config.codec_override));
   }
@@ -174,16 +201,39 @@ Status Communicator::run(std::function<Status()> fn) {
 
 namespace {
 
-coll::Context make_context(transport::Transport& tp, const CommConfig& cfg, coll::Scratch& scratch, uint64_t seq) {
-  return coll::Context{tp, tp.rank(), tp.size(), transport::Clock::now() + cfg.timeout, seq, cfg.chunk_bytes, scratch};
+// Whether the measured policy decides this call (see AllreduceTuner).
+bool tunable(bool tune, Algo static_choice, Algo requested, Algo configured, const Codec* codec, int nranks) {
+  return tune && static_choice != Algo::kRing && requested == Algo::kAuto && configured == Algo::kAuto &&
+         codec != nullptr && nranks > 1;
 }
 
 }  // namespace
 
 Algo Communicator::choose_algo(size_t count, DType dtype, const Codec* codec, Algo requested) const {
   if (impl_->codec_override != nullptr && dtype == DType::kFloat32) codec = impl_->codec_override.get();
-  return coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, size(), requested, impl_->config.algo,
-                                                  impl_->config.dense_threshold_bytes});
+  const Algo a = coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, size(), requested, impl_->config.algo,
+                                                          impl_->config.dense_threshold_bytes});
+  if (tunable(impl_->tune, a, requested, impl_->config.algo, codec, size())) {
+    const Algo d = impl_->tuner.decided(coll::AllreduceTuner::key(count, dtype, *codec));
+    if (d != Algo::kAuto) return d;
+  }
+  return a;
+}
+
+Result<CommStats> Communicator::stats() {
+  CommStats out;
+  GW_RETURN_IF_ERROR(run([&]() -> Status {
+    out = impl_->stats;
+    return Status::ok();
+  }));
+  return out;
+}
+
+Status Communicator::reset_stats() {
+  return run([&]() -> Status {
+    impl_->stats = CommStats();
+    return Status::ok();
+  });
 }
 
 Status Communicator::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
@@ -196,7 +246,9 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
                             " elements but count is " + std::to_string(count));
   }
   if (impl_->codec_override != nullptr && dtype == DType::kFloat32) codec = impl_->codec_override.get();
-  const Algo chosen = choose_algo(count, dtype, codec, algo);
+  const Algo chosen = coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, size(), algo, impl_->config.algo,
+                                                               impl_->config.dense_threshold_bytes});
+  const bool tuned = tunable(impl_->tune, chosen, algo, impl_->config.algo, codec, size());
   if (chosen != Algo::kRing) {
     if (codec == nullptr) return invalid_argument(std::string("algorithm ") + algo_name(chosen) + " needs a codec");
     if (dtype != DType::kFloat32) {
@@ -207,15 +259,53 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
            codec != nullptr ? codec->spec().to_string().c_str() : "none", algo_name(chosen));
   return run([=]() -> Status {
     Impl& im = *impl_;
-    coll::Context c = make_context(*im.tp, im.config, im.scratch, im.seq++);
+    Algo ran = chosen;
+    coll::AllreduceTuner::Plan plan{chosen, false, false, false};
+    std::string key;
+    if (tuned) {
+      key = coll::AllreduceTuner::key(count, dtype, *codec);
+      plan = im.tuner.plan(key, chosen);
+      ran = plan.algo;
+    }
+    // A dense call decided by the tuner first sends what a compressed call left in the EF
+    // residual, so that no gradient stays behind (trial calls leave it for the next one).
+    const bool flush = tuned && ran == Algo::kRing && !plan.trial && ef != nullptr && im.ef_unflushed.count(ef) > 0;
     const auto* s = static_cast<const float*>(send);
     auto* r = static_cast<float*>(recv);
-    switch (chosen) {
-      case Algo::kCompressedRing: return coll::compressed_ring_allreduce(c, s, r, count, op, *codec, ef);
-      case Algo::kScatterReduce: return coll::scatter_reduce_allreduce(c, s, r, count, op, *codec, ef);
-      case Algo::kSparseAllgather: return coll::sparse_allgather_allreduce(c, s, r, count, op, *codec, ef);
-      default: return coll::ring_allreduce(c, send, recv, count, dtype, op);
+    double seconds = 0;
+    const Status st = im.collective([&](coll::Context& c) -> Status {
+      switch (ran) {
+        case Algo::kCompressedRing: return coll::compressed_ring_allreduce(c, s, r, count, op, *codec, ef);
+        case Algo::kScatterReduce: return coll::scatter_reduce_allreduce(c, s, r, count, op, *codec, ef);
+        case Algo::kSparseAllgather: return coll::sparse_allgather_allreduce(c, s, r, count, op, *codec, ef);
+        default:
+          if (flush) {
+            float* acc = coll::prepare_accumulator(c, s, count, ef, 0);  // residual += send
+            GW_RETURN_IF_ERROR(coll::ring_allreduce(c, acc, recv, count, dtype, op));
+            std::memset(acc, 0, count * sizeof(float));
+            return Status::ok();
+          }
+          return coll::ring_allreduce(c, send, recv, count, dtype, op);
+      }
+    }, &seconds);
+    ++im.stats.allreduces;
+    im.stats.last_algo = ran;
+    if (ef != nullptr) {
+      if (ran != Algo::kRing) im.ef_unflushed.insert(ef);
+      else if (flush) im.ef_unflushed.erase(ef);
     }
+    if (!st.is_ok() || !tuned) return st;
+    if (plan.timed) im.tuner.record(key, ran, seconds);
+    if (plan.agree_after) {
+      double mine[2];
+      im.tuner.local_best(key, mine);
+      std::vector<double> all(2 * static_cast<size_t>(im.tp->size()));
+      GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, mine, all.data(), sizeof mine); }));
+      const Algo pick = im.tuner.decide(key, chosen, all.data(), im.tp->size());
+      GW_INFO("allreduce %s: %s %.3f ms, ring %.3f ms on this rank: runs %s", key.c_str(), algo_name(chosen),
+              mine[0] * 1e3, mine[1] * 1e3, algo_name(pick));
+    }
+    return Status::ok();
   });
 }
 
@@ -224,8 +314,7 @@ Status Communicator::sparse_allgather(const void* msg, size_t len, void* out, si
   if (out == nullptr && capacity > 0) return invalid_argument("out is null");
   if (lengths == nullptr) return invalid_argument("lengths is null");
   return run([=]() -> Status {
-    coll::Context c = make_context(*impl_->tp, impl_->config, impl_->scratch, impl_->seq++);
-    return coll::sparse_allgather(c, msg, len, out, capacity, lengths);
+    return impl_->collective([&](coll::Context& c) { return coll::sparse_allgather(c, msg, len, out, capacity, lengths); });
   });
 }
 
@@ -233,16 +322,14 @@ Status Communicator::sparse_allgather_dense(const void* msg, size_t len, float* 
   if (msg == nullptr && len > 0) return invalid_argument("msg is null");
   if (dense == nullptr && count > 0) return invalid_argument("dense is null");
   return run([=]() -> Status {
-    coll::Context c = make_context(*impl_->tp, impl_->config, impl_->scratch, impl_->seq++);
-    return coll::sparse_allgather_dense(c, msg, len, dense, count);
+    return impl_->collective([&](coll::Context& c) { return coll::sparse_allgather_dense(c, msg, len, dense, count); });
   });
 }
 
 Status Communicator::allgather(const void* send, void* recv, size_t bytes) {
   if (bytes > 0 && (send == nullptr || recv == nullptr)) return invalid_argument(send == nullptr ? "sendbuf is null" : "recvbuf is null");
   return run([=]() -> Status {
-    coll::Context c = make_context(*impl_->tp, impl_->config, impl_->scratch, impl_->seq++);
-    return coll::allgather(c, send, recv, bytes);
+    return impl_->collective([&](coll::Context& c) { return coll::allgather(c, send, recv, bytes); });
   });
 }
 
@@ -250,15 +337,13 @@ Status Communicator::broadcast(void* buf, size_t bytes, int root) {
   if (root < 0 || root >= size()) return invalid_argument("root " + std::to_string(root) + " is out of range");
   if (bytes > 0 && buf == nullptr) return invalid_argument("buf is null");
   return run([=]() -> Status {
-    coll::Context c = make_context(*impl_->tp, impl_->config, impl_->scratch, impl_->seq++);
-    return coll::broadcast(c, buf, bytes, root);
+    return impl_->collective([&](coll::Context& c) { return coll::broadcast(c, buf, bytes, root); });
   });
 }
 
 Status Communicator::barrier() {
   return run([=]() -> Status {
-    coll::Context c = make_context(*impl_->tp, impl_->config, impl_->scratch, impl_->seq++);
-    return coll::barrier(c);
+    return impl_->collective([&](coll::Context& c) { return coll::barrier(c); });
   });
 }
 

@@ -50,7 +50,7 @@ Status compressed_ring_allreduce(Context& c, const float* send, float* recv, siz
     const int seg = send_seg(s);
     uint8_t* msg = send_msgs + slot(s, k) * max_msg;
     const EncodeContext ctx{message_step(base_step, static_cast<uint32_t>(s), k), static_cast<uint32_t>(c.rank)};
-    GW_ASSIGN_OR_RETURN(size_t len, codec.encode_accumulated(chunk_ptr(acc, seg, k), chunk_len(seg, k), ctx, msg, max_msg));
+    GW_ASSIGN_OR_RETURN(size_t len, timed_encode(c, codec, chunk_ptr(acc, seg, k), chunk_len(seg, k), ctx, msg, max_msg));
     send_len[slot(s, k)] = len;
     return c.tp.isend(c.next(), c.tag(static_cast<uint32_t>(s), k), msg, len, sends[slot(s, k)]);
   };
@@ -65,9 +65,9 @@ Status compressed_ring_allreduce(Context& c, const float* send, float* recv, siz
     }
     uint8_t* msg = send_msgs + slot(rs_steps, k) * max_msg;
     const EncodeContext ctx{message_step(base_step, static_cast<uint32_t>(rs_steps), k), static_cast<uint32_t>(c.rank)};
-    GW_ASSIGN_OR_RETURN(size_t mlen, codec.encode_accumulated(ores, len, ctx, msg, max_msg));
+    GW_ASSIGN_OR_RETURN(size_t mlen, timed_encode(c, codec, ores, len, ctx, msg, max_msg));
     send_len[slot(rs_steps, k)] = mlen;
-    GW_RETURN_IF_ERROR(decode(msg, mlen, chunk_ptr(recv, own, k), len, DType::kFloat32, DecodeMode::kOverwrite));
+    GW_RETURN_IF_ERROR(timed_decode(c, msg, mlen, chunk_ptr(recv, own, k), len, DecodeMode::kOverwrite));
     if (p > 1) return c.tp.isend(c.next(), c.tag(static_cast<uint32_t>(rs_steps), k), msg, mlen, sends[slot(rs_steps, k)]);
     return Status::ok();
   };
@@ -95,16 +95,16 @@ Status compressed_ring_allreduce(Context& c, const float* send, float* recv, siz
       GW_RETURN_IF_ERROR(c.wait(r));
       const uint8_t* msg = recv_msgs + slot(s, k) * max_msg;
       if (s < rs_steps) {
-        GW_RETURN_IF_ERROR(decode(msg, r.bytes, chunk_ptr(acc, seg, k), chunk_len(seg, k), DType::kFloat32,
-                                  DecodeMode::kAccumulate).with_context("ring step " + std::to_string(s)));
+        GW_RETURN_IF_ERROR(timed_decode(c, msg, r.bytes, chunk_ptr(acc, seg, k), chunk_len(seg, k),
+                                        DecodeMode::kAccumulate).with_context("ring step " + std::to_string(s)));
         if (s + 1 < rs_steps) {
           GW_RETURN_IF_ERROR(encode_and_send(s + 1, k));
         } else {
           GW_RETURN_IF_ERROR(finish_owned_chunk(k));
         }
       } else {
-        GW_RETURN_IF_ERROR(decode(msg, r.bytes, chunk_ptr(recv, seg, k), chunk_len(seg, k), DType::kFloat32,
-                                  DecodeMode::kOverwrite).with_context("ring step " + std::to_string(s)));
+        GW_RETURN_IF_ERROR(timed_decode(c, msg, r.bytes, chunk_ptr(recv, seg, k), chunk_len(seg, k),
+                                        DecodeMode::kOverwrite).with_context("ring step " + std::to_string(s)));
         if (s + 1 < steps) {
           GW_RETURN_IF_ERROR(c.tp.isend(c.next(), c.tag(static_cast<uint32_t>(s + 1), k), msg, r.bytes,
                                         sends[slot(s + 1, k)]));

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "collectives/stats.hpp"
 #include "compressors/workspace.hpp"
 #include "gradwire/status.hpp"
 #include "transport/transport.hpp"
@@ -45,6 +46,7 @@ struct Context {
   size_t chunk_bytes;
   Scratch& scratch;
   uint32_t step_base = 0;  // lets one algorithm call another in a separate tag range
+  CommStats* stats = nullptr;  // the communicator's counters (encode and decode time)
 
   uint64_t tag(uint32_t step, uint32_t chunk) const {
     return ((seq & ((uint64_t{1} << kSeqBits) - 1)) << (kStepBits + kChunkBits)) |

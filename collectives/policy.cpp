@@ -1,5 +1,6 @@
 // Which all-reduce algorithm runs: the caller's choice, else GW_ALGO, else by codec, size
-// and rank count.
+// and rank count; where that says "compress", the measured choice between it and the dense
+// ring (AllreduceTuner, policy.hpp), unless GW_TUNE=0.
 #include <string>
 
 #include "collectives/policy.hpp"
@@ -45,3 +46,52 @@ Algo choose_allreduce(const PolicyInput& in) {
 
 }  // namespace coll
 }  // namespace gw
+
+namespace gw::coll {
+
+std::string AllreduceTuner::key(size_t count, DType dtype, const Codec& codec) {
+  return codec.spec().to_string() + "|" + std::to_string(count) + "|" + dtype_name(dtype);
+}
+
+AllreduceTuner::Plan AllreduceTuner::plan(const std::string& key, Algo candidate) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& e = entries_[key];
+  if (e.decision != Algo::kAuto) return Plan{e.decision, false, false, false};
+  const int i = e.calls++;
+  const bool dense = i % 2 == 1;
+  return Plan{dense ? Algo::kRing : candidate, i >= 2, i == 2 * kRounds - 1, true};
+}
+
+void AllreduceTuner::record(const std::string& key, Algo ran, double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& e = entries_[key];
+  double& b = e.best[ran == Algo::kRing ? 1 : 0];
+  if (b < 0 || seconds < b) b = seconds;
+}
+
+void AllreduceTuner::local_best(const std::string& key, double out[2]) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Entry& e = entries_[key];
+  out[0] = e.best[0];
+  out[1] = e.best[1];
+}
+
+Algo AllreduceTuner::decide(const std::string& key, Algo candidate, const double* all, int nranks) {
+  double slowest[2] = {0, 0};
+  for (int r = 0; r < nranks; ++r) {
+    for (int j = 0; j < 2; ++j) slowest[j] = all[2 * r + j] > slowest[j] ? all[2 * r + j] : slowest[j];
+  }
+  // Ties go to compression: it leaves the link to others.
+  const Algo pick = slowest[1] < slowest[0] ? Algo::kRing : candidate;
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_[key].decision = pick;
+  return pick;
+}
+
+Algo AllreduceTuner::decided(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  return it == entries_.end() ? Algo::kAuto : it->second.decision;
+}
+
+}  // namespace gw::coll

@@ -13,8 +13,19 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
                                 Codec& codec, ErrorFeedback* ef) {
   const int p = c.size;
   const uint64_t base_step = ef != nullptr ? ef->step() : c.seq;
-  float* acc = prepare_accumulator(c, send, n, ef, 0);
   const Partition part{n, static_cast<uint64_t>(p)};
+  const uint64_t own_start = part.start(static_cast<uint64_t>(c.rank));
+  const uint64_t own_len = part.length(static_cast<uint64_t>(c.rank));
+  // With error feedback every segment is encoded from the residual (which keeps the loss);
+  // without, foreign segments are encoded straight from send and only my segment, which
+  // receives the others' contributions, is copied.
+  float* acc = nullptr;
+  if (ef != nullptr) {
+    acc = prepare_accumulator(c, send, n, ef, 0);
+  } else {
+    acc = c.scratch.bytes.get<float>(0, n);
+    if (own_len > 0) std::memcpy(acc + own_start, send + own_start, own_len * sizeof(float));
+  }
   const Chunking chunks = Chunking::for_segment(part.length(0), c.chunk_bytes, sizeof(float));
   const uint32_t max_chunks = chunks.count(part.length(0));
   const size_t max_msg = codec.max_encoded_bytes(chunks.elems, DType::kFloat32);
@@ -25,8 +36,6 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
   uint8_t* in_msgs = c.scratch.bytes.get<uint8_t>(2, 2 * per_phase * max_msg);   // both phases
   transport::Op* sends = c.scratch.sends.get(2 * per_phase);
   transport::Op* recvs = c.scratch.recvs.get(2 * per_phase);
-  const uint64_t own_start = part.start(static_cast<uint64_t>(c.rank));
-  const uint64_t own_len = part.length(static_cast<uint64_t>(c.rank));
   float* owner_res = ef != nullptr ? ef->owner_residual(own_len) : c.scratch.bytes.get<float>(4, own_len);
   if (ef == nullptr && own_len > 0) std::memset(owner_res, 0, own_len * sizeof(float));
   uint8_t* own_msgs = c.scratch.bytes.get<uint8_t>(3, static_cast<size_t>(max_chunks) * max_msg);
@@ -48,20 +57,9 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
                                     recvs[per_phase + slot(peer, k)]));
     }
   }
-  // Encode each foreign segment once (in place: the loss stays as residual) and send it.
-  for (int i = 1; i < p; ++i) {
-    const int owner = c.wrap(c.rank + i);  // staggered so that owners are not all hit at once
-    for (uint32_t k = 0; k < seg_chunks(owner); ++k) {
-      uint8_t* msg = out_msgs + slot(owner, k) * max_msg;
-      const EncodeContext ctx{message_step(base_step, 0, k), static_cast<uint32_t>(c.rank)};
-      GW_ASSIGN_OR_RETURN(size_t len, codec.encode_accumulated(acc + part.start(static_cast<uint64_t>(owner)) + chunks.offset(k),
-                                                               seg_chunk_len(owner, k), ctx, msg, max_msg));
-      GW_RETURN_IF_ERROR(c.tp.isend(owner, c.tag(0, k), msg, len, sends[slot(owner, k)]));
-    }
-  }
-  // Reduce my segment chunk by chunk, in rank order (the same sum on every run), encode it
-  // once and send it to everyone.
-  for (uint32_t k = 0; k < seg_chunks(c.rank); ++k) {
+  // Reduce my segment's chunk k: the p contributions in rank order (the same sum on every
+  // run), encoded once and sent to everyone.
+  auto reduce_own = [&](uint32_t k) -> Status {
     const uint64_t len = seg_chunk_len(c.rank, k);
     float* sum = acc + own_start + chunks.offset(k);
     float* ores = owner_res + chunks.offset(k);
@@ -69,7 +67,7 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
       if (peer == c.rank) continue;
       transport::Op& r = recvs[slot(peer, k)];
       GW_RETURN_IF_ERROR(c.wait(r));
-      GW_RETURN_IF_ERROR(decode(in_msg(0, peer, k), r.bytes, sum, len, DType::kFloat32, DecodeMode::kAccumulate)
+      GW_RETURN_IF_ERROR(timed_decode(c, in_msg(0, peer, k), r.bytes, sum, len, DecodeMode::kAccumulate)
                              .with_context("contribution from rank " + std::to_string(peer)));
     }
     // The owner residual is in output units (after averaging); my own contribution is
@@ -80,24 +78,71 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
     }
     uint8_t* msg = own_msgs + static_cast<size_t>(k) * max_msg;
     const EncodeContext ctx{message_step(base_step, 1, k), static_cast<uint32_t>(c.rank)};
-    GW_ASSIGN_OR_RETURN(size_t mlen, codec.encode_accumulated(ores, len, ctx, msg, max_msg));
-    GW_RETURN_IF_ERROR(decode(msg, mlen, recv + own_start + chunks.offset(k), len, DType::kFloat32, DecodeMode::kOverwrite));
+    GW_ASSIGN_OR_RETURN(size_t mlen, timed_encode(c, codec, ores, len, ctx, msg, max_msg));
+    GW_RETURN_IF_ERROR(timed_decode(c, msg, mlen, recv + own_start + chunks.offset(k), len, DecodeMode::kOverwrite));
     for (int i = 1; i < p; ++i) {
       const int peer = c.wrap(c.rank + i);
       GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(1, k), msg, mlen, sends[per_phase + slot(peer, k)]));
     }
-  }
-  // Decode every other owner's message into place.
-  for (int peer = 0; peer < p; ++peer) {
-    if (peer == c.rank) continue;
-    for (uint32_t k = 0; k < seg_chunks(peer); ++k) {
-      transport::Op& r = recvs[per_phase + slot(peer, k)];
-      GW_RETURN_IF_ERROR(c.wait(r));
-      GW_RETURN_IF_ERROR(decode(in_msg(1, peer, k), r.bytes,
-                                recv + part.start(static_cast<uint64_t>(peer)) + chunks.offset(k),
-                                seg_chunk_len(peer, k), DType::kFloat32, DecodeMode::kOverwrite)
-                             .with_context("result from rank " + std::to_string(peer)));
+    c.tp.progress();
+    return Status::ok();
+  };
+  uint32_t next_own = 0;
+  auto contributions_arrived = [&](uint32_t k) {
+    for (int peer = 0; peer < p; ++peer) {
+      if (peer != c.rank && !recvs[slot(peer, k)].finished()) return false;
     }
+    return true;
+  };
+  // Encode each foreign segment once (with EF in place: the loss stays as residual) and send
+  // it, chunk by chunk across the owners, so that every owner soon holds a complete first
+  // chunk; between chunks, reduce whatever chunks of my segment are complete, so that the
+  // second phase starts early and the links never wait for this loop to end.
+  for (uint32_t k = 0; k < max_chunks; ++k) {
+    for (int i = 1; i < p; ++i) {
+      const int owner = c.wrap(c.rank + i);  // staggered so that owners are not all hit at once
+      if (k >= seg_chunks(owner)) continue;
+      uint8_t* msg = out_msgs + slot(owner, k) * max_msg;
+      const EncodeContext ctx{message_step(base_step, 0, k), static_cast<uint32_t>(c.rank)};
+      const uint64_t off = part.start(static_cast<uint64_t>(owner)) + chunks.offset(k);
+      GW_ASSIGN_OR_RETURN(size_t len, ef != nullptr
+                                          ? timed_encode(c, codec, acc + off, seg_chunk_len(owner, k), ctx, msg, max_msg)
+                                          : timed_encode_input(c, codec, send + off, seg_chunk_len(owner, k), ctx, msg, max_msg));
+      GW_RETURN_IF_ERROR(c.tp.isend(owner, c.tag(0, k), msg, len, sends[slot(owner, k)]));
+      c.tp.progress();  // let the transport move what is posted while the next chunk encodes
+    }
+    while (next_own < seg_chunks(c.rank) && contributions_arrived(next_own)) GW_RETURN_IF_ERROR(reduce_own(next_own++));
+  }
+  while (next_own < seg_chunks(c.rank)) GW_RETURN_IF_ERROR(reduce_own(next_own++));
+  // Decode every other owner's message into place, in whatever order they arrive (each
+  // lands in its own place, so the order changes nothing but how long the tail is).
+  size_t left = 0;
+  for (int peer = 0; peer < p; ++peer) left += peer == c.rank ? 0 : seg_chunks(peer);
+  uint8_t* decoded = c.scratch.bytes.get<uint8_t>(5, per_phase);
+  std::memset(decoded, 0, per_phase);
+  while (left > 0) {
+    bool any = false;
+    for (int peer = 0; peer < p; ++peer) {
+      if (peer == c.rank) continue;
+      for (uint32_t k = 0; k < seg_chunks(peer); ++k) {
+        transport::Op& r = recvs[per_phase + slot(peer, k)];
+        if (decoded[slot(peer, k)] != 0 || !r.finished()) continue;
+        if (r.current() == transport::OpState::kFailed) return r.status;
+        GW_RETURN_IF_ERROR(timed_decode(c, in_msg(1, peer, k), r.bytes,
+                                        recv + part.start(static_cast<uint64_t>(peer)) + chunks.offset(k),
+                                        seg_chunk_len(peer, k), DecodeMode::kOverwrite)
+                               .with_context("result from rank " + std::to_string(peer)));
+        decoded[slot(peer, k)] = 1;
+        --left;
+        any = true;
+        c.tp.progress();
+      }
+    }
+    if (any || left == 0 || c.tp.progress()) continue;
+    if (transport::Clock::now() >= c.deadline) {
+      return Status(Code::kTimeout, "waiting for the reduced segments timed out");
+    }
+    c.tp.wait_for_events(c.deadline);
   }
   GW_RETURN_IF_ERROR(c.tp.wait_all(sends, 2 * per_phase, c.deadline));
   if (ef != nullptr) ef->advance();

@@ -1,7 +1,8 @@
 // Sparse all-gather: messages of different sizes from every rank to every rank. Lengths go
-// first (a fixed-size all-gather of one u64 each), then the messages around the ring.
-// The dense form decodes every message, in rank order, into one sum, so all ranks agree to
-// the bit. Sparse all-reduce is that after encoding this rank's gradient.
+// first (a fixed-size all-gather of one u64 each), then the messages: around the ring for
+// the raw gather, straight to every rank for the dense form, which decodes every message,
+// in rank order, into one sum, so all ranks agree to the bit. Sparse all-reduce encodes
+// this rank's gradient and does the same without the lengths (the codec bounds them).
 #include <cstring>
 #include <string>
 
@@ -57,27 +58,84 @@ Status sparse_allgather_dense(Context& c, const void* msg, size_t len, float* de
                                      " bytes, more than any codec needs for " + std::to_string(n) + " elements");
   }
   auto* data = c.scratch.bytes.get<uint8_t>(3, total);
-  if (len > 0) std::memcpy(data + offsets[c.rank], msg, len);
-  GW_RETURN_IF_ERROR(ring_allgatherv(c, data, offsets, lengths));
-  if (n > 0) std::memset(dense, 0, n * sizeof(float));
-  for (int r = 0; r < c.size; ++r) {
-    GW_RETURN_IF_ERROR(decode(data + offsets[r], lengths[r], dense, n, DType::kFloat32, DecodeMode::kAccumulate)
-                           .with_context("message of rank " + std::to_string(r)));
+  // Every message goes straight to every rank rather than around the ring (the same bytes
+  // leave each rank, but nothing waits to be forwarded), and is decoded as soon as the
+  // rank order allows, while later ones are still arriving. Rank order keeps every rank's
+  // sum the same to the bit.
+  const int p = c.size;
+  transport::Op* sends = c.scratch.sends.get(static_cast<size_t>(p));
+  transport::Op* recvs = c.scratch.recvs.get(static_cast<size_t>(p));
+  for (int i = 1; i < p; ++i) {
+    const int peer = c.wrap(c.rank - i);
+    GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(0, 0), data + offsets[peer], lengths[peer], recvs[peer]));
   }
+  for (int i = 1; i < p; ++i) {
+    const int peer = c.wrap(c.rank + i);  // staggered, so that no rank is everyone's first
+    GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(0, 0), msg, len, sends[peer]));
+  }
+  if (n > 0) std::memset(dense, 0, n * sizeof(float));
+  for (int r = 0; r < p; ++r) {
+    const uint8_t* m = static_cast<const uint8_t*>(msg);
+    if (r != c.rank) {
+      GW_RETURN_IF_ERROR(c.wait(recvs[r]));
+      if (recvs[r].bytes != lengths[r]) {
+        return Status(Code::kRemote, "rank " + std::to_string(r) + " sent " + std::to_string(recvs[r].bytes) +
+                                         " bytes, announced " + std::to_string(lengths[r]));
+      }
+      m = data + offsets[r];
+    }
+    GW_RETURN_IF_ERROR(timed_decode(c, m, lengths[r], dense, n, DecodeMode::kAccumulate)
+                           .with_context("message of rank " + std::to_string(r)));
+    c.tp.progress();
+  }
+  for (int i = 1; i < p; ++i) GW_RETURN_IF_ERROR(c.wait(sends[c.wrap(c.rank + i)]));
   return Status::ok();
 }
 
 Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
                                   Codec& codec, ErrorFeedback* ef) {
   const uint64_t base_step = ef != nullptr ? ef->step() : c.seq;
-  float* acc = prepare_accumulator(c, send, n, ef, 0);
+  const int p = c.size;
+  // Every rank encodes with the same codec and count, so no message exceeds cap: the
+  // receives are posted before this rank encodes, with no length exchange, and each rank's
+  // message leaves as soon as that rank has encoded it. Slot r holds rank r's message.
   const size_t cap = codec.max_encoded_bytes(n, DType::kFloat32);
-  uint8_t* msg = c.scratch.bytes.get<uint8_t>(1, cap);
+  uint8_t* msgs = c.scratch.bytes.get<uint8_t>(1, static_cast<size_t>(p) * cap);
+  transport::Op* sends = c.scratch.sends.get(static_cast<size_t>(p));
+  transport::Op* recvs = c.scratch.recvs.get(static_cast<size_t>(p));
+  auto slot = [&](int r) { return msgs + static_cast<size_t>(r) * cap; };
+  for (int i = 1; i < p; ++i) {
+    const int peer = c.wrap(c.rank - i);
+    GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(0, 0), slot(peer), cap, recvs[peer]));
+  }
   const EncodeContext ctx{base_step, static_cast<uint32_t>(c.rank)};
-  GW_ASSIGN_OR_RETURN(size_t len, codec.encode_accumulated(acc, n, ctx, msg, cap));
-  GW_RETURN_IF_ERROR(sparse_allgather_dense(c, msg, len, recv, n));
+  size_t len = 0;
+  if (ef != nullptr) {
+    float* acc = prepare_accumulator(c, send, n, ef, 0);
+    GW_ASSIGN_OR_RETURN(len, timed_encode(c, codec, acc, n, ctx, slot(c.rank), cap));
+  } else {  // nothing keeps the loss: encode send as it is
+    GW_ASSIGN_OR_RETURN(len, timed_encode_input(c, codec, send, n, ctx, slot(c.rank), cap));
+  }
+  for (int i = 1; i < p; ++i) {
+    const int peer = c.wrap(c.rank + i);  // staggered, so that no rank is everyone's first
+    GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(0, 0), slot(c.rank), len, sends[peer]));
+  }
+  c.tp.progress();
+  // The sum, in rank order (the same bits on every rank), decoded as messages arrive.
+  if (n > 0) std::memset(recv, 0, n * sizeof(float));
+  for (int r = 0; r < p; ++r) {
+    size_t bytes = len;
+    if (r != c.rank) {
+      GW_RETURN_IF_ERROR(c.wait(recvs[r]));
+      bytes = recvs[r].bytes;
+    }
+    GW_RETURN_IF_ERROR(timed_decode(c, slot(r), bytes, recv, n, DecodeMode::kAccumulate)
+                           .with_context("message of rank " + std::to_string(r)));
+    c.tp.progress();
+  }
+  for (int i = 1; i < p; ++i) GW_RETURN_IF_ERROR(c.wait(sends[c.wrap(c.rank + i)]));
   if (op == ReduceOp::kAvg) {
-    for (size_t i = 0; i < n; ++i) recv[i] /= static_cast<float>(c.size);
+    for (size_t i = 0; i < n; ++i) recv[i] /= static_cast<float>(p);
   }
   if (ef != nullptr) ef->advance();
   return Status::ok();

@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "collectives/policy.hpp"
 #include "compressors/half.hpp"
 #include "gradwire/communicator.hpp"
 #include "tests/test_util.hpp"
@@ -240,6 +241,124 @@ TEST(Policy, PicksByCodecSizeAndOverrides) {
     auto q = test::make_codec("qsgd:bits=8");
     EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, q.get(), Algo::kAuto), Algo::kCompressedRing);
   }, cfg);
+}
+
+TEST(Policy, TunerAlternatesThenPicksTheFasterSlowestRank) {
+  coll::AllreduceTuner t;
+  const std::string key = "k";
+  std::vector<coll::AllreduceTuner::Plan> plans;
+  for (int i = 0; i < 2 * coll::AllreduceTuner::kRounds; ++i) {
+    plans.push_back(t.plan(key, Algo::kScatterReduce));
+    t.record(key, plans.back().algo, plans.back().algo == Algo::kRing ? 1.0 : 2.0);
+  }
+  for (size_t i = 0; i < plans.size(); ++i) {
+    EXPECT_EQ(plans[i].algo, i % 2 == 0 ? Algo::kScatterReduce : Algo::kRing);
+    EXPECT_EQ(plans[i].timed, i >= 2);
+    EXPECT_EQ(plans[i].agree_after, i + 1 == plans.size());
+    EXPECT_TRUE(plans[i].trial);
+  }
+  EXPECT_EQ(t.decided(key), Algo::kAuto);
+  double mine[2];
+  t.local_best(key, mine);
+  EXPECT_EQ(mine[0], 2.0);
+  EXPECT_EQ(mine[1], 1.0);
+  // Rank 1's ring was slow: the slowest rank decides, so compression wins.
+  const double all[4] = {2.0, 1.0, 2.5, 3.0};
+  EXPECT_EQ(t.decide(key, Algo::kScatterReduce, all, 2), Algo::kScatterReduce);
+  EXPECT_EQ(t.decided(key), Algo::kScatterReduce);
+  const coll::AllreduceTuner::Plan after = t.plan(key, Algo::kScatterReduce);
+  EXPECT_EQ(after.algo, Algo::kScatterReduce);
+  EXPECT_FALSE(after.timed || after.agree_after || after.trial);
+  const double slow_codec[4] = {5.0, 1.0, 6.0, 1.5};
+  EXPECT_EQ(t.decide("other", Algo::kSparseAllgather, slow_codec, 2), Algo::kRing);
+}
+
+// The measured policy on a real communicator: whatever it decides, every rank runs the same
+// algorithm, gets the same bits, and no gradient is lost (outputs plus residuals equal the
+// inputs), through the trial calls, the agreement and the calls after it.
+TEST(Policy, MeasuredChoiceKeepsRanksTogetherAndConservesMass) {
+  for (const char* spec : {"topk:ratio=0.01,ef=1", "qsgd:bits=4"}) {
+    const int p = 3;
+    const size_t n = 40000;  // above the dense threshold
+    const int steps = 2 * coll::AllreduceTuner::kRounds + 3;
+    std::vector<std::vector<float>> last(p);
+    std::vector<Algo> ran(p);
+    std::vector<double> in_total(n, 0.0), out_total(n, 0.0), res_total(n, 0.0);
+    double owner_total = 0;
+    std::mutex mu;
+    run_ranks(p, [&](Communicator& c, int r) {
+      auto codec = test::make_codec(spec);
+      ErrorFeedback ef(n);
+      std::vector<double> my_in(n, 0.0), my_out(n, 0.0);
+      std::vector<float> out(n);
+      for (int s = 0; s < steps; ++s) {
+        auto g = test::gradient(n, static_cast<uint64_t>(r * 1000 + s));
+        ASSERT_TRUE(c.allreduce(g.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, codec.get(), &ef).is_ok());
+        for (size_t i = 0; i < n; ++i) {
+          my_in[i] += g[i];
+          my_out[i] += out[i];
+        }
+      }
+      auto st = c.stats();
+      ASSERT_TRUE(st.is_ok());
+      EXPECT_EQ(st->allreduces, static_cast<uint64_t>(steps));
+      EXPECT_EQ(c.choose_algo(n, DType::kFloat32, codec.get(), Algo::kAuto), st->last_algo);
+      std::lock_guard<std::mutex> lock(mu);
+      last[static_cast<size_t>(r)] = out;
+      ran[static_cast<size_t>(r)] = st->last_algo;
+      for (size_t i = 0; i < n; ++i) {
+        in_total[i] += my_in[i];
+        res_total[i] += ef.residual()[i];
+        if (r == 0) out_total[i] = my_out[i];
+      }
+      for (size_t i = 0; i < ef.owner_count(); ++i) owner_total += ef.owner_residual(ef.owner_count())[i];
+    });
+    for (int r = 1; r < p; ++r) {
+      EXPECT_EQ(ran[static_cast<size_t>(r)], ran[0]) << spec;
+      EXPECT_TRUE(last[static_cast<size_t>(r)] == last[0]) << spec << ": ranks disagree";
+    }
+    double lhs = owner_total, rhs = 0, scale = 0;
+    for (size_t i = 0; i < n; ++i) {
+      lhs += out_total[i] + res_total[i];
+      rhs += in_total[i];
+      scale += std::fabs(in_total[i]);
+    }
+    EXPECT_NEAR(lhs, rhs, 1e-5 * scale + 1e-6) << spec << " ran " << algo_name(ran[0]);
+  }
+}
+
+TEST(Stats, CountBytesAndCodecTimeAndReset) {
+  run_ranks(3, [&](Communicator& c, int r) {
+    const size_t n = 30000;
+    auto q = test::make_codec("qsgd:bits=8");
+    auto g = test::gradient(n, static_cast<uint64_t>(r));
+    std::vector<float> out(n);
+    ASSERT_TRUE(c.reset_stats().is_ok());
+    ASSERT_TRUE(c.allreduce(g.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, q.get(), nullptr,
+                            Algo::kScatterReduce).is_ok());
+    auto st = c.stats();
+    ASSERT_TRUE(st.is_ok());
+    EXPECT_EQ(st->collectives, 1u);
+    EXPECT_EQ(st->allreduces, 1u);
+    EXPECT_EQ(st->last_algo, Algo::kScatterReduce);
+    // qsgd 8-bit: about a byte per element, each rank sends 2 (p - 1) / p of its buffer.
+    EXPECT_GT(st->bytes_sent, n * 2 * 2 / 3 * 9 / 10);
+    EXPECT_LT(st->bytes_sent, n * 2 * 2 / 3 * 13 / 10);
+    EXPECT_GT(st->encode_s, 0.0);
+    EXPECT_GT(st->decode_s, 0.0);
+    EXPECT_GE(st->total_s, st->encode_s + st->decode_s);
+    ASSERT_TRUE(c.allreduce(g.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).is_ok());
+    st = c.stats();
+    ASSERT_TRUE(st.is_ok());
+    EXPECT_EQ(st->last_algo, Algo::kRing);
+    EXPECT_GT(st->bytes_sent, n * 4 * 2 * 2 / 3);
+    ASSERT_TRUE(c.reset_stats().is_ok());
+    st = c.stats();
+    ASSERT_TRUE(st.is_ok());
+    EXPECT_EQ(st->bytes_sent, 0u);
+    EXPECT_EQ(st->allreduces, 0u);
+    EXPECT_EQ(st->encode_s, 0.0);
+  });
 }
 
 TEST(Collectives, BadArgumentsAreRejectedAndLeaveTheCommunicatorUsable) {

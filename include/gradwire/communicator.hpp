@@ -45,6 +45,20 @@ struct CommConfig {
   static Result<CommConfig> from_env();
 };
 
+// What a communicator's collectives did since it was made or its stats were reset. Time is
+// wall time on the progress thread; encode includes error-feedback accumulation, decode
+// includes validation; the rest of total_s is transfer (waiting, copies, dense reduction).
+struct CommStats {
+  uint64_t collectives = 0;      // collective calls finished, of every kind
+  uint64_t allreduces = 0;       // of which all-reduces
+  uint64_t bytes_sent = 0;       // payload bytes this rank posted to the transport
+  uint64_t messages_sent = 0;
+  double encode_s = 0;
+  double decode_s = 0;
+  double total_s = 0;
+  Algo last_algo = Algo::kAuto;  // the algorithm the latest all-reduce ran
+};
+
 class GW_API Communicator {
  public:
   // Takes a connected transport (the factories below build one).
@@ -77,6 +91,11 @@ class GW_API Communicator {
   Status allgather(const void* send, void* recv, size_t bytes);
   Status broadcast(void* buf, size_t bytes, int root);
   Status barrier();
+
+  // Counters of every call made before this one (it runs after them, in order).
+  Result<CommStats> stats();
+  // Zeroes the counters, after every call made before this one.
+  Status reset_stats();
 
   // Runs fn on the communicator's progress thread after every earlier call; the returned
   // handle reports its status. This is how the non-blocking C calls work.

@@ -190,6 +190,28 @@ GW_API gw_result_t gw_comm_size(gw_comm_t comm, int* size);
  * timeout, an abort). A broken communicator fails every call: destroy it. */
 GW_API gw_result_t gw_comm_get_async_error(gw_comm_t comm, gw_result_t* error);
 
+/* What a communicator's collectives did since it was created or its stats were reset; for
+ * perf tools. Times are wall time on the communicator's progress thread: encode_s includes
+ * error-feedback accumulation, decode_s includes validation, and total_s minus both is
+ * transfer (waiting on the network, copies, dense reduction). Set size first (the struct
+ * may grow; the library fills only the first size bytes). */
+typedef struct gw_comm_stats {
+  size_t size;             /* sizeof(gw_comm_stats_t) */
+  uint64_t collectives;    /* collective calls finished, of every kind */
+  uint64_t allreduces;     /* of which all-reduces */
+  uint64_t bytes_sent;     /* payload bytes this rank posted to the transport */
+  uint64_t messages_sent;
+  double encode_s;
+  double decode_s;
+  double total_s;
+  gw_algo_t last_algo;     /* the algorithm the latest all-reduce ran (never GW_ALGO_AUTO once one ran) */
+} gw_comm_stats_t;
+
+/* The counters, after every call made on comm before this one. */
+GW_API gw_result_t gw_comm_get_stats(gw_comm_t comm, gw_comm_stats_t* stats);
+/* Zeroes the counters, after every call made on comm before this one. */
+GW_API gw_result_t gw_comm_reset_stats(gw_comm_t comm);
+
 /* recvbuf = sum (GW_SUM) or mean (GW_AVG) over ranks of sendbuf; sendbuf == recvbuf is in
  * place. codec NULL (or "none") is a dense all-reduce; a lossy codec needs GW_FLOAT32 and may
  * take ef, an EF state of count elements owned by this buffer. */
@@ -209,7 +231,10 @@ GW_API gw_result_t gw_iallreduce(gw_comm_t comm, const void* sendbuf, void* recv
 GW_API gw_result_t gw_test(gw_request_t request, int* done);
 /* Waits for the request, frees it and returns its result. */
 GW_API gw_result_t gw_wait(gw_request_t request);
-/* The algorithm the policy picks for these arguments on this communicator. */
+/* The algorithm the policy picks for these arguments on this communicator. Where the
+ * static policy would compress (GW_ALGO_AUTO, no GW_ALGO), the first calls of each (codec,
+ * count, dtype) time the compressed algorithm against the dense ring and later calls run
+ * the faster; this reports that decision once it is made. GW_TUNE=0 turns measuring off. */
 GW_API gw_result_t gw_allreduce_algo(gw_comm_t comm, size_t count, gw_dtype_t dtype,
                                      gw_codec_t codec, gw_algo_t* algo);
 

@@ -1,0 +1,63 @@
+// Per-communicator statistics for perf tools (gw_comm_get_stats): bytes this rank handed to
+// the transport, and the time its collectives spent encoding, decoding and in total. Written
+// on the progress thread only, and read there too (the communicator runs the read as work),
+// so nothing here is atomic. Cheap: a counter per send and two clock reads per encode or
+// decode call (one per chunk, not per element).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include "gradwire/codec.hpp"
+#include "gradwire/communicator.hpp"
+#include "transport/transport.hpp"
+
+namespace gw::coll {
+
+using CommStats = gw::CommStats;  // declared in the public communicator.hpp
+
+// Adds the time of a scope to a counter; no-op without one.
+class ScopedSeconds {
+ public:
+  explicit ScopedSeconds(double* acc) : acc_(acc) {
+    if (acc_ != nullptr) t0_ = std::chrono::steady_clock::now();
+  }
+  ~ScopedSeconds() {
+    if (acc_ != nullptr) *acc_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  ScopedSeconds(const ScopedSeconds&) = delete;
+  ScopedSeconds& operator=(const ScopedSeconds&) = delete;
+
+ private:
+  double* acc_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+// A transport that counts what is sent through it and forwards everything to the real one.
+// Ops posted here live in the real transport's lists, so aborting that one fails them.
+class CountingTransport final : public transport::Transport {
+ public:
+  CountingTransport(transport::Transport& inner, CommStats& stats) : inner_(inner), stats_(stats) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const char* name() const override { return inner_.name(); }
+  Status isend(int peer, uint64_t tag, const void* buf, size_t len, transport::Op& op) override {
+    stats_.bytes_sent += len;
+    ++stats_.messages_sent;
+    return inner_.isend(peer, tag, buf, len, op);
+  }
+  Status irecv(int peer, uint64_t tag, void* buf, size_t cap, transport::Op& op) override {
+    return inner_.irecv(peer, tag, buf, cap, op);
+  }
+  bool progress() override { return inner_.progress(); }
+  void wait_for_events(transport::Clock::time_point deadline) override { inner_.wait_for_events(deadline); }
+  void abort(const Status& reason) override { inner_.abort(reason); }
+  Status error() const override { return inner_.error(); }
+  Status register_memory(const void* buf, size_t len) override { return inner_.register_memory(buf, len); }
+
+ private:
+  transport::Transport& inner_;
+  CommStats& stats_;
+};
+
+}  // namespace gw::coll
