@@ -1,0 +1,382 @@
+#!/usr/bin/python3
+"""Turns a scripts/bench-emulated.sh run into a markdown report and PNG plots.
+
+usage: report.py OUT [--ranks N] [--plots DIR] [--prefix NAME]
+
+OUT holds <rate>/<system>.r<round>.json (rate in tbf syntax: 1gbit, 10gbit; "none" for
+unshaped veth) and meta.txt. For every system, codec and size the best round is kept (each
+system at its best). Prints markdown to stdout and writes three plots into DIR (default
+OUT/plots): time against size, speedup over the best peer, and achieved time against the
+link floor 2(p-1)/p * S / (r * B), with r the measured compression ratio and B the link rate.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+
+PEERS = ["gloo", "mpi_default", "mpi_ring"]
+PEER_LABEL = {"gloo": "Gloo (torch) all_reduce", "mpi_default": "OpenMPI default", "mpi_ring": "OpenMPI ring"}
+
+
+def rate_bps(rate):
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(k|m|g)bit", rate.lower())
+    if not m:
+        return None
+    return float(m.group(1)) * {"k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)] / 8.0  # bytes per second
+
+
+def rate_label(rate):
+    b = rate_bps(rate)
+    return "unshaped veth" if b is None else "%g Gbit/s" % (b * 8 / 1e9)
+
+
+def load(out):
+    """{rate: {series: {bytes: row}}}, series = (system, codec); best time over rounds."""
+    data = {}
+    for path in sorted(glob.glob(os.path.join(out, "*", "*.r*.json"))):
+        rate = os.path.basename(os.path.dirname(path))
+        system = re.sub(r"\.r\d+\.json$", "", os.path.basename(path))
+        with open(path) as f:
+            doc = json.load(f)
+        for row in doc["results"]:
+            codec = row.get("codec", "none")
+            if system in PEERS or system == "gw_dense":
+                key = (system, "none")
+            else:
+                key = (system, codec)
+            series = data.setdefault(rate, {}).setdefault(key, {})
+            old = series.get(row["bytes"])
+            if old is None or row["time_us"] < old["time_us"]:
+                series[row["bytes"]] = row
+    return data
+
+
+def series_label(key):
+    system, codec = key
+    if system in PEER_LABEL:
+        return PEER_LABEL[system]
+    if system == "gw_dense":
+        return "gradwire dense"
+    if system == "gw_auto":
+        return "gradwire %s" % codec
+    if system == "gw_forced":
+        return "gradwire %s, always compressed" % codec
+    return "%s %s" % key
+
+
+def order(keys):
+    rank = {"gloo": 0, "mpi_default": 1, "mpi_ring": 2, "gw_dense": 3, "gw_auto": 4, "gw_forced": 5}
+    return sorted(keys, key=lambda k: (rank.get(k[0], 9), k[1]))
+
+
+def human(nbytes):
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= div:
+            v = nbytes / div
+            return ("%d %s" % (v, unit)) if v == int(v) else ("%.1f %s" % (v, unit))
+    return "%d B" % nbytes
+
+
+def fmt_time(us):
+    if us >= 1e6:
+        return "%.3f s" % (us / 1e6)
+    if us >= 1e3:
+        return "%.1f ms" % (us / 1e3)
+    return "%.0f us" % us
+
+
+def floor_us(nbytes, p, ratio, bps):
+    if bps is None or not ratio:
+        return None
+    return 2.0 * (p - 1) / p * nbytes / (ratio * bps) * 1e6
+
+
+def best_peer(series, nbytes):
+    best = None
+    for k in PEERS:
+        row = series.get((k, "none"), {}).get(nbytes)
+        if row and (best is None or row["time_us"] < best[1]["time_us"]):
+            best = (k, row)
+    return best
+
+
+def headline(rate, series, p, out):
+    bps = rate_bps(rate)
+    sizes = sorted({b for s in series.values() for b in s})
+    if not sizes:
+        return
+    big = sizes[-1]
+    peer = best_peer(series, big)
+    out.append("")
+    out.append("#### %s, %d ranks, %s fp32 per rank" % (rate_label(rate), p, human(big)))
+    out.append("")
+    fl = floor_us(big, p, 1.0, bps)
+    if fl:
+        out.append("Link floor (uncompressed): %s. Best peer: %s, %s." % (
+            fmt_time(fl), PEER_LABEL[peer[0]] if peer else "-", fmt_time(peer[1]["time_us"]) if peer else "-"))
+        out.append("")
+    out.append("| system | algorithm | time | busbw GB/s | wire/rank | ratio r | encode / transfer / decode | relerr | speedup over best peer | time / link floor(r) |")
+    out.append("|---|---|---:|---:|---:|---:|---|---:|---:|---:|")
+    for key in order(series):
+        row = series[key].get(big)
+        if row is None:
+            continue
+        ratio = row.get("ratio", 1.0) or 1.0
+        fl = floor_us(big, p, ratio, bps)
+        split = "-"
+        if "encode_us" in row:
+            split = "%s / %s / %s" % (fmt_time(row["encode_us"]), fmt_time(row["transfer_us"]), fmt_time(row["decode_us"]))
+        wire = row.get("wire_bytes")
+        out.append("| %s | %s | %s | %.3f | %s | %s | %s | %s | %s | %s |" % (
+            series_label(key), row.get("algo", "-"), fmt_time(row["time_us"]), row["busbw"],
+            human(wire) if wire else "-", "%.2f" % ratio if "ratio" in row else "1", split,
+            "%.1e" % row["relerr"] if "relerr" in row else "-",
+            "%.2fx" % (peer[1]["time_us"] / row["time_us"]) if peer else "-",
+            "%.2f" % (row["time_us"] / fl) if fl else "-"))
+
+
+def all_sizes(rate, series, out):
+    sizes = sorted({b for s in series.values() for b in s})
+    out.append("")
+    out.append("Time per call at %s, every size (best peer marked *):" % rate_label(rate))
+    out.append("")
+    out.append("| system | " + " | ".join(human(b) for b in sizes) + " |")
+    out.append("|---|" + "---:|" * len(sizes))
+    peers = {b: best_peer(series, b) for b in sizes}
+    for key in order(series):
+        cells = []
+        for b in sizes:
+            row = series[key].get(b)
+            if row is None:
+                cells.append("-")
+                continue
+            mark = "*" if peers[b] and key == (peers[b][0], "none") else ""
+            cells.append(fmt_time(row["time_us"]) + mark)
+        out.append("| %s | %s |" % (series_label(key), " | ".join(cells)))
+
+
+def policy_check(data, out):
+    """gradwire's default (gw_auto) against its own dense path, every codec, size and rate."""
+    out.append("")
+    out.append("### Default policy against gradwire dense")
+    out.append("")
+    out.append("Each cell: time of the default policy / time of gradwire dense, and the algorithm it ran "
+               "(ring = it chose dense). Above 1.05 is a miss.")
+    worst = 0.0
+    for rate in sorted(data, key=lambda r: rate_bps(r) or 1e30):
+        series = data[rate]
+        dense = series.get(("gw_dense", "none"), {})
+        codecs = sorted(c for s, c in series if s == "gw_auto")
+        sizes = sorted(dense)
+        if not codecs or not sizes:
+            continue
+        out.append("")
+        out.append("%s:" % rate_label(rate))
+        out.append("")
+        out.append("| codec | " + " | ".join(human(b) for b in sizes) + " |")
+        out.append("|---|" + "---:|" * len(sizes))
+        for codec in codecs:
+            cells = []
+            for b in sizes:
+                row = series[("gw_auto", codec)].get(b)
+                if row is None or b not in dense:
+                    cells.append("-")
+                    continue
+                q = row["time_us"] / dense[b]["time_us"]
+                worst = max(worst, q)
+                cells.append("%.2f %s%s" % (q, row.get("algo", ""), " **miss**" if q > 1.05 else ""))
+            out.append("| %s | %s |" % (codec, " | ".join(cells)))
+    out.append("")
+    out.append("Worst default/dense ratio: %.3f (%s)." % (worst, "within 5%" if worst <= 1.05 else "MISSES the 5% bound"))
+
+
+def targets(data, p, out):
+    rate = next((r for r in data if rate_bps(r) == 1e9 / 8), None)
+    out.append("")
+    out.append("### Targets (%d ranks, largest size, 1 Gbit/s)" % p)
+    out.append("")
+    if rate is None:
+        out.append("No 1 Gbit/s run in this report.")
+        return
+    series = data[rate]
+    sizes = sorted({b for s in series.values() for b in s})
+    big = sizes[-1]
+    peer = best_peer(series, big)
+    fl = floor_us(big, p, 1.0, rate_bps(rate))
+    out.append("| target | measured | met |")
+    out.append("|---|---|---|")
+
+    def row_of(key):
+        return series.get(key, {}).get(big)
+
+    d = row_of(("gw_dense", "none"))
+    if d and peer:
+        q = d["time_us"] / peer[1]["time_us"]
+        out.append("| gradwire dense no slower than the best peer (within 5%%) | %s vs %s (%s): %.3fx | %s |" % (
+            fmt_time(d["time_us"]), fmt_time(peer[1]["time_us"]), PEER_LABEL[peer[0]], q, "yes" if q <= 1.05 else "no"))
+    if d and fl:
+        q = d["time_us"] / fl
+        out.append("| gradwire dense within 1.15x of the link floor | %s vs %s: %.3fx | %s |" % (
+            fmt_time(d["time_us"]), fmt_time(fl), q, "yes" if q <= 1.15 else "no"))
+    for prefix, need, label in (("qsgd:bits=8", 3.5, "qsgd 8-bit"), ("topk:ratio=0.01", 10.0, "topk 1% with EF")):
+        for key in order(series):
+            if key[0] == "gw_auto" and key[1].startswith(prefix) and (prefix != "topk:ratio=0.01" or "ef=1" in key[1]):
+                r = row_of(key)
+                if r and peer:
+                    s = peer[1]["time_us"] / r["time_us"]
+                    out.append("| %s >= %.1fx faster than the best peer | %s (%s): %.2fx | %s |" % (
+                        label, need, fmt_time(r["time_us"]), r.get("algo", ""), s, "yes" if s >= need else "no"))
+
+
+def plots(data, p, pdir, prefix):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = sorted(data, key=lambda r: rate_bps(r) or 1e30)
+    os.makedirs(pdir, exist_ok=True)
+    files = []
+    styles = {"gloo": ("tab:green", "s"), "mpi_default": ("tab:olive", "v"), "mpi_ring": ("tab:brown", "^"),
+              "gw_dense": ("black", "o")}
+    palette = ["tab:blue", "tab:orange", "tab:red", "tab:purple", "tab:cyan", "tab:pink", "tab:gray"]
+
+    def color_of(key, codecs):
+        if key[0] in styles:
+            return styles[key[0]]
+        return palette[codecs.index(key[1]) % len(palette)], "D" if key[0] == "gw_auto" else "x"
+
+    # 1. time against size
+    fig, axes = plt.subplots(1, len(rates), figsize=(7 * len(rates), 5.5), squeeze=False)
+    for ax, rate in zip(axes[0], rates):
+        series = data[rate]
+        codecs = sorted({c for s, c in series if s in ("gw_auto", "gw_forced")})
+        for key in order(series):
+            pts = sorted(series[key].items())
+            color, marker = color_of(key, codecs)
+            ax.plot([b / 2**20 for b, _ in pts], [r["time_us"] / 1e3 for _, r in pts], marker=marker, color=color,
+                    linestyle="--" if key[0] == "gw_forced" else "-", linewidth=1.0 if key[0] == "gw_forced" else 1.8,
+                    label=series_label(key))
+        bps = rate_bps(rate)
+        if bps:
+            sizes = sorted({b for s in series.values() for b in s})
+            ax.plot([b / 2**20 for b in sizes], [floor_us(b, p, 1, bps) / 1e3 for b in sizes], ":", color="gray",
+                    label="link floor, uncompressed")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("size per rank (MiB, fp32)")
+        ax.set_ylabel("time per all-reduce (ms)")
+        ax.set_title("%d ranks, %s links" % (p, rate_label(rate)))
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    path = os.path.join(pdir, prefix + "time_vs_size.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    files.append(path)
+
+    # 2. speedup over the best peer
+    fig, axes = plt.subplots(1, len(rates), figsize=(7 * len(rates), 5), squeeze=False)
+    for ax, rate in zip(axes[0], rates):
+        series = data[rate]
+        codecs = sorted({c for s, c in series if s in ("gw_auto", "gw_forced")})
+        for key in order(series):
+            if not key[0].startswith("gw_"):
+                continue
+            xs, ys = [], []
+            for b, r in sorted(series[key].items()):
+                peer = best_peer(series, b)
+                if peer:
+                    xs.append(b / 2**20)
+                    ys.append(peer[1]["time_us"] / r["time_us"])
+            color, marker = color_of(key, codecs)
+            ax.plot(xs, ys, marker=marker, color=color, linestyle="--" if key[0] == "gw_forced" else "-",
+                    linewidth=1.0 if key[0] == "gw_forced" else 1.8, label=series_label(key))
+        ax.axhline(1.0, color="gray", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("size per rank (MiB, fp32)")
+        ax.set_ylabel("speedup over the best peer (x)")
+        ax.set_title("%d ranks, %s links" % (p, rate_label(rate)))
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    path = os.path.join(pdir, prefix + "speedup.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    files.append(path)
+
+    # 3. achieved time against the link floor for each row's compression ratio
+    shaped = [r for r in rates if rate_bps(r)]
+    if shaped:
+        fig, axes = plt.subplots(1, len(shaped), figsize=(6.5 * len(shaped), 5.5), squeeze=False)
+        for ax, rate in zip(axes[0], shaped):
+            series = data[rate]
+            bps = rate_bps(rate)
+            codecs = sorted({c for s, c in series if s in ("gw_auto", "gw_forced")})
+            lo, hi = 1e30, 0
+            for key in order(series):
+                xs, ys = [], []
+                for b, r in sorted(series[key].items()):
+                    fl = floor_us(b, p, r.get("ratio", 1.0) or 1.0, bps)
+                    xs.append(fl / 1e3)
+                    ys.append(r["time_us"] / 1e3)
+                if not xs:
+                    continue
+                lo, hi = min(lo, min(xs), min(ys)), max(hi, max(xs), max(ys))
+                color, marker = color_of(key, codecs)
+                ax.plot(xs, ys, marker=marker, color=color, linestyle="--" if key[0] == "gw_forced" else "-",
+                        linewidth=0.8, label=series_label(key))
+            ax.plot([lo, hi], [lo, hi], color="gray", linewidth=0.8, label="time = link floor")
+            ax.plot([lo, hi], [1.15 * lo, 1.15 * hi], ":", color="gray", linewidth=0.8, label="1.15x the floor")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("link floor 2(p-1)/p * S / (r * B) (ms)")
+            ax.set_ylabel("achieved time (ms)")
+            ax.set_title("%d ranks, %s links" % (p, rate_label(rate)))
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        fig.tight_layout()
+        path = os.path.join(pdir, prefix + "link_floor.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        files.append(path)
+    return files
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Report of a scripts/bench-emulated.sh run")
+    ap.add_argument("out")
+    ap.add_argument("--ranks", type=int, default=0)
+    ap.add_argument("--plots", default="")
+    ap.add_argument("--prefix", default="emulated_", help="file name prefix of the plots")
+    a = ap.parse_args()
+    data = load(a.out)
+    if not data:
+        sys.exit("report: no results under %s" % a.out)
+    p = a.ranks
+    if not p:
+        for path in glob.glob(os.path.join(a.out, "*", "*.json")):
+            with open(path) as f:
+                p = json.load(f)["nranks"]
+            break
+    out = ["## Results: %s" % os.path.basename(os.path.normpath(a.out)), ""]
+    meta = os.path.join(a.out, "meta.txt")
+    if os.path.exists(meta):
+        out.append("```")
+        out.extend(l.rstrip() for l in open(meta))
+        out.append("```")
+    for rate in sorted(data, key=lambda r: rate_bps(r) or 1e30):
+        headline(rate, data[rate], p, out)
+        all_sizes(rate, data[rate], out)
+    policy_check(data, out)
+    targets(data, p, out)
+    files = plots(data, p, a.plots or os.path.join(a.out, "plots"), a.prefix)
+    out.append("")
+    out.append("Plots: " + ", ".join(files))
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
