@@ -282,7 +282,7 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
           if (flush) {
             float* acc = coll::prepare_accumulator(c, s, count, ef, 0);  // residual += send
             GW_RETURN_IF_ERROR(coll::ring_allreduce(c, acc, recv, count, dtype, op));
-            std::memset(acc, 0, count * sizeof(float));
+            if (count > 0) std::memset(acc, 0, count * sizeof(float));
             return Status::ok();
           }
           return coll::ring_allreduce(c, send, recv, count, dtype, op);

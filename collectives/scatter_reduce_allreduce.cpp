@@ -119,7 +119,7 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
   size_t left = 0;
   for (int peer = 0; peer < p; ++peer) left += peer == c.rank ? 0 : seg_chunks(peer);
   uint8_t* decoded = c.scratch.bytes.get<uint8_t>(5, per_phase);
-  std::memset(decoded, 0, per_phase);
+  if (per_phase > 0) std::memset(decoded, 0, per_phase);  // no buffer at all when nothing moves
   while (left > 0) {
     bool any = false;
     for (int peer = 0; peer < p; ++peer) {
