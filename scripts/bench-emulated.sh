@@ -114,7 +114,7 @@ run_system() {  # system json
   echo "codecs: $codecs"
   echo "ucx: $(ucx_info -v 2>/dev/null | awk '/Version/ {print $3}'); openmpi: $(ompi_info --version 2>/dev/null | awk '/Open MPI/ {print $NF; exit}'); torch: $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-} | tee "$out/meta.txt"
+} | tee -a "$out/meta.txt"
 
 for rate in $rates; do
   mkdir -p "$out/$rate"

@@ -162,9 +162,12 @@ def policy_check(data, out):
     out.append("")
     out.append("### Default policy against gradwire dense")
     out.append("")
-    out.append("Each cell: time of the default policy / time of gradwire dense, and the algorithm it ran "
-               "(ring = it chose dense). Above 1.05 is a miss.")
+    out.append("Each cell: time of the default policy / time of gradwire dense (the best round of each), and "
+               "the algorithm the default ran. Where it ran ring it chose dense and ran the dense path "
+               "itself: the ratio is then run-to-run noise of the same code. Above 1.05 where it "
+               "compressed is a miss.")
     worst = 0.0
+    worst_dense = 0.0
     for rate in sorted(data, key=lambda r: rate_bps(r) or 1e30):
         series = data[rate]
         dense = series.get(("gw_dense", "none"), {})
@@ -185,11 +188,17 @@ def policy_check(data, out):
                     cells.append("-")
                     continue
                 q = row["time_us"] / dense[b]["time_us"]
-                worst = max(worst, q)
-                cells.append("%.2f %s%s" % (q, row.get("algo", ""), " **miss**" if q > 1.05 else ""))
+                if row.get("algo") == "ring":
+                    worst_dense = max(worst_dense, q)
+                    cells.append("%.2f ring" % q)
+                else:
+                    worst = max(worst, q)
+                    cells.append("%.2f %s%s" % (q, row.get("algo", ""), " **miss**" if q > 1.05 else ""))
             out.append("| %s | %s |" % (codec, " | ".join(cells)))
     out.append("")
-    out.append("Worst default/dense ratio: %.3f (%s)." % (worst, "within 5%" if worst <= 1.05 else "MISSES the 5% bound"))
+    out.append("Worst default/dense ratio where the default compressed: %.3f (%s); where it chose dense: %.3f "
+               "(noise between two runs of the dense ring)." % (
+                   worst, "within 5%" if worst <= 1.05 else "MISSES the 5% bound", worst_dense))
 
 
 def targets(data, p, out):
@@ -234,6 +243,7 @@ def plots(data, p, pdir, prefix):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401  (matplotlib.ticker below)
 
     rates = sorted(data, key=lambda r: rate_bps(r) or 1e30)
     os.makedirs(pdir, exist_ok=True)
@@ -296,6 +306,10 @@ def plots(data, p, pdir, prefix):
         ax.axhline(1.0, color="gray", linewidth=0.8)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        fmt = matplotlib.ticker.FuncFormatter(lambda v, _: "%g" % v)
+        ax.yaxis.set_major_formatter(fmt)
+        ax.yaxis.set_minor_formatter(fmt)
+        ax.tick_params(axis="y", which="minor", labelsize=7)
         ax.set_xlabel("size per rank (MiB, fp32)")
         ax.set_ylabel("speedup over the best peer (x)")
         ax.set_title("%d ranks, %s links" % (p, rate_label(rate)))
