@@ -81,8 +81,7 @@ Algo AllreduceTuner::decide(const std::string& key, Algo candidate, const double
   for (int r = 0; r < nranks; ++r) {
     for (int j = 0; j < 2; ++j) slowest[j] = all[2 * r + j] > slowest[j] ? all[2 * r + j] : slowest[j];
   }
-  // Ties go to compression: it leaves the link to others.
-  const Algo pick = slowest[1] < slowest[0] ? Algo::kRing : candidate;
+  const Algo pick = slowest[0] * (1.0 + kMargin) < slowest[1] ? candidate : Algo::kRing;
   std::lock_guard<std::mutex> lock(mu_);
   entries_[key].decision = pick;
   return pick;

@@ -34,7 +34,10 @@ class AllreduceTuner {
  public:
   // Calls per key before the decision: kRounds rounds of (compressed, dense); the first
   // round warms up (scratch, page faults) and is not counted.
-  static constexpr int kRounds = 3;
+  static constexpr int kRounds = 4;
+  // Compression must beat the dense ring by this fraction to be chosen: it costs accuracy,
+  // and a choice between two near-equal timings is a coin toss on a noisy host.
+  static constexpr double kMargin = 0.10;
 
   struct Plan {
     Algo algo;         // what this call runs
@@ -48,8 +51,8 @@ class AllreduceTuner {
   void record(const std::string& key, Algo ran, double seconds);
   // This rank's best times (compressed, dense) for key, to be exchanged.
   void local_best(const std::string& key, double out[2]);
-  // Decides from every rank's local_best (nranks pairs): the algorithm whose slowest rank
-  // was faster. Returns it.
+  // Decides from every rank's local_best (nranks pairs): compression when its slowest rank
+  // beat the dense ring's slowest rank by kMargin, else the dense ring. Returns it.
   Algo decide(const std::string& key, Algo candidate, const double* all, int nranks);
   // Any thread: the decision for key, or kAuto while there is none.
   Algo decided(const std::string& key) const;

@@ -28,12 +28,12 @@ class Allreduce final : public gw::perf::Collective {
   }
 
   int min_warmup(const Case& c) const override {
-    // Where the static policy compresses, the library times its first 6 calls (3 rounds of
-    // compressed and dense) before it settles (collectives/policy.hpp).
+    // Where the static policy compresses, the library times its first 8 calls (4 rounds of
+    // compressed and dense) before it settles (AllreduceTuner, collectives/policy.hpp).
     if (c.algo != GW_ALGO_AUTO) return 0;
     gw_algo_t a = GW_ALGO_RING;
     must(gw_allreduce_algo(c.comm, c.count, c.dtype, c.codec, &a), "gw_allreduce_algo");
-    return a == GW_ALGO_RING ? 0 : 6;
+    return a == GW_ALGO_RING ? 0 : 8;
   }
 
   void allocate(const Case& l) override {

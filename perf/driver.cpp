@@ -90,7 +90,7 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
     std::printf("# time: mean per call, slowest rank; algbw = size / time, busbw = algbw * %.3f (GB/s = 1e9 B/s);\n"
                 "# wire: bytes each rank sent per call (mean of ranks); ratio = busbw bytes / wire bytes;\n"
                 "# enc, xfer, dec: the time split (encode and decode from the library, mean of ranks; xfer the rest);\n"
-                "# with --algo auto and a codec, warm-up is at least 6 calls: the policy times its first 6\n",
+                "# with --algo auto and a codec, warm-up is at least 8 calls: the policy times its first 8\n",
                 coll.bus_factor(nranks));
     std::printf("#\n# %11s %10s %6s %-24s %8s %11s %7s %7s %11s %6s %9s %9s %9s %9s %7s\n", "size(B)", "count", "type",
                 "codec", "algo", "time(us)", "algbw", "busbw", "wire(B)", "ratio", "enc(us)", "xfer(us)", "dec(us)",

@@ -111,6 +111,7 @@ run_system() {  # system json
   echo "host: $(uname -srm), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
   echo "cpu: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
   echo "ranks: $np; rates: $rates; sizes: $bmin..$bmax x$factor; iters $iters, warmup $warmup, rounds $rounds"
+  echo "systems: $systems"
   echo "codecs: $codecs"
   echo "ucx: $(ucx_info -v 2>/dev/null | awk '/Version/ {print $3}'); openmpi: $(ompi_info --version 2>/dev/null | awk '/Open MPI/ {print $NF; exit}'); torch: $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
