@@ -287,40 +287,41 @@ def plots(data, p, pdir, prefix):
     plt.close(fig)
     files.append(path)
 
-    # 2. speedup over the best peer
-    fig, axes = plt.subplots(1, len(rates), figsize=(7 * len(rates), 5), squeeze=False)
-    for ax, rate in zip(axes[0], rates):
-        series = data[rate]
-        codecs = sorted({c for s, c in series if s in ("gw_auto", "gw_forced")})
-        for key in order(series):
-            if not key[0].startswith("gw_"):
-                continue
-            xs, ys = [], []
-            for b, r in sorted(series[key].items()):
-                peer = best_peer(series, b)
-                if peer:
-                    xs.append(b / 2**20)
-                    ys.append(peer[1]["time_us"] / r["time_us"])
-            color, marker = color_of(key, codecs)
-            ax.plot(xs, ys, marker=marker, color=color, linestyle="--" if key[0] == "gw_forced" else "-",
-                    linewidth=1.0 if key[0] == "gw_forced" else 1.8, label=series_label(key))
-        ax.axhline(1.0, color="gray", linewidth=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        fmt = matplotlib.ticker.FuncFormatter(lambda v, _: "%g" % v)
-        ax.yaxis.set_major_formatter(fmt)
-        ax.yaxis.set_minor_formatter(fmt)
-        ax.tick_params(axis="y", which="minor", labelsize=7)
-        ax.set_xlabel("size per rank (MiB, fp32)")
-        ax.set_ylabel("speedup over the best peer (x)")
-        ax.set_title("%d ranks, %s links" % (p, rate_label(rate)))
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    path = os.path.join(pdir, prefix + "speedup.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    files.append(path)
+    # 2. speedup over the best peer (when a peer ran)
+    if any(best_peer(data[r], b) for r in rates for s in data[r].values() for b in s):
+        fig, axes = plt.subplots(1, len(rates), figsize=(7 * len(rates), 5), squeeze=False)
+        for ax, rate in zip(axes[0], rates):
+            series = data[rate]
+            codecs = sorted({c for s, c in series if s in ("gw_auto", "gw_forced")})
+            for key in order(series):
+                if not key[0].startswith("gw_"):
+                    continue
+                xs, ys = [], []
+                for b, r in sorted(series[key].items()):
+                    peer = best_peer(series, b)
+                    if peer:
+                        xs.append(b / 2**20)
+                        ys.append(peer[1]["time_us"] / r["time_us"])
+                color, marker = color_of(key, codecs)
+                ax.plot(xs, ys, marker=marker, color=color, linestyle="--" if key[0] == "gw_forced" else "-",
+                        linewidth=1.0 if key[0] == "gw_forced" else 1.8, label=series_label(key))
+            ax.axhline(1.0, color="gray", linewidth=0.8)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            fmt = matplotlib.ticker.FuncFormatter(lambda v, _: "%g" % v)
+            ax.yaxis.set_major_formatter(fmt)
+            ax.yaxis.set_minor_formatter(fmt)
+            ax.tick_params(axis="y", which="minor", labelsize=7)
+            ax.set_xlabel("size per rank (MiB, fp32)")
+            ax.set_ylabel("speedup over the best peer (x)")
+            ax.set_title("%d ranks, %s links" % (p, rate_label(rate)))
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        fig.tight_layout()
+        path = os.path.join(pdir, prefix + "speedup.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        files.append(path)
 
     # 3. achieved time against the link floor for each row's compression ratio
     shaped = [r for r in rates if rate_bps(r)]
