@@ -1,6 +1,7 @@
 // The communicator half of the C ABI.
 #include <cstddef>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -9,6 +10,7 @@
 #include "compressors/c_api_support.hpp"
 #include "gradwire/communicator.hpp"
 #include "gradwire/gradwire.h"
+#include "kernels/device_memory.hpp"
 #include "transport/bootstrap/bootstrap.hpp"
 
 
@@ -52,6 +54,31 @@ Status check_enum_args(gw_dtype_t dtype, gw_red_op_t op, gw_algo_t algo) {
   if (op != GW_SUM && op != GW_AVG) return gw::invalid_argument("op " + std::to_string(static_cast<int>(op)) + " is not a gw_red_op_t");
   if (static_cast<int>(algo) < 0 || algo > GW_ALGO_SPARSE_ALLGATHER) {
     return gw::invalid_argument("algo " + std::to_string(static_cast<int>(algo)) + " is not a gw_algo_t");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+namespace {
+
+// Collectives run on host buffers (device buffers through the collectives are not built yet):
+// a device pointer would be read by the CPU, so it is refused with a message instead.
+Status check_host_buffers(std::initializer_list<const void*> bufs) {
+  for (const void* b : bufs) {
+    if (gw::is_device_memory(b)) {
+      return gw::unsupported("a buffer is CUDA device memory; collectives take host buffers (encode on the GPU with "
+                             "gw_encode_device and pass the message, or copy the gradient to host memory)");
+    }
+  }
+  return Status::ok();
+}
+
+// Collectives run on host buffers; a device-resident residual cannot serve them.
+Status check_host_ef(gw_ef_state_t ef) {
+  if (ef != nullptr && ef->device) {
+    return gw::unsupported("ef lives in device memory (gw_ef_state_create_device); collectives take host buffers "
+                           "and a host state (gw_ef_state_create)");
   }
   return Status::ok();
 }
@@ -188,6 +215,8 @@ gw_result_t gw_allreduce_ex(gw_comm_t comm, const void* sendbuf, void* recvbuf, 
   return guard("gw_allreduce", [&]() -> Status {
     GW_RETURN_IF_ERROR(check_comm(comm));
     GW_RETURN_IF_ERROR(check_enum_args(dtype, op, algo));
+    GW_RETURN_IF_ERROR(check_host_ef(ef));
+    GW_RETURN_IF_ERROR(check_host_buffers({sendbuf, recvbuf}));
     return comm->comm->allreduce(sendbuf, recvbuf, count, static_cast<gw::DType>(dtype), static_cast<gw::ReduceOp>(op),
                                  codec != nullptr ? codec->codec.get() : nullptr, ef != nullptr ? &ef->ef : nullptr,
                                  static_cast<gw::Algo>(algo));
@@ -201,6 +230,8 @@ gw_result_t gw_iallreduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, si
     if (request == nullptr) return null_arg("request");
     *request = nullptr;
     GW_RETURN_IF_ERROR(check_enum_args(dtype, op, algo));
+    GW_RETURN_IF_ERROR(check_host_ef(ef));
+    GW_RETURN_IF_ERROR(check_host_buffers({sendbuf, recvbuf}));
     gw::Codec* c = codec != nullptr ? codec->codec.get() : nullptr;
     gw::ErrorFeedback* e = ef != nullptr ? &ef->ef : nullptr;
     auto work = comm->comm->submit([=](gw::Communicator& cm) {
@@ -246,6 +277,7 @@ gw_result_t gw_allreduce_algo(gw_comm_t comm, size_t count, gw_dtype_t dtype, gw
 gw_result_t gw_sparse_allgather(gw_comm_t comm, const void* msg, size_t len, void* recvbuf, size_t capacity, size_t* lengths) {
   return guard("gw_sparse_allgather", [&]() -> Status {
     GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_host_buffers({msg, recvbuf}));
     return comm->comm->sparse_allgather(msg, len, recvbuf, capacity, lengths);
   });
 }
@@ -253,6 +285,7 @@ gw_result_t gw_sparse_allgather(gw_comm_t comm, const void* msg, size_t len, voi
 gw_result_t gw_sparse_allgather_dense(gw_comm_t comm, const void* msg, size_t len, float* dense, size_t count) {
   return guard("gw_sparse_allgather_dense", [&]() -> Status {
     GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_host_buffers({msg, dense}));
     return comm->comm->sparse_allgather_dense(msg, len, dense, count);
   });
 }
@@ -260,6 +293,7 @@ gw_result_t gw_sparse_allgather_dense(gw_comm_t comm, const void* msg, size_t le
 gw_result_t gw_allgather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes) {
   return guard("gw_allgather", [&]() -> Status {
     GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_host_buffers({sendbuf, recvbuf}));
     return comm->comm->allgather(sendbuf, recvbuf, bytes);
   });
 }
@@ -267,6 +301,7 @@ gw_result_t gw_allgather(gw_comm_t comm, const void* sendbuf, void* recvbuf, siz
 gw_result_t gw_broadcast(gw_comm_t comm, void* buf, size_t bytes, int root) {
   return guard("gw_broadcast", [&]() -> Status {
     GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_host_buffers({buf}));
     return comm->comm->broadcast(buf, bytes, root);
   });
 }

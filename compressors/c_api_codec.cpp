@@ -7,6 +7,7 @@
 #include "gradwire/codec.hpp"
 #include "gradwire/ef_state.hpp"
 #include "gradwire/gradwire.h"
+#include "kernels/device_memory.hpp"
 
 
 namespace {
@@ -14,6 +15,14 @@ namespace {
 using gw::Status;
 using gw::capi::guard;
 using gw::capi::null_arg;
+
+// gw_encode and gw_decode read and write with the CPU: a device pointer would crash it.
+Status check_host(const void* p, const char* name) {
+  if (gw::is_device_memory(p)) {
+    return gw::invalid_argument(std::string(name) + " is CUDA device memory: use gw_encode_device / gw_decode_device");
+  }
+  return Status::ok();
+}
 
 Status check_dtype(gw_dtype_t dtype) {
   if (!gw::dtype_valid(static_cast<int>(dtype))) {
@@ -33,7 +42,7 @@ gw_result_t gw_codec_create(const char* spec, gw_codec_t* codec) {
     *codec = nullptr;
     if (spec == nullptr) return null_arg("spec");
     GW_ASSIGN_OR_RETURN(std::unique_ptr<gw::Codec> c, gw::Codec::create(spec));
-    *codec = new gw_codec_s{std::move(c)};
+    *codec = new gw_codec_s{std::move(c), nullptr};
     return Status::ok();
   });
 }
@@ -89,7 +98,12 @@ gw_result_t gw_encode(gw_codec_t codec, const void* src, size_t count, gw_dtype_
     if (written == nullptr) return null_arg("written");
     *written = 0;
     GW_RETURN_IF_ERROR(check_dtype(dtype));
+    GW_RETURN_IF_ERROR(check_host(src, "src"));
+    GW_RETURN_IF_ERROR(check_host(dst, "dst"));
     const gw::EncodeContext ctx{step, rank};
+    if (ef != nullptr && ef->device) {
+      return gw::invalid_argument("ef lives in device memory (gw_ef_state_create_device): use gw_encode_device");
+    }
     if (ef != nullptr) {
       if (dtype != GW_FLOAT32) return gw::unsupported("error feedback takes float32 input only");
       if (src == nullptr && count > 0) return null_arg("src");
@@ -112,6 +126,8 @@ gw_result_t gw_decode(const void* msg, size_t len, void* dst, size_t count, gw_d
       return gw::invalid_argument("mode " + std::to_string(static_cast<int>(mode)) +
                                   " is not a gw_decode_mode_t");
     }
+    GW_RETURN_IF_ERROR(check_host(msg, "msg"));
+    GW_RETURN_IF_ERROR(check_host(dst, "dst"));
     return gw::decode(msg, len, dst, count, static_cast<gw::DType>(dtype),
                       static_cast<gw::DecodeMode>(mode));
   });
@@ -151,6 +167,7 @@ gw_result_t gw_ef_state_destroy(gw_ef_state_t ef) {
 gw_result_t gw_ef_state_reset(gw_ef_state_t ef) {
   return guard("gw_ef_state_reset", [&]() -> Status {
     if (ef == nullptr) return null_arg("ef");
+    if (ef->device) return ef->device->reset();
     ef->ef.reset();
     return Status::ok();
   });
@@ -160,7 +177,7 @@ gw_result_t gw_ef_state_count(gw_ef_state_t ef, size_t* count) {
   return guard("gw_ef_state_count", [&]() -> Status {
     if (ef == nullptr) return null_arg("ef");
     if (count == nullptr) return null_arg("count");
-    *count = ef->ef.count();
+    *count = ef->device ? ef->device->count() : ef->ef.count();
     return Status::ok();
   });
 }
@@ -169,7 +186,7 @@ gw_result_t gw_ef_state_step(gw_ef_state_t ef, uint64_t* step) {
   return guard("gw_ef_state_step", [&]() -> Status {
     if (ef == nullptr) return null_arg("ef");
     if (step == nullptr) return null_arg("step");
-    *step = ef->ef.step();
+    *step = ef->device ? ef->device->step() : ef->ef.step();
     return Status::ok();
   });
 }
@@ -178,6 +195,7 @@ gw_result_t gw_ef_state_get_residual(gw_ef_state_t ef, float* out, size_t count)
   return guard("gw_ef_state_get_residual", [&]() -> Status {
     if (ef == nullptr) return null_arg("ef");
     if (out == nullptr && count > 0) return null_arg("out");
+    if (ef->device) return ef->device->copy_out(out, count);
     if (count != ef->ef.count()) {
       return gw::invalid_argument("count " + std::to_string(count) + " differs from the state's " +
                                   std::to_string(ef->ef.count()));

@@ -18,7 +18,9 @@ struct CodecEntry {
   const char* keys;
   std::unique_ptr<Codec> (*make)(const CodecSpec& spec);
   // Checks the codec parameters of a header and everything in the payload that could make
-  // apply() misbehave (lengths, index order and range); sets nnz. Reads, never writes.
+  // apply() misbehave (lengths, index order and range); sets nnz. Reads, never writes; reads
+  // the payload only for the index-carrying codecs (topk, dgc), so the device decoder may pass
+  // a null payload for the others.
   Status (*validate)(const wire::Header& header, const uint8_t* payload, uint64_t& nnz);
   // Writes the decoded values into dst; called only after validate() succeeded.
   void (*apply)(const wire::Header& header, const uint8_t* payload, void* dst, DType dtype,

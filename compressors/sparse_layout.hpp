@@ -20,7 +20,9 @@ inline uint64_t load_index(const uint8_t* payload, uint64_t i, uint32_t width) {
   return width == 4 ? load_le<uint32_t>(payload, i) : load_le<uint64_t>(payload, i);
 }
 
-inline Status validate_sparse(const wire::Header& h, const uint8_t* payload, uint64_t& nnz) {
+// Everything validate_sparse checks except the indices themselves (which the device path
+// checks on the GPU, kernels/sparse_kernels.cu).
+inline Status validate_sparse_fields(const wire::Header& h) {
   if (h.bits != 0 || h.bucket != 0 || h.seed != 0 || h.step != 0 || h.flags != 0) {
     return invalid_message("sparse message has quantizer or random-stream fields set");
   }
@@ -29,12 +31,17 @@ inline Status validate_sparse(const wire::Header& h, const uint8_t* payload, uin
     return invalid_message("k = " + std::to_string(h.k) + " exceeds the element count " +
                            std::to_string(h.count));
   }
-  const uint32_t width = index_bytes(h.count);
   if (h.payload_bytes != sparse_payload_bytes(h.count, h.k)) {
     return invalid_message("payload is " + std::to_string(h.payload_bytes) + " bytes, expected " +
                            std::to_string(sparse_payload_bytes(h.count, h.k)) + " for k = " +
                            std::to_string(h.k));
   }
+  return Status::ok();
+}
+
+inline Status validate_sparse(const wire::Header& h, const uint8_t* payload, uint64_t& nnz) {
+  GW_RETURN_IF_ERROR(validate_sparse_fields(h));
+  const uint32_t width = index_bytes(h.count);
   uint64_t prev = 0;
   for (uint64_t i = 0; i < h.k; ++i) {
     const uint64_t idx = load_index(payload, i, width);

@@ -856,6 +856,34 @@ static void test_communicator(void) {
   EXPECT_OK(gw_codec_destroy(topk));
 }
 
+/* The device half of the codec ABI on a machine that cannot run kernels (CI: no GPU; the
+ * sanitized build: no CUDA at all): every call fails with one clear code, never crashes, and
+ * leaves its outputs cleared. With a GPU, tests/gpu checks the real thing. */
+static void test_device_calls_without_gpu(void) {
+  int count = -1;
+  gw_result_t r = gw_cuda_device_count(&count);
+  if (r == GW_SUCCESS && count > 0) {
+    printf("a CUDA device is present: device calls are checked by tests/gpu\n");
+    return;
+  }
+  CHECK(r == GW_ERR_CUDA || r == GW_ERR_UNSUPPORTED);
+  CHECK(count == 0);
+  EXPECT_ERR(gw_cuda_device_count(NULL), GW_ERR_INVALID_ARGUMENT, "count");
+  EXPECT_ERR(gw_cuda_device_count(&count), r, r == GW_ERR_UNSUPPORTED ? "without CUDA" : "cudaGetDeviceCount");
+  gw_ef_state_t ef = (gw_ef_state_t)1;
+  EXPECT_ERR(gw_ef_state_create_device(16, &ef), r, r == GW_ERR_UNSUPPORTED ? "without CUDA" : "cuda");
+  CHECK(ef == NULL);
+  gw_codec_t codec = NULL;
+  EXPECT_OK(gw_codec_create("qsgd:bits=4", &codec));
+  float x[16] = {0};
+  unsigned char out[256];
+  size_t written = 7;
+  EXPECT_ERR(gw_encode_device(codec, x, 16, GW_FLOAT32, 0, 0, NULL, out, sizeof out, &written, NULL), r, "gw_encode_device");
+  CHECK(written == 0);
+  EXPECT_ERR(gw_decode_device(out, sizeof out, x, 16, GW_FLOAT32, GW_DECODE_OVERWRITE, NULL), r, "gw_decode_device");
+  EXPECT_OK(gw_codec_destroy(codec));
+}
+
 int main(void) {
   test_version_and_error_strings();
   test_codec_create();
@@ -868,6 +896,7 @@ int main(void) {
   test_error_feedback();
   test_null_arguments();
   test_communicator();
+  test_device_calls_without_gpu();
   fflush(stderr);
   printf("%d passed, %d failed\n", g_passed, g_failed);
   fflush(stdout);

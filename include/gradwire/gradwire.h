@@ -171,6 +171,35 @@ GW_API gw_result_t gw_ef_state_step(gw_ef_state_t ef, uint64_t* step);
 /* Copies the residual (count floats) out. */
 GW_API gw_result_t gw_ef_state_get_residual(gw_ef_state_t ef, float* out, size_t count);
 
+/* ---- codecs on CUDA device memory ----
+ * The same messages as gw_encode / gw_decode, bit for bit, computed by CUDA kernels on
+ * device buffers. stream is a cudaStream_t (NULL: the legacy default stream). Libraries built
+ * without CUDA return GW_ERR_UNSUPPORTED from every function here. */
+
+/* Number of usable CUDA devices. GW_ERR_CUDA (with the runtime's reason) when the CUDA
+ * runtime cannot be used, e.g. no driver; GW_ERR_UNSUPPORTED when built without CUDA. */
+GW_API gw_result_t gw_cuda_device_count(int* count);
+
+/* An error-feedback state whose residual (count floats, zeroed) lives in memory of the
+ * current CUDA device. gw_ef_state_destroy, _reset, _count, _step and _get_residual take it
+ * (get_residual copies to host memory); gw_encode and the collectives refuse it. */
+GW_API gw_result_t gw_ef_state_create_device(size_t count, gw_ef_state_t* ef);
+
+/* gw_encode for device memory: src and dst are device pointers (dst 8-byte aligned), ef is
+ * NULL or a device state. Work is enqueued on stream; *written is valid on return. The
+ * message is complete when stream reaches this point. dgc's length depends on the data, so
+ * for dgc this waits for stream. Scratch memory is kept in the codec and reused: no
+ * allocation once sizes stop growing. One codec must not encode on two streams at once. */
+GW_API gw_result_t gw_encode_device(gw_codec_t codec, const void* src, size_t count, gw_dtype_t dtype,
+                                    uint64_t step, uint32_t rank, gw_ef_state_t ef, void* dst,
+                                    size_t capacity, size_t* written, void* stream);
+
+/* gw_decode for a message in device memory into dst (device). The message is untrusted: its
+ * header is read back and checked, and a topk or dgc message's indices are checked on the
+ * device, before dst is touched; so this waits for stream. On error dst is untouched. */
+GW_API gw_result_t gw_decode_device(const void* msg, size_t len, void* dst, size_t count,
+                                    gw_dtype_t dtype, gw_decode_mode_t mode, void* stream);
+
 /* ---- communicators ----
  * NCCL-style: one process calls gw_get_unique_id (this starts a rendezvous service in
  * that process), the id reaches every rank by any channel, and every rank calls

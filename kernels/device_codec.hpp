@@ -1,0 +1,87 @@
+// Codecs on device memory: encode and decode with the same wire bytes as the host codecs
+// (compressors/), on a caller's CUDA stream. The C ABI (gw_encode_device, gw_decode_device)
+// and the collectives use this; the per-codec kernels sit behind kernels/device_codecs.hpp.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "compressors/device_ef_state.hpp"
+#include "compressors/wire_header.hpp"
+#include "gradwire/codec.hpp"
+#include "gradwire/status.hpp"
+#include "kernels/device_scratch.hpp"
+
+namespace gw::kern {
+
+// Ok when this process can run kernels; otherwise why not (no driver, no device).
+Status device_ready();
+// True for memory a kernel can write: device or managed allocations.
+bool is_device_pointer(const void* p);
+
+// Error-feedback state with its residual in device memory (of the device current at
+// creation): count floats, zeroed, and the step counter.
+class DeviceResidual final : public DeviceEfState {
+ public:
+  static Result<std::unique_ptr<DeviceResidual>> create(size_t count);
+  ~DeviceResidual() override;
+  DeviceResidual(const DeviceResidual&) = delete;
+  DeviceResidual& operator=(const DeviceResidual&) = delete;
+
+  float* data() { return data_; }
+  size_t count() const override { return count_; }
+  uint64_t step() const override { return step_; }
+  void advance() { ++step_; }
+  // Zeroes the residual (waits for it) and the step.
+  Status reset() override;
+  // Copies the residual to host memory (waits for work in flight on every stream).
+  Status copy_out(float* host, size_t count) const override;
+
+ private:
+  DeviceResidual(float* data, size_t count) : data_(data), count_(count) {}
+  float* data_;
+  size_t count_;
+  uint64_t step_ = 0;
+};
+
+// Encodes device buffers with one codec; owns the device scratch its kernels reuse. One
+// encoder must not run two encodes at once (the scratch is shared), as for gw::Codec.
+class DeviceEncoder {
+ public:
+  explicit DeviceEncoder(Codec& codec) : codec_(codec) {}
+
+  // Writes the message for n elements at src (device) into out (device, 8-byte aligned,
+  // cap >= codec.max_encoded_bytes). With ef, encodes src + residual and leaves the new
+  // residual in ef, then advances ef's step. Returns the message's length; only work is
+  // enqueued on stream, except for dgc, whose length depends on the data: it waits on stream.
+  Result<size_t> encode(const void* src, size_t n, DType dtype, const EncodeContext& ctx,
+                        DeviceResidual* ef, void* out, size_t cap, cudaStream_t stream);
+  // encode_accumulated for device memory: acc (device) already holds g + residual; on return
+  // it holds what the message failed to carry.
+  Result<size_t> encode_accumulated(float* acc, size_t n, const EncodeContext& ctx, void* out,
+                                    size_t cap, cudaStream_t stream);
+
+ private:
+  Result<size_t> run(const void* src, float* residual, size_t n, DType dtype,
+                     const EncodeContext& ctx, void* out, size_t cap, cudaStream_t stream);
+
+  Codec& codec_;
+  DeviceScratch scratch_;
+};
+
+// Decodes a message in device memory into dst (device). The message is untrusted: its
+// header is copied to the host and checked, and a topk or dgc message's indices are checked
+// on the device, before dst is touched; so this waits on stream. On error dst is untouched.
+Status decode_device(const void* msg, size_t len, void* dst, size_t n, DType dtype,
+                     DecodeMode mode, cudaStream_t stream);
+
+// Applies a message that the host already validated in full (wire::read_header and the
+// codec's validator over a host copy) and whose payload is now in device memory. Only
+// enqueues work: the path for collectives that receive into host memory.
+Status apply_validated(const wire::Header& header, const uint8_t* payload, void* dst,
+                       DType dtype, DecodeMode mode, cudaStream_t stream);
+
+}  // namespace gw::kern

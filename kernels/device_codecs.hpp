@@ -1,0 +1,74 @@
+// The per-codec device launchers: what each kernels/<codec>_kernels.cu provides. Internal;
+// the public entry points are in kernels/device_codec.hpp. Every launcher only enqueues work
+// on the job's stream (nothing synchronizes the device), except where noted.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "compressors/wire_header.hpp"
+#include "gradwire/codec.hpp"
+#include "gradwire/status.hpp"
+#include "kernels/device_scratch.hpp"
+
+namespace gw::kern {
+
+// What one device encode compresses:
+//   acc = residual + src  when both are set (error feedback; hd::add(residual[i], src[i]))
+//   acc = residual        when src is null (the residual already holds g + r: the
+//                         collectives' encode_accumulated)
+//   acc = src             when residual is null (no error feedback).
+// With a residual, after the stream reaches the end of the encode, residual[i] holds
+// acc[i] - decoded[i] (hd::sub), exactly what the host path leaves (encode, then decode in
+// kSubtract mode); a sparse codec leaves acc[i] where it sent nothing and acc - acc at
+// the indices it sent.
+// The message bytes (payload) are exactly the host codec's for the same acc, spec and ctx.
+struct EncodeJob {
+  const void* src;        // device, n elements of dtype; may be null when residual is set
+  float* residual;        // device, n floats, or null
+  uint64_t n;             // 0 < n <= wire::kMaxCount (n == 0 never reaches a launcher)
+  DType dtype;            // of src; float32 whenever residual is set or the codec is lossy
+  const CodecSpec* spec;  // parsed and range-checked
+  EncodeContext ctx;
+  uint8_t* payload;       // device, right after the 56-byte header; 8-byte aligned; room for
+                          // the host codec's max_encoded_bytes(n) - 56
+  DeviceScratch* scratch;
+  cudaStream_t stream;
+};
+
+// Each sets the header fields the host codec sets (bits, bucket, flags, k, seed, step) and
+// returns the payload bytes. dgc alone keeps a data-dependent count: its launcher waits on
+// the job's stream (not the device) to learn it.
+Result<uint64_t> encode_dense(const EncodeJob& job, wire::Header& header);  // none, fp16, bf16
+Result<uint64_t> encode_qsgd(const EncodeJob& job, wire::Header& header);
+Result<uint64_t> encode_sign(const EncodeJob& job, wire::Header& header);
+Result<uint64_t> encode_topk(const EncodeJob& job, wire::Header& header);
+Result<uint64_t> encode_dgc(const EncodeJob& job, wire::Header& header);
+Result<uint64_t> encode_randomk(const EncodeJob& job, wire::Header& header);
+
+// Applies a message whose header the host has validated (wire::read_header and the codec's
+// validator; for topk and dgc also check_sparse_indices below) to dst: the values the host
+// decoder writes, bit for bit, in overwrite, accumulate or subtract mode.
+struct DecodeJob {
+  const wire::Header* header;
+  const uint8_t* payload;  // device
+  void* dst;               // device, header->count elements of dtype
+  DType dtype;             // float32 for lossy codecs
+  DecodeMode mode;
+  cudaStream_t stream;
+};
+
+Status decode_dense(const DecodeJob& job);
+Status decode_qsgd(const DecodeJob& job);
+Status decode_sign(const DecodeJob& job);
+Status decode_sparse(const DecodeJob& job);  // topk and dgc
+Status decode_randomk(const DecodeJob& job);
+
+// The index checks of validate_sparse (compressors/sparse_layout.hpp) for a payload in
+// device memory: sets *bad (device) to 1 if an index is >= header.count or not above the one
+// before it, leaves it alone otherwise. The caller zeroes *bad first.
+Status check_sparse_indices(const wire::Header& header, const uint8_t* payload, uint32_t* bad,
+                            cudaStream_t stream);
+
+}  // namespace gw::kern

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Copies what scripts/gpu-check.sh needs and a bare GPU machine lacks into .gpu-deps/
+# (git-ignored): GoogleTest's source tree from Debian's googletest package.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+src=/usr/src/googletest
+[ -d "$src" ] || { echo "gpu-deps: $src is missing (apt-get install googletest)" >&2; exit 1; }
+mkdir -p "$root/.gpu-deps"
+rm -rf "$root/.gpu-deps/googletest"
+cp -r "$src" "$root/.gpu-deps/googletest"
+echo "gpu-deps: $(du -sh "$root/.gpu-deps" | cut -f1) in .gpu-deps (carry it: device run carry [\".gpu-deps\"])"

@@ -1,0 +1,349 @@
+// Device codecs against the host codecs: the same input, seed, step and rank must give the
+// same message bytes, the same error-feedback residual and the same decoded floats, bit for
+// bit. Inputs are fresh each run (the seed is printed; GW_TEST_SEED repeats a run). Without
+// a usable GPU every test here is skipped with the CUDA runtime's reason, never passed.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gradwire/gradwire.h"
+#include "tests/test_util.hpp"
+
+namespace {
+
+uint64_t run_seed() {
+  static const uint64_t seed = []() -> uint64_t {
+    if (const char* s = std::getenv("GW_TEST_SEED")) return std::strtoull(s, nullptr, 0);
+    std::random_device rd;
+    return static_cast<uint64_t>(rd()) << 32 | rd();
+  }();
+  return seed;
+}
+
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t count) : count_(count) {
+    EXPECT_EQ(cudaMalloc(&ptr_, count > 0 ? count * sizeof(T) : 1), cudaSuccess);
+  }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() { return static_cast<T*>(ptr_); }
+  void upload(const std::vector<T>& v) {
+    ASSERT_EQ(v.size(), count_);
+    if (count_ > 0) {
+      ASSERT_EQ(cudaMemcpy(ptr_, v.data(), count_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+  }
+  std::vector<T> download(size_t count) {
+    std::vector<T> v(count);
+    if (count > 0) {
+      EXPECT_EQ(cudaMemcpy(v.data(), ptr_, count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    return v;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t count_;
+};
+
+class DeviceCodecs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int count = 0;
+    if (gw_cuda_device_count(&count) != GW_SUCCESS || count == 0) {
+      GTEST_SKIP() << "no usable CUDA device, GPU test not run: " << gw_get_last_error();
+    }
+    cudaStreamCreate(&stream_);
+    std::printf("seed %llu (GW_TEST_SEED repeats it)\n", static_cast<unsigned long long>(run_seed()));
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
+struct Codec {
+  gw_codec_t c = nullptr;
+  explicit Codec(const std::string& spec) { EXPECT_EQ(gw_codec_create(spec.c_str(), &c), GW_SUCCESS) << spec; }
+  ~Codec() { gw_codec_destroy(c); }
+  size_t cap(size_t n) {
+    size_t b = 0;
+    EXPECT_EQ(gw_codec_max_encoded_bytes(c, n, GW_FLOAT32, &b), GW_SUCCESS);
+    return b;
+  }
+};
+
+std::vector<float> input(size_t n, uint64_t salt) { return gw::test::gradient(n, run_seed() ^ (salt * 0x9E3779B97F4A7C15ull)); }
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b, std::string* where) {
+  if (a.size() != b.size()) {
+    *where = "sizes differ";
+    return false;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      *where = "element " + std::to_string(i) + ": host " + std::to_string(a[i]) + " device " + std::to_string(b[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Bit equality, except that any NaN equals any NaN: a GPU's arithmetic returns the canonical
+// NaN where x86 passes an input NaN's payload through (docs/wire-format.md, "NaN").
+bool same_floats_nan_equal(const std::vector<float>& a, const std::vector<float>& b, std::string* where) {
+  if (a.size() != b.size()) {
+    *where = "sizes differ";
+    return false;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      *where = "element " + std::to_string(i) + ": host " + std::to_string(a[i]) + " device " + std::to_string(b[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string first_difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  if (a.size() != b.size()) return "lengths " + std::to_string(a.size()) + " and " + std::to_string(b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return "byte " + std::to_string(i) + " of " + std::to_string(a.size());
+  }
+  return "";
+}
+
+// Encodes x on host and device `steps` times with error feedback (when ef) and compares the
+// message and the residual after every step, then decodes the last message both ways in
+// every mode onto the same starting destination.
+void check_codec(const std::string& spec, size_t n, bool ef, int steps, cudaStream_t stream) {
+  SCOPED_TRACE(spec + " n=" + std::to_string(n) + (ef ? " ef" : ""));
+  Codec codec(spec);
+  const size_t cap = codec.cap(n);
+  gw_ef_state_t host_ef = nullptr, dev_ef = nullptr;
+  if (ef) {
+    ASSERT_EQ(gw_ef_state_create(n, &host_ef), GW_SUCCESS);
+    ASSERT_EQ(gw_ef_state_create_device(n, &dev_ef), GW_SUCCESS) << gw_get_last_error();
+  }
+  DeviceBuffer<float> dsrc(n);
+  DeviceBuffer<uint8_t> dmsg(cap);
+  std::vector<uint8_t> host_msg(cap);
+  std::vector<uint8_t> dev_msg;
+  for (int step = 0; step < steps; ++step) {
+    const std::vector<float> x = input(n, static_cast<uint64_t>(step) + 1);
+    dsrc.upload(x);
+    size_t hw = 0, dw = 0;
+    ASSERT_EQ(gw_encode(codec.c, x.data(), n, GW_FLOAT32, 100 + step, 3, host_ef, host_msg.data(), cap, &hw),
+              GW_SUCCESS) << gw_get_last_error();
+    ASSERT_EQ(gw_encode_device(codec.c, dsrc.get(), n, GW_FLOAT32, 100 + step, 3, dev_ef, dmsg.get(), cap, &dw,
+                               stream), GW_SUCCESS) << gw_get_last_error();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_EQ(hw, dw) << "message lengths differ at step " << step;
+    dev_msg = dmsg.download(dw);
+    const std::vector<uint8_t> h(host_msg.begin(), host_msg.begin() + static_cast<std::ptrdiff_t>(hw));
+    ASSERT_EQ(first_difference(h, dev_msg), "") << "messages differ at step " << step;
+    if (ef) {
+      std::vector<float> hr(n), dr(n);
+      ASSERT_EQ(gw_ef_state_get_residual(host_ef, hr.data(), n), GW_SUCCESS);
+      ASSERT_EQ(gw_ef_state_get_residual(dev_ef, dr.data(), n), GW_SUCCESS) << gw_get_last_error();
+      std::string where;
+      ASSERT_TRUE(same_bits(hr, dr, &where)) << "residuals differ at step " << step << ", " << where;
+    }
+  }
+  gw_ef_state_destroy(host_ef);
+  gw_ef_state_destroy(dev_ef);
+
+  const std::vector<float> start = input(n, 999);
+  DeviceBuffer<float> ddst(n);
+  for (gw_decode_mode_t mode : {GW_DECODE_OVERWRITE, GW_DECODE_ACCUMULATE, GW_DECODE_SUBTRACT}) {
+    std::vector<float> h = start;
+    ASSERT_EQ(gw_decode(dev_msg.data(), dev_msg.size(), h.data(), n, GW_FLOAT32, mode), GW_SUCCESS);
+    ddst.upload(start);
+    ASSERT_EQ(gw_decode_device(dmsg.get(), dev_msg.size(), ddst.get(), n, GW_FLOAT32, mode, stream), GW_SUCCESS)
+        << gw_get_last_error();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    std::string where;
+    ASSERT_TRUE(same_bits(h, ddst.download(n), &where)) << "decode mode " << mode << ": " << where;
+  }
+}
+
+const std::vector<std::string>& specs() {
+  static const std::vector<std::string> s = {
+      "none", "fp16", "bf16",
+      "qsgd:bits=8", "qsgd:bits=4", "qsgd:bits=2", "qsgd:bits=1,rounding=nearest",
+      "qsgd:bits=8,rounding=nearest", "qsgd:bits=4,bucket=7", "qsgd:bits=2,bucket=1000003",
+      "sign", "sign:bucket=13", "sign:bucket=4096",
+      "topk:ratio=0.01", "topk:ratio=0.001", "topk:k=1", "topk:ratio=1",
+      "dgc:ratio=0.01", "dgc:ratio=0.001", "dgc:ratio=0.3",
+      "randomk:ratio=0.01", "randomk:k=1"};
+  return s;
+}
+
+TEST_F(DeviceCodecs, MatchHostOnAwkwardSizes) {
+  for (const std::string& spec : specs()) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{4097}, size_t{1000003}}) {
+      check_codec(spec, n, false, 2, stream_);
+      if (spec.rfind("qsgd:bits=1", 0) != 0) check_codec(spec, n, true, 3, stream_);  // 1-bit EF is refused
+    }
+  }
+}
+
+TEST_F(DeviceCodecs, MatchHostAt64MElements) {
+  for (const char* spec : {"qsgd:bits=8", "qsgd:bits=4", "sign", "topk:ratio=0.001", "dgc:ratio=0.001", "fp16"}) {
+    check_codec(spec, size_t{64} << 20, true, 2, stream_);
+  }
+}
+
+// NaN, infinities, signed zeros and long runs of equal magnitudes: where a parallel
+// reduction or selection most easily departs from the sequential host order.
+TEST_F(DeviceCodecs, MatchHostOnSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::vector<float>> inputs;
+  inputs.push_back(std::vector<float>(5000, 0.0f));
+  std::vector<float> ties(70001);
+  for (size_t i = 0; i < ties.size(); ++i) ties[i] = (i % 3 == 0 ? -1.0f : 1.0f) * (i % 5 == 0 ? 2.0f : 1.0f);
+  inputs.push_back(ties);
+  std::vector<float> special = input(9000, 7);
+  for (size_t i = 0; i < special.size(); i += 97) special[i] = -0.0f;
+  for (size_t i = 13; i < special.size(); i += 301) special[i] = inf;
+  for (size_t i = 29; i < special.size(); i += 409) special[i] = -inf;
+  for (size_t i = 0; i < special.size(); i += 512) special[i] = nan;  // a NaN first in every bucket
+  inputs.push_back(special);
+  for (const auto& x : inputs) {
+    for (const char* spec : {"qsgd:bits=8", "qsgd:bits=4,bucket=100", "sign:bucket=100", "topk:ratio=0.01",
+                             "topk:k=3", "dgc:ratio=0.01", "fp16", "bf16"}) {
+      SCOPED_TRACE(std::string(spec) + " special input of " + std::to_string(x.size()));
+      Codec codec(spec);
+      const size_t n = x.size(), cap = codec.cap(n);
+      DeviceBuffer<float> dsrc(n);
+      DeviceBuffer<uint8_t> dmsg(cap);
+      dsrc.upload(x);
+      std::vector<uint8_t> h(cap);
+      size_t hw = 0, dw = 0;
+      ASSERT_EQ(gw_encode(codec.c, x.data(), n, GW_FLOAT32, 5, 1, nullptr, h.data(), cap, &hw), GW_SUCCESS);
+      ASSERT_EQ(gw_encode_device(codec.c, dsrc.get(), n, GW_FLOAT32, 5, 1, nullptr, dmsg.get(), cap, &dw, stream_),
+                GW_SUCCESS) << gw_get_last_error();
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      ASSERT_EQ(hw, dw);
+      h.resize(hw);
+      const std::vector<uint8_t> d = dmsg.download(dw);
+      const bool has_nan = std::any_of(x.begin(), x.end(), [](float v) { return std::isnan(v); });
+      if (!has_nan) {
+        ASSERT_EQ(first_difference(h, d), "");
+        continue;
+      }
+      // With NaN inputs a computed float field may hold another NaN payload: compare what
+      // each message decodes to, and the codes (everything but NaN bits) through that.
+      std::vector<float> from_host(n), from_device(n);
+      ASSERT_EQ(gw_decode(h.data(), hw, from_host.data(), n, GW_FLOAT32, GW_DECODE_OVERWRITE), GW_SUCCESS);
+      ASSERT_EQ(gw_decode(d.data(), dw, from_device.data(), n, GW_FLOAT32, GW_DECODE_OVERWRITE), GW_SUCCESS);
+      std::string where;
+      ASSERT_TRUE(same_floats_nan_equal(from_host, from_device, &where)) << where;
+    }
+  }
+}
+
+TEST_F(DeviceCodecs, HalfPrecisionInputsAndDestinations) {
+  const size_t n = 4099;
+  for (const char* spec : {"none", "fp16", "bf16"}) {
+    for (gw_dtype_t dtype : {GW_FLOAT16, GW_BFLOAT16}) {
+      SCOPED_TRACE(std::string(spec) + " dtype " + std::to_string(dtype));
+      std::vector<uint16_t> x(n);
+      const std::vector<float> f = input(n, 11);
+      for (size_t i = 0; i < n; ++i) x[i] = dtype == GW_FLOAT16 ? gw::test::ref_float_to_half(f[i]) : gw::test::ref_float_to_bf16(f[i]);
+      Codec codec(spec);
+      size_t cap = 0;
+      ASSERT_EQ(gw_codec_max_encoded_bytes(codec.c, n, dtype, &cap), GW_SUCCESS);
+      DeviceBuffer<uint16_t> dsrc(n), ddst(n);
+      DeviceBuffer<uint8_t> dmsg(cap);
+      dsrc.upload(x);
+      std::vector<uint8_t> h(cap);
+      size_t hw = 0, dw = 0;
+      ASSERT_EQ(gw_encode(codec.c, x.data(), n, dtype, 0, 0, nullptr, h.data(), cap, &hw), GW_SUCCESS);
+      ASSERT_EQ(gw_encode_device(codec.c, dsrc.get(), n, dtype, 0, 0, nullptr, dmsg.get(), cap, &dw, stream_), GW_SUCCESS)
+          << gw_get_last_error();
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      h.resize(hw);
+      ASSERT_EQ(first_difference(h, dmsg.download(dw)), "");
+      std::vector<uint16_t> hd = x;
+      ASSERT_EQ(gw_decode(h.data(), hw, hd.data(), n, dtype, GW_DECODE_ACCUMULATE), GW_SUCCESS);
+      ddst.upload(x);
+      ASSERT_EQ(gw_decode_device(dmsg.get(), dw, ddst.get(), n, dtype, GW_DECODE_ACCUMULATE, stream_), GW_SUCCESS)
+          << gw_get_last_error();
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      ASSERT_EQ(ddst.download(n), hd);
+    }
+  }
+}
+
+// Untrusted device messages: a forged index is refused and the destination is untouched.
+TEST_F(DeviceCodecs, ForgedSparseMessageLeavesDestinationUntouched) {
+  const size_t n = 10007;
+  Codec codec("topk:ratio=0.01");
+  const size_t cap = codec.cap(n);
+  const std::vector<float> x = input(n, 3);
+  std::vector<uint8_t> msg(cap);
+  size_t len = 0;
+  ASSERT_EQ(gw_encode(codec.c, x.data(), n, GW_FLOAT32, 0, 0, nullptr, msg.data(), cap, &len), GW_SUCCESS);
+  msg.resize(len);
+  for (int forgery = 0; forgery < 2; ++forgery) {
+    std::vector<uint8_t> bad = msg;
+    const uint32_t idx = forgery == 0 ? static_cast<uint32_t>(n) : 0u;  // out of range, or not increasing
+    std::memcpy(bad.data() + gw::test::kWireHeaderBytes + 4 * 5, &idx, 4);
+    DeviceBuffer<uint8_t> dmsg(len);
+    dmsg.upload(bad);
+    DeviceBuffer<float> ddst(n);
+    ddst.upload(x);
+    EXPECT_EQ(gw_decode_device(dmsg.get(), len, ddst.get(), n, GW_FLOAT32, GW_DECODE_OVERWRITE, stream_),
+              GW_ERR_INVALID_MESSAGE);
+    EXPECT_NE(std::string(gw_get_last_error()).find("index"), std::string::npos) << gw_get_last_error();
+    EXPECT_EQ(ddst.download(n), x);
+  }
+  DeviceBuffer<uint8_t> dmsg(len);
+  dmsg.upload(msg);
+  DeviceBuffer<float> ddst(n);
+  EXPECT_EQ(gw_decode_device(dmsg.get(), len - 1, ddst.get(), n, GW_FLOAT32, GW_DECODE_OVERWRITE, stream_),
+            GW_ERR_INVALID_MESSAGE);
+}
+
+TEST_F(DeviceCodecs, HostPointersAndHostStatesAreRefused) {
+  Codec codec("qsgd:bits=8");
+  std::vector<float> x(100, 1.0f);
+  std::vector<uint8_t> out(codec.cap(100));
+  size_t w = 0;
+  EXPECT_EQ(gw_encode_device(codec.c, x.data(), 100, GW_FLOAT32, 0, 0, nullptr, out.data(), out.size(), &w, stream_),
+            GW_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gw_get_last_error()).find("device memory"), std::string::npos) << gw_get_last_error();
+  gw_ef_state_t host_ef = nullptr;
+  ASSERT_EQ(gw_ef_state_create(100, &host_ef), GW_SUCCESS);
+  DeviceBuffer<float> dsrc(100);
+  DeviceBuffer<uint8_t> dmsg(out.size());
+  EXPECT_EQ(gw_encode_device(codec.c, dsrc.get(), 100, GW_FLOAT32, 0, 0, host_ef, dmsg.get(), out.size(), &w, stream_),
+            GW_ERR_INVALID_ARGUMENT);
+  gw_ef_state_destroy(host_ef);
+  // And the host calls refuse device memory instead of reading it with the CPU.
+  EXPECT_EQ(gw_encode(codec.c, dsrc.get(), 100, GW_FLOAT32, 0, 0, nullptr, out.data(), out.size(), &w),
+            GW_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gw_get_last_error()).find("device memory"), std::string::npos) << gw_get_last_error();
+  EXPECT_EQ(gw_decode(dmsg.get(), out.size(), x.data(), 100, GW_FLOAT32, GW_DECODE_OVERWRITE), GW_ERR_INVALID_ARGUMENT);
+  gw_ef_state_t dev_ef = nullptr;
+  ASSERT_EQ(gw_ef_state_create_device(100, &dev_ef), GW_SUCCESS);
+  EXPECT_EQ(gw_encode(codec.c, x.data(), 100, GW_FLOAT32, 0, 0, dev_ef, out.data(), out.size(), &w),
+            GW_ERR_INVALID_ARGUMENT);
+  gw_ef_state_destroy(dev_ef);
+}
+
+}  // namespace
