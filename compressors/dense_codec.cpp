@@ -3,6 +3,7 @@
 #include <string>
 
 #include "compressors/codec_registry.hpp"
+#include "compressors/dense_layout.hpp"
 #include "compressors/element_io.hpp"
 #include "compressors/half_bulk.hpp"
 #include "compressors/payload_io.hpp"
@@ -10,14 +11,6 @@
 namespace gw::detail {
 namespace {
 
-// The element type a dense message's payload is written in.
-DType payload_dtype(CodecId codec, DType input) {
-  switch (codec) {
-    case CodecId::kFp16: return DType::kFloat16;
-    case CodecId::kBf16: return DType::kBFloat16;
-    default: return input;
-  }
-}
 
 class DenseCodec final : public Codec {
  public:
@@ -27,7 +20,7 @@ class DenseCodec final : public Codec {
 
   size_t max_encoded_bytes(size_t n, DType dtype) const override {
     uint64_t bytes = 0;
-    if (!wire::mul_ok(n, dtype_size(payload_dtype(id(), dtype)), bytes) ||
+    if (!wire::mul_ok(n, dtype_size(dense_payload_dtype(id(), dtype)), bytes) ||
         !wire::add_ok(bytes, wire::kHeaderBytes, bytes)) {
       return SIZE_MAX;
     }
@@ -37,7 +30,7 @@ class DenseCodec final : public Codec {
  protected:
   Result<size_t> encode_payload(const void* src, size_t n, DType dtype, const EncodeContext&,
                                 wire::Header&, uint8_t* out) override {
-    const DType pt = payload_dtype(id(), dtype);
+    const DType pt = dense_payload_dtype(id(), dtype);
     if (pt == dtype) {
       if (n > 0) std::memcpy(out, src, n * dtype_size(dtype));
       return n * dtype_size(dtype);
@@ -64,7 +57,7 @@ Status validate_dense(const wire::Header& h, const uint8_t*, uint64_t& nnz) {
   if (h.bits != 0 || h.bucket != 0 || h.k != 0 || h.seed != 0 || h.step != 0 || h.flags != 0) {
     return invalid_message("dense message has non-zero sparse or quantizer fields");
   }
-  const uint64_t expect = h.count * dtype_size(payload_dtype(h.codec, h.dtype));
+  const uint64_t expect = h.count * dtype_size(dense_payload_dtype(h.codec, h.dtype));
   if (h.payload_bytes != expect) {
     return invalid_message("payload is " + std::to_string(h.payload_bytes) + " bytes, expected " +
                            std::to_string(expect) + " for " + std::to_string(h.count) + " elements");
@@ -75,7 +68,7 @@ Status validate_dense(const wire::Header& h, const uint8_t*, uint64_t& nnz) {
 
 void apply_dense_message(const wire::Header& h, const uint8_t* payload, void* dst, DType dtype,
                          DecodeMode mode) {
-  if (payload_dtype(h.codec, h.dtype) == DType::kFloat16 && dtype == DType::kFloat32) {
+  if (dense_payload_dtype(h.codec, h.dtype) == DType::kFloat16 && dtype == DType::kFloat32) {
     // Widen a tile at a time (bulk conversion), then apply it in plain f32.
     constexpr uint64_t kTile = 2048;
     float tile[kTile];
@@ -87,7 +80,7 @@ void apply_dense_message(const wire::Header& h, const uint8_t* payload, void* ds
     }
     return;
   }
-  with_dtype(payload_dtype(h.codec, h.dtype), [&](auto p) {
+  with_dtype(dense_payload_dtype(h.codec, h.dtype), [&](auto p) {
     using P = decltype(p);
     with_dtype(dtype, [&](auto d) {
       using D = decltype(d);

@@ -5,20 +5,12 @@
 
 #include <cstdint>
 
+#include "compressors/dense_layout.hpp"
 #include "kernels/device_apply.cuh"
 #include "kernels/device_codecs.hpp"
 
 namespace gw::kern {
 namespace {
-
-// The element type a dense message's payload is written in (as the host codec decides).
-DType payload_dtype(CodecId codec, DType input) {
-  switch (codec) {
-    case CodecId::kFp16: return DType::kFloat16;
-    case CodecId::kBf16: return DType::kBFloat16;
-    default: return input;
-  }
-}
 
 uint32_t quad_bytes(DType dtype) { return 4 * static_cast<uint32_t>(dtype_size(dtype)); }
 
@@ -94,7 +86,7 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 Result<uint64_t> encode_dense(const EncodeJob& job, wire::Header&) {
-  const DType pt = payload_dtype(job.spec->id, job.dtype);
+  const DType pt = detail::dense_payload_dtype(job.spec->id, job.dtype);
   const uint64_t bytes = job.n * dtype_size(pt);
   if (job.n == 0) return bytes;
   if (job.residual == nullptr && pt == job.dtype) {
@@ -130,7 +122,7 @@ Result<uint64_t> encode_dense(const EncodeJob& job, wire::Header&) {
 
 Status decode_dense(const DecodeJob& job) {
   const wire::Header& h = *job.header;
-  const DType pt = payload_dtype(h.codec, h.dtype);
+  const DType pt = detail::dense_payload_dtype(h.codec, h.dtype);
   if (h.count == 0) return Status::ok();
   if (pt == DType::kFloat32 && job.dtype == DType::kFloat32 && job.mode == DecodeMode::kOverwrite) {
     return cuda_status(
