@@ -7,10 +7,10 @@
 
 #include "collectives/comm_init.hpp"
 #include "compressors/c_api_handles.hpp"
+#include "compressors/device_memory.hpp"
 #include "compressors/c_api_support.hpp"
 #include "gradwire/communicator.hpp"
 #include "gradwire/gradwire.h"
-#include "kernels/device_memory.hpp"
 #include "transport/bootstrap/bootstrap.hpp"
 
 

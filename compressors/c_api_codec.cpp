@@ -3,11 +3,11 @@
 #include <memory>
 
 #include "compressors/c_api_handles.hpp"
+#include "compressors/device_memory.hpp"
 #include "compressors/c_api_support.hpp"
 #include "gradwire/codec.hpp"
 #include "gradwire/ef_state.hpp"
 #include "gradwire/gradwire.h"
-#include "kernels/device_memory.hpp"
 
 
 namespace {

@@ -3,7 +3,6 @@
 #include <string>
 
 #include "gradwire/gradwire.h"
-#include "kernels/device_memory.hpp"
 
 namespace {
 
@@ -38,9 +37,3 @@ gw_result_t gw_decode_device(const void*, size_t, void*, size_t, gw_dtype_t, gw_
 }
 
 }  // extern "C"
-
-namespace gw {
-
-bool is_device_memory(const void*) { return false; }
-
-}  // namespace gw

@@ -6,17 +6,7 @@
 #include "compressors/sparse_layout.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_codecs.hpp"
-#include "kernels/device_memory.hpp"
 #include "kernels/header_kernel.hpp"
-
-namespace gw {
-
-bool is_device_memory(const void* p) {
-  static const bool runtime_usable = kern::device_ready().is_ok();
-  return p != nullptr && runtime_usable && kern::is_device_pointer(p);
-}
-
-}  // namespace gw
 
 namespace gw::kern {
 
