@@ -13,6 +13,8 @@ done
 
 GW_BUILD_DIR=$root/build "$root/scripts/build.sh" -DGW_WERROR=ON
 ctest --test-dir "$root/build" --output-on-failure -j "$(nproc)" --timeout 300
+# The CUDA kernels' own sources, run on the CPU against the host codecs (no GPU here).
+"$root/scripts/emulate-kernels.sh"
 
 if [ "$sanitize" = 1 ]; then
   GW_BUILD_DIR=$root/build-asan GW_BUILD_TYPE=Debug "$root/scripts/build.sh" \
