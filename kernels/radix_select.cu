@@ -233,15 +233,11 @@ __device__ void finish_low(SelectState* st) {
   st->cand_from = t;
 }
 
-// ---- kernels ----
-
-// hist_top of all keys; the last block finds the boundary bin for k and picks the mode.
-template <class Src>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    top_hist_kernel(Src src, ull count, SelectState* st, ull k, ull gather_cap) {
-  __shared__ uint32_t hist[kTopBins];
-  for (uint32_t b = threadIdx.x; b < kTopBins; b += blockDim.x) hist[b] = 0;
-  __syncthreads();
+// The histogram passes' walk over keys [0, count): each warp takes chunks of 32 * kUnroll
+// keys (grid-stride), issues all kUnroll loads before using any, then calls
+// fn(key, in_range) for each, every lane of the warp together (hist_add votes across it).
+template <class Src, class Fn>
+__device__ __forceinline__ void for_each_key(const Src& src, ull count, Fn&& fn) {
   const ull warp = (static_cast<ull>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const ull warps = static_cast<ull>(gridDim.x) * blockDim.x / 32;
   constexpr ull kChunk = 32 * kUnroll;
@@ -253,10 +249,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       key[u] = i < count ? src.key(i) : 0;
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      hist_add(hist, key[u] >> kTopShift, base + u * 32 + lane_id() < count);
-    }
+    for (int u = 0; u < kUnroll; ++u) fn(key[u], base + u * 32 + lane_id() < count);
   }
+}
+
+// ---- kernels ----
+
+// hist_top of all keys; the last block finds the boundary bin for k and picks the mode.
+template <class Src>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    top_hist_kernel(Src src, ull count, SelectState* st, ull k, ull gather_cap) {
+  __shared__ uint32_t hist[kTopBins];
+  for (uint32_t b = threadIdx.x; b < kTopBins; b += blockDim.x) hist[b] = 0;
+  __syncthreads();
+  for_each_key(src, count, [&](uint32_t key, bool in) { hist_add(hist, key >> kTopShift, in); });
   flush_hist(hist, st->hist_top, kTopBins);
   if (last_block_done(&st->done[kDoneTop]) && threadIdx.x < 32) finish_top(st, k, gather_cap);
 }
@@ -276,22 +282,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const int match_shift = level == 2 ? kTopShift : kMidShift;
   const uint32_t match = level == 2 ? st->top : st->prefix;
   const int bin_shift = level == 2 ? kMidShift : 0;
-  const ull warp = (static_cast<ull>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const ull warps = static_cast<ull>(gridDim.x) * blockDim.x / 32;
-  constexpr ull kChunk = 32 * kUnroll;
-  for (ull base = warp * kChunk; base < count; base += warps * kChunk) {
-    uint32_t key[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const ull i = base + u * 32 + lane_id();
-      key[u] = i < count ? src.key(i) : 0;
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const bool in = base + u * 32 + lane_id() < count;
-      hist_add(hist, (key[u] >> bin_shift) & (kSubBins - 1), in && (key[u] >> match_shift) == match);
-    }
-  }
+  for_each_key(src, count, [&](uint32_t key, bool in) {
+    hist_add(hist, (key >> bin_shift) & (kSubBins - 1), in && (key >> match_shift) == match);
+  });
   ull* global_hist = level == 2 ? st->hist_mid : st->hist_low;
   flush_hist(hist, global_hist, kSubBins);
   if (!last_block_done(&st->done[done_slot]) || threadIdx.x >= 32) return;
