@@ -7,8 +7,8 @@
 
 #include "collectives/comm_init.hpp"
 #include "compressors/c_api_handles.hpp"
-#include "compressors/device_memory.hpp"
 #include "compressors/c_api_support.hpp"
+#include "compressors/device_memory.hpp"
 #include "gradwire/communicator.hpp"
 #include "gradwire/gradwire.h"
 #include "transport/bootstrap/bootstrap.hpp"
@@ -57,10 +57,6 @@ Status check_enum_args(gw_dtype_t dtype, gw_red_op_t op, gw_algo_t algo) {
   }
   return Status::ok();
 }
-
-}  // namespace
-
-namespace {
 
 // Collectives run on host buffers (device buffers through the collectives are not built yet):
 // a device pointer would be read by the CPU, so it is refused with a message instead.

@@ -34,10 +34,7 @@ gw_result_t gw_cuda_device_count(int* count) {
   return guard("gw_cuda_device_count", [&]() -> Status {
     if (count == nullptr) return null_arg("count");
     *count = 0;
-    GW_RETURN_IF_ERROR(gw::kern::device_ready());
-    int n = 0;
-    GW_RETURN_IF_ERROR(gw::kern::cuda_status(cudaGetDeviceCount(&n), "cudaGetDeviceCount"));
-    *count = n;
+    GW_ASSIGN_OR_RETURN(*count, gw::kern::device_count());
     return Status::ok();
   });
 }

@@ -10,7 +10,7 @@
 
 namespace gw::kern {
 
-Status device_ready() {
+Result<int> device_count() {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
@@ -18,8 +18,10 @@ Status device_ready() {
     return cuda_status(err, "cudaGetDeviceCount");
   }
   if (count == 0) return Status(Code::kCuda, "cudaGetDeviceCount: no CUDA device");
-  return Status::ok();
+  return count;
 }
+
+Status device_ready() { return device_count().status(); }
 
 bool is_device_pointer(const void* p) {
   cudaPointerAttributes attr{};

@@ -17,6 +17,8 @@
 
 namespace gw::kern {
 
+// Usable CUDA devices (at least one), or why there are none (no driver, no device).
+Result<int> device_count();
 // Ok when this process can run kernels; otherwise why not (no driver, no device).
 Status device_ready();
 // True for memory a kernel can write: device or managed allocations.
