@@ -58,24 +58,74 @@ Status check_enum_args(gw_dtype_t dtype, gw_red_op_t op, gw_algo_t algo) {
   return Status::ok();
 }
 
-// Collectives run on host buffers (device buffers through the collectives are not built yet):
-// a device pointer would be read by the CPU, so it is refused with a message instead.
+// The message collectives take host buffers: a device pointer would be read by the CPU, so
+// it is refused with a message instead.
 Status check_host_buffers(std::initializer_list<const void*> bufs) {
   for (const void* b : bufs) {
     if (gw::is_device_memory(b)) {
-      return gw::unsupported("a buffer is CUDA device memory; collectives take host buffers (encode on the GPU with "
-                             "gw_encode_device and pass the message, or copy the gradient to host memory)");
+      return gw::unsupported("a buffer is CUDA device memory; the message collectives take host buffers (encode on "
+                             "the GPU with gw_encode_device and copy the message, or use gw_allreduce on the gradient)");
     }
   }
   return Status::ok();
 }
 
-// Collectives run on host buffers; a device-resident residual cannot serve them.
-Status check_host_ef(gw_ef_state_t ef) {
-  if (ef != nullptr && ef->device) {
-    return gw::unsupported("ef lives in device memory (gw_ef_state_create_device); collectives take host buffers "
-                           "and a host state (gw_ef_state_create)");
+// The device collectives keep their residual on the device.
+Status check_device_ef(gw_ef_state_t ef) {
+  if (ef != nullptr && !ef->device) {
+    return gw::invalid_argument("ef is a host state (gw_ef_state_create); device collectives take a device state "
+                                "(gw_ef_state_create_device)");
   }
+  return Status::ok();
+}
+
+struct Buffer {
+  const void* ptr;
+  const char* name;
+};
+
+// Whether a collective runs on device buffers: when any buffer (or the EF state) is device
+// memory, all must be; a mix is the caller's mistake, named.
+gw::Result<bool> on_device(std::initializer_list<Buffer> bufs, gw_ef_state_t ef) {
+  const char* host = nullptr;
+  const char* device = nullptr;
+  for (const Buffer& b : bufs) {
+    if (b.ptr == nullptr) continue;
+    (gw::is_device_memory(b.ptr) ? device : host) = b.name;
+  }
+  if (ef != nullptr) (ef->device ? device : host) = ef->device ? "ef (a device state)" : "ef (a host state)";
+  if (host != nullptr && device != nullptr) {
+    return gw::invalid_argument(std::string(device) + " is CUDA device memory but " + host +
+                                " is host memory; a collective takes one or the other");
+  }
+  return device != nullptr;
+}
+
+gw::Codec* codec_of(gw_codec_t codec) { return codec != nullptr ? codec->codec.get() : nullptr; }
+
+// Runs an all-reduce where its buffers are (device calls ordered on stream).
+Status allreduce_where(gw::Communicator& cm, bool device, const void* sendbuf, void* recvbuf, size_t count,
+                       gw_dtype_t dtype, gw_red_op_t op, gw::Codec* codec, gw_ef_state_t ef, gw_algo_t algo,
+                       void* stream) {
+  const auto dt = static_cast<gw::DType>(dtype);
+  const auto ro = static_cast<gw::ReduceOp>(op);
+  const auto al = static_cast<gw::Algo>(algo);
+  if (device) {
+    return cm.allreduce_device(sendbuf, recvbuf, count, dt, ro, codec, ef != nullptr ? ef->device.get() : nullptr, al,
+                               stream);
+  }
+  return cm.allreduce(sendbuf, recvbuf, count, dt, ro, codec, ef != nullptr ? &ef->ef : nullptr, al);
+}
+
+// gw_iallreduce and gw_iallreduce_device: the request runs allreduce_where on the progress thread.
+Status submit_allreduce(gw_comm_t comm, bool device, const void* sendbuf, void* recvbuf, size_t count,
+                        gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef, gw_algo_t algo,
+                        void* stream, gw_request_t* request) {
+  gw::Codec* c = codec_of(codec);
+  auto work = comm->comm->submit([=](gw::Communicator& cm) {
+    return allreduce_where(cm, device, sendbuf, recvbuf, count, dtype, op, c, ef, algo, stream);
+  });
+  *request = new gw_request_s{std::move(work)};
   return Status::ok();
 }
 
@@ -211,11 +261,8 @@ gw_result_t gw_allreduce_ex(gw_comm_t comm, const void* sendbuf, void* recvbuf, 
   return guard("gw_allreduce", [&]() -> Status {
     GW_RETURN_IF_ERROR(check_comm(comm));
     GW_RETURN_IF_ERROR(check_enum_args(dtype, op, algo));
-    GW_RETURN_IF_ERROR(check_host_ef(ef));
-    GW_RETURN_IF_ERROR(check_host_buffers({sendbuf, recvbuf}));
-    return comm->comm->allreduce(sendbuf, recvbuf, count, static_cast<gw::DType>(dtype), static_cast<gw::ReduceOp>(op),
-                                 codec != nullptr ? codec->codec.get() : nullptr, ef != nullptr ? &ef->ef : nullptr,
-                                 static_cast<gw::Algo>(algo));
+    GW_ASSIGN_OR_RETURN(bool device, on_device({{sendbuf, "sendbuf"}, {recvbuf, "recvbuf"}}, ef));
+    return allreduce_where(*comm->comm, device, sendbuf, recvbuf, count, dtype, op, codec_of(codec), ef, algo, nullptr);
   });
 }
 
@@ -226,15 +273,46 @@ gw_result_t gw_iallreduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, si
     if (request == nullptr) return null_arg("request");
     *request = nullptr;
     GW_RETURN_IF_ERROR(check_enum_args(dtype, op, algo));
-    GW_RETURN_IF_ERROR(check_host_ef(ef));
-    GW_RETURN_IF_ERROR(check_host_buffers({sendbuf, recvbuf}));
-    gw::Codec* c = codec != nullptr ? codec->codec.get() : nullptr;
-    gw::ErrorFeedback* e = ef != nullptr ? &ef->ef : nullptr;
-    auto work = comm->comm->submit([=](gw::Communicator& cm) {
-      return cm.allreduce(sendbuf, recvbuf, count, static_cast<gw::DType>(dtype), static_cast<gw::ReduceOp>(op), c, e,
-                          static_cast<gw::Algo>(algo));
-    });
-    *request = new gw_request_s{std::move(work)};
+    GW_ASSIGN_OR_RETURN(bool device, on_device({{sendbuf, "sendbuf"}, {recvbuf, "recvbuf"}}, ef));
+    return submit_allreduce(comm, device, sendbuf, recvbuf, count, dtype, op, codec, ef, algo, nullptr, request);
+  });
+}
+
+gw_result_t gw_allreduce_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                                gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef, gw_algo_t algo, void* stream) {
+  return guard("gw_allreduce_device", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_enum_args(dtype, op, algo));
+    GW_RETURN_IF_ERROR(check_device_ef(ef));
+    return allreduce_where(*comm->comm, true, sendbuf, recvbuf, count, dtype, op, codec_of(codec), ef, algo, stream);
+  });
+}
+
+gw_result_t gw_iallreduce_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                                 gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef, gw_algo_t algo, void* stream,
+                                 gw_request_t* request) {
+  return guard("gw_iallreduce_device", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    if (request == nullptr) return null_arg("request");
+    *request = nullptr;
+    GW_RETURN_IF_ERROR(check_enum_args(dtype, op, algo));
+    GW_RETURN_IF_ERROR(check_device_ef(ef));
+    return submit_allreduce(comm, true, sendbuf, recvbuf, count, dtype, op, codec, ef, algo, stream, request);
+  });
+}
+
+gw_result_t gw_comm_enable_nccl(gw_comm_t comm) {
+  return guard("gw_comm_enable_nccl", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    return comm->comm->enable_nccl();
+  });
+}
+
+gw_result_t gw_comm_nccl_enabled(gw_comm_t comm, int* enabled) {
+  return guard("gw_comm_nccl_enabled", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    if (enabled == nullptr) return null_arg("enabled");
+    *enabled = comm->comm->nccl_enabled() ? 1 : 0;
     return Status::ok();
   });
 }
@@ -289,7 +367,8 @@ gw_result_t gw_sparse_allgather_dense(gw_comm_t comm, const void* msg, size_t le
 gw_result_t gw_allgather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes) {
   return guard("gw_allgather", [&]() -> Status {
     GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_host_buffers({sendbuf, recvbuf}));
+    GW_ASSIGN_OR_RETURN(bool device, on_device({{sendbuf, "sendbuf"}, {recvbuf, "recvbuf"}}, nullptr));
+    if (device) return comm->comm->allgather_device(sendbuf, recvbuf, bytes, nullptr);
     return comm->comm->allgather(sendbuf, recvbuf, bytes);
   });
 }
@@ -297,8 +376,23 @@ gw_result_t gw_allgather(gw_comm_t comm, const void* sendbuf, void* recvbuf, siz
 gw_result_t gw_broadcast(gw_comm_t comm, void* buf, size_t bytes, int root) {
   return guard("gw_broadcast", [&]() -> Status {
     GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_host_buffers({buf}));
+    GW_ASSIGN_OR_RETURN(bool device, on_device({{buf, "buf"}}, nullptr));
+    if (device) return comm->comm->broadcast_device(buf, bytes, root, nullptr);
     return comm->comm->broadcast(buf, bytes, root);
+  });
+}
+
+gw_result_t gw_allgather_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, void* stream) {
+  return guard("gw_allgather_device", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    return comm->comm->allgather_device(sendbuf, recvbuf, bytes, stream);
+  });
+}
+
+gw_result_t gw_broadcast_device(gw_comm_t comm, void* buf, size_t bytes, int root, void* stream) {
+  return guard("gw_broadcast_device", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    return comm->comm->broadcast_device(buf, bytes, root, stream);
   });
 }
 

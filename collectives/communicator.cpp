@@ -5,6 +5,7 @@
 #include "gradwire/communicator.hpp"
 
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,9 @@
 #include <unordered_set>
 
 #include "collectives/algorithms.hpp"
+#include "collectives/device_algorithms.hpp"
+#include "collectives/device_backend.hpp"
+#include "compressors/device_ef_state.hpp"
 #include "collectives/policy.hpp"
 #include "collectives/stats.hpp"
 #include "transport/log.hpp"
@@ -64,8 +68,23 @@ struct Communicator::Impl {
   std::unique_ptr<coll::CountingTransport> counted;  // tp, counting what collectives send
   coll::AllreduceTuner tuner;
   bool tune = true;  // GW_TUNE=0 keeps the static policy
-  // EF states whose residual a compressed call filled and no dense call has flushed yet.
-  std::unordered_set<const ErrorFeedback*> ef_unflushed;  // progress thread only
+  // EF states (host or device) whose residual a compressed call filled and no dense call has
+  // flushed yet.
+  std::unordered_set<const void*> ef_unflushed;  // progress thread only
+
+  // The accelerator of the device collectives: made on first use by a caller's thread, then
+  // used by the progress thread only.
+  std::mutex device_mu;
+  std::unique_ptr<coll::DeviceBackend> device;
+  bool nccl = false;  // enable_nccl succeeded, under device_mu
+
+  Result<coll::DeviceBackend*> device_backend() {
+    std::lock_guard<std::mutex> lock(device_mu);
+    if (device == nullptr) {
+      GW_ASSIGN_OR_RETURN(device, coll::make_cuda_backend());
+    }
+    return device.get();
+  }
 
   std::mutex mu;
   std::condition_variable cv;
@@ -101,7 +120,15 @@ struct Communicator::Impl {
     }
     GW_WARN("communicator broken: %s", s.to_string().c_str());
     tp->abort(s);
+    std::lock_guard<std::mutex> lock(device_mu);
+    if (device != nullptr) device->abort();
   }
+
+  using AlgoRunner = std::function<Status(coll::Context&, Algo ran, bool flush)>;
+  // Progress thread: one all-reduce of the policy's choice, through the tuner when tuned;
+  // run_algo does the work (flush: a dense call that first sends ef's residual).
+  Status allreduce_planned(size_t count, DType dtype, const Codec* codec, const void* ef, Algo chosen, bool tuned,
+                           const AlgoRunner& run_algo);
 };
 
 Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<transport::Transport> tp,
@@ -236,13 +263,14 @@ Status Communicator::reset_stats() {
   });
 }
 
-Status Communicator::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                               Codec* codec, ErrorFeedback* ef, Algo algo) {
+Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* send, const void* recv, size_t count,
+                                                                   DType dtype, ReduceOp op, Codec* codec,
+                                                                   const size_t* ef_count, Algo algo) const {
   if (!dtype_valid(static_cast<int>(dtype))) return invalid_argument("dtype is not a gw_dtype_t");
   if (op != ReduceOp::kSum && op != ReduceOp::kAvg) return invalid_argument("op is not a gw_red_op_t");
   if (count > 0 && (send == nullptr || recv == nullptr)) return invalid_argument(send == nullptr ? "sendbuf is null" : "recvbuf is null");
-  if (ef != nullptr && ef->count() != count) {
-    return invalid_argument("error-feedback state holds " + std::to_string(ef->count()) +
+  if (ef_count != nullptr && *ef_count != count) {
+    return invalid_argument("error-feedback state holds " + std::to_string(*ef_count) +
                             " elements but count is " + std::to_string(count));
   }
   if (impl_->codec_override != nullptr && dtype == DType::kFloat32) codec = impl_->codec_override.get();
@@ -257,23 +285,22 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
   }
   GW_TRACE("allreduce count %zu %s codec %s algo %s", count, dtype_name(dtype),
            codec != nullptr ? codec->spec().to_string().c_str() : "none", algo_name(chosen));
+  return AllreduceChoice{codec, chosen, tuned};
+}
+
+Status Communicator::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                               Codec* codec, ErrorFeedback* ef, Algo algo) {
+  const size_t ef_count = ef != nullptr ? ef->count() : 0;
+  GW_ASSIGN_OR_RETURN(AllreduceChoice ch, check_allreduce(send, recv, count, dtype, op, codec,
+                                                          ef != nullptr ? &ef_count : nullptr, algo));
+  codec = ch.codec;
+  const Algo chosen = ch.chosen;
+  const bool tuned = ch.tuned;
+  const auto* s = static_cast<const float*>(send);
+  auto* r = static_cast<float*>(recv);
   return run([=]() -> Status {
-    Impl& im = *impl_;
-    Algo ran = chosen;
-    coll::AllreduceTuner::Plan plan{chosen, false, false, false};
-    std::string key;
-    if (tuned) {
-      key = coll::AllreduceTuner::key(count, dtype, *codec);
-      plan = im.tuner.plan(key, chosen);
-      ran = plan.algo;
-    }
-    // A dense call decided by the tuner first sends what a compressed call left in the EF
-    // residual, so that no gradient stays behind (trial calls leave it for the next one).
-    const bool flush = tuned && ran == Algo::kRing && !plan.trial && ef != nullptr && im.ef_unflushed.count(ef) > 0;
-    const auto* s = static_cast<const float*>(send);
-    auto* r = static_cast<float*>(recv);
-    double seconds = 0;
-    const Status st = im.collective([&](coll::Context& c) -> Status {
+    return impl_->allreduce_planned(count, dtype, codec, ef, chosen, tuned,
+                                    [&](coll::Context& c, Algo ran, bool flush) -> Status {
       switch (ran) {
         case Algo::kCompressedRing: return coll::compressed_ring_allreduce(c, s, r, count, op, *codec, ef);
         case Algo::kScatterReduce: return coll::scatter_reduce_allreduce(c, s, r, count, op, *codec, ef);
@@ -287,26 +314,44 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
           }
           return coll::ring_allreduce(c, send, recv, count, dtype, op);
       }
-    }, &seconds);
-    ++im.stats.allreduces;
-    im.stats.last_algo = ran;
-    if (ef != nullptr) {
-      if (ran != Algo::kRing) im.ef_unflushed.insert(ef);
-      else if (flush) im.ef_unflushed.erase(ef);
-    }
-    if (!st.is_ok() || !tuned) return st;
-    if (plan.timed) im.tuner.record(key, ran, seconds);
-    if (plan.agree_after) {
-      double mine[2];
-      im.tuner.local_best(key, mine);
-      std::vector<double> all(2 * static_cast<size_t>(im.tp->size()));
-      GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, mine, all.data(), sizeof mine); }));
-      const Algo pick = im.tuner.decide(key, chosen, all.data(), im.tp->size());
-      GW_INFO("allreduce %s: %s %.3f ms, ring %.3f ms on this rank: runs %s", key.c_str(), algo_name(chosen),
-              mine[0] * 1e3, mine[1] * 1e3, algo_name(pick));
-    }
-    return Status::ok();
+    });
   });
+}
+
+Status Communicator::Impl::allreduce_planned(size_t count, DType dtype, const Codec* codec, const void* ef,
+                                             Algo chosen, bool tuned, const AlgoRunner& run_algo) {
+  Impl& im = *this;
+  Algo ran = chosen;
+  coll::AllreduceTuner::Plan plan{chosen, false, false, false};
+  std::string key;
+  if (tuned) {
+    key = coll::AllreduceTuner::key(count, dtype, *codec);
+    plan = im.tuner.plan(key, chosen);
+    ran = plan.algo;
+  }
+  // A dense call decided by the tuner first sends what a compressed call left in the EF
+  // residual, so that no gradient stays behind (trial calls leave it for the next one).
+  const bool flush = tuned && ran == Algo::kRing && !plan.trial && ef != nullptr && im.ef_unflushed.count(ef) > 0;
+  double seconds = 0;
+  const Status st = im.collective([&](coll::Context& c) { return run_algo(c, ran, flush); }, &seconds);
+  ++im.stats.allreduces;
+  im.stats.last_algo = ran;
+  if (ef != nullptr) {
+    if (ran != Algo::kRing) im.ef_unflushed.insert(ef);
+    else if (flush) im.ef_unflushed.erase(ef);
+  }
+  if (!st.is_ok() || !tuned) return st;
+  if (plan.timed) im.tuner.record(key, ran, seconds);
+  if (plan.agree_after) {
+    double mine[2];
+    im.tuner.local_best(key, mine);
+    std::vector<double> all(2 * static_cast<size_t>(im.tp->size()));
+    GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, mine, all.data(), sizeof mine); }));
+    const Algo pick = im.tuner.decide(key, chosen, all.data(), im.tp->size());
+    GW_INFO("allreduce %s: %s %.3f ms, ring %.3f ms on this rank: runs %s", key.c_str(), algo_name(chosen),
+            mine[0] * 1e3, mine[1] * 1e3, algo_name(pick));
+  }
+  return Status::ok();
 }
 
 Status Communicator::sparse_allgather(const void* msg, size_t len, void* out, size_t capacity, size_t* lengths) {
@@ -344,6 +389,129 @@ Status Communicator::broadcast(void* buf, size_t bytes, int root) {
 Status Communicator::barrier() {
   return run([=]() -> Status {
     return impl_->collective([&](coll::Context& c) { return coll::barrier(c); });
+  });
+}
+
+Status Communicator::allreduce_device(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                                      Codec* codec, DeviceEfState* ef, Algo algo, void* stream) {
+  const size_t ef_count = ef != nullptr ? ef->count() : 0;
+  GW_ASSIGN_OR_RETURN(AllreduceChoice ch, check_allreduce(send, recv, count, dtype, op, codec,
+                                                          ef != nullptr ? &ef_count : nullptr, algo));
+  if (ch.chosen == Algo::kCompressedRing) {
+    return unsupported("compressed_ring runs on host buffers only; on device buffers scatter_reduce is its counterpart");
+  }
+  GW_ASSIGN_OR_RETURN(coll::DeviceBackend* dev, impl_->device_backend());
+  if (count > 0) {
+    GW_RETURN_IF_ERROR(dev->check_buffer(send, "sendbuf"));
+    GW_RETURN_IF_ERROR(dev->check_buffer(recv, "recvbuf"));
+  }
+  codec = ch.codec;
+  const auto* s = static_cast<const float*>(send);
+  auto* r = static_cast<float*>(recv);
+  return run([=]() -> Status {
+    GW_RETURN_IF_ERROR(dev->begin(stream));
+    return impl_->allreduce_planned(count, dtype, codec, ef, ch.chosen, ch.tuned,
+                                    [&](coll::Context& c, Algo ran, bool flush) -> Status {
+      switch (ran) {
+        case Algo::kScatterReduce: return coll::device_scatter_reduce_allreduce(c, *dev, s, r, count, op, *codec, ef);
+        case Algo::kSparseAllgather: return coll::device_sparse_allgather_allreduce(c, *dev, s, r, count, op, *codec, ef);
+        case Algo::kCompressedRing: return unsupported("compressed_ring runs on host buffers only");
+        default:
+          if (flush) {
+            float* acc = ef->residual();
+            GW_RETURN_IF_ERROR(dev->add(acc, s, count));  // residual += send
+            GW_RETURN_IF_ERROR(coll::device_dense_allreduce(c, *dev, acc, recv, count, dtype, op));
+            GW_RETURN_IF_ERROR(dev->zero(acc, count * sizeof(float)));
+            return coll::drain(c, *dev);
+          }
+          return coll::device_dense_allreduce(c, *dev, send, recv, count, dtype, op);
+      }
+    });
+  });
+}
+
+Status Communicator::allgather_device(const void* send, void* recv, size_t bytes, void* stream) {
+  if (bytes > 0 && (send == nullptr || recv == nullptr)) return invalid_argument(send == nullptr ? "sendbuf is null" : "recvbuf is null");
+  GW_ASSIGN_OR_RETURN(coll::DeviceBackend* dev, impl_->device_backend());
+  if (bytes > 0) {
+    GW_RETURN_IF_ERROR(dev->check_buffer(send, "sendbuf"));
+    GW_RETURN_IF_ERROR(dev->check_buffer(recv, "recvbuf"));
+  }
+  return run([=]() -> Status {
+    GW_RETURN_IF_ERROR(dev->begin(stream));
+    return impl_->collective([&](coll::Context& c) { return coll::device_allgather(c, *dev, send, recv, bytes); });
+  });
+}
+
+Status Communicator::broadcast_device(void* buf, size_t bytes, int root, void* stream) {
+  if (root < 0 || root >= size()) return invalid_argument("root " + std::to_string(root) + " is out of range");
+  if (bytes > 0 && buf == nullptr) return invalid_argument("buf is null");
+  GW_ASSIGN_OR_RETURN(coll::DeviceBackend* dev, impl_->device_backend());
+  if (bytes > 0) GW_RETURN_IF_ERROR(dev->check_buffer(buf, "buf"));
+  return run([=]() -> Status {
+    GW_RETURN_IF_ERROR(dev->begin(stream));
+    return impl_->collective([&](coll::Context& c) { return coll::device_broadcast(c, *dev, buf, bytes, root); });
+  });
+}
+
+Status Communicator::use_device_backend(std::unique_ptr<coll::DeviceBackend> backend) {
+  return run([&]() -> Status {  // after every earlier call, which may still use the old one
+    std::lock_guard<std::mutex> lock(impl_->device_mu);
+    impl_->device = std::move(backend);
+    impl_->nccl = false;
+    return Status::ok();
+  });
+}
+
+bool Communicator::nccl_enabled() const {
+  std::lock_guard<std::mutex> lock(impl_->device_mu);
+  return impl_->nccl;
+}
+
+Status Communicator::enable_nccl() {
+  // Every rank learns every other rank's state before anyone joins NCCL: a rank that cannot
+  // join would leave the others waiting in NCCL's init until the timeout.
+  auto made = impl_->device_backend();
+  const Status local = made.status();
+  coll::DeviceBackend* dev = made.is_ok() ? made.value() : nullptr;
+  return run([=]() -> Status {
+    Impl& im = *impl_;
+    const int p = im.tp->size();
+    // Rank 0's unique id, or why it has none, to everyone.
+    struct IdBlob {
+      uint8_t ok;
+      uint8_t id[128];
+      char why[383];
+    } blob{};
+    if (im.tp->rank() == 0) {
+      Status s = local.is_ok() ? dev->nccl_unique_id(blob.id, sizeof blob.id) : local;
+      blob.ok = s.is_ok() ? 1 : 0;
+      std::snprintf(blob.why, sizeof blob.why, "%s", s.message().c_str());
+    }
+    GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::broadcast(c, &blob, sizeof blob, 0); }));
+    if (blob.ok == 0) return unsupported(std::string("NCCL did not start on rank 0: ") + blob.why);
+    auto agree = [&](const Status& mine, const char* stage) -> Status {
+      const uint8_t flag = mine.is_ok() ? 1 : 0;
+      std::vector<uint8_t> all(static_cast<size_t>(p));
+      GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, &flag, all.data(), 1); }));
+      if (!mine.is_ok()) return unsupported(std::string(stage) + " on this rank: " + mine.message());
+      for (int r = 0; r < p; ++r) {
+        if (all[r] == 0) return unsupported(std::string(stage) + " on rank " + std::to_string(r) + " (see its error)");
+      }
+      return Status::ok();
+    };
+    GW_RETURN_IF_ERROR(agree(local, "no CUDA device for NCCL"));
+    const Status joined = dev->nccl_join(blob.id, sizeof blob.id, p, im.tp->rank(),
+                                         transport::Clock::now() + im.config.timeout, [&] { im.tp->progress(); });
+    if (joined.code() == Code::kTimeout) return joined;  // a rank stopped mid-join: nothing to agree with
+    if (Status s = agree(joined, "NCCL init failed"); !s.is_ok()) {
+      dev->nccl_leave();
+      return s;
+    }
+    std::lock_guard<std::mutex> lock(im.device_mu);
+    im.nccl = true;
+    GW_INFO("NCCL up on rank %d of %d", im.tp->rank(), p);
+    return Status::ok();
   });
 }
 

@@ -18,6 +18,13 @@ class DeviceEfState {
   virtual Status reset() = 0;
   // Copies the residual (count floats) to host memory.
   virtual Status copy_out(float* host, size_t count) const = 0;
+
+  // For the device collectives (collectives/device_*.cpp): the residual (count floats of
+  // device memory), the owner-side residual (n floats, zeroed when first made, as
+  // gw::ErrorFeedback's), and the step counter.
+  virtual float* residual() = 0;
+  virtual Result<float*> owner_residual(size_t n) = 0;
+  virtual void advance() = 0;
 };
 
 }  // namespace gw

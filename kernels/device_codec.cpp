@@ -60,12 +60,31 @@ Result<std::unique_ptr<DeviceResidual>> DeviceResidual::create(size_t count) {
   return r;
 }
 
-DeviceResidual::~DeviceResidual() { cudaFree(data_); }
+DeviceResidual::~DeviceResidual() {
+  cudaFree(data_);
+  cudaFree(owner_);
+}
 
 Status DeviceResidual::reset() {
   if (count_ > 0) GW_CUDA_RETURN_IF_ERROR(cudaMemset(data_, 0, count_ * sizeof(float)));
+  if (owner_count_ > 0) GW_CUDA_RETURN_IF_ERROR(cudaMemset(owner_, 0, owner_count_ * sizeof(float)));
   step_ = 0;
   return Status::ok();
+}
+
+Result<float*> DeviceResidual::owner_residual(size_t n) {
+  if (owner_ != nullptr && owner_count_ == n) return owner_;
+  // Rare (the owner's segment changes size with the rank count or the algorithm), so the
+  // synchronous calls are acceptable here.
+  if (owner_ != nullptr) GW_CUDA_RETURN_IF_ERROR(cudaFree(owner_));
+  owner_ = nullptr;
+  owner_count_ = 0;
+  void* p = nullptr;
+  GW_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, n > 0 ? n * sizeof(float) : 1));
+  owner_ = static_cast<float*>(p);
+  owner_count_ = n;
+  if (n > 0) GW_CUDA_RETURN_IF_ERROR(cudaMemset(owner_, 0, n * sizeof(float)));
+  return owner_;
 }
 
 Status DeviceResidual::copy_out(float* host, size_t count) const {

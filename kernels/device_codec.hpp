@@ -36,7 +36,10 @@ class DeviceResidual final : public DeviceEfState {
   float* data() { return data_; }
   size_t count() const override { return count_; }
   uint64_t step() const override { return step_; }
-  void advance() { ++step_; }
+  void advance() override { ++step_; }
+  float* residual() override { return data_; }
+  // Made (zeroed) on first use and whenever n changes, as gw::ErrorFeedback's.
+  Result<float*> owner_residual(size_t n) override;
   // Zeroes the residual (waits for it) and the step.
   Status reset() override;
   // Copies the residual to host memory (waits for work in flight on every stream).
@@ -47,6 +50,8 @@ class DeviceResidual final : public DeviceEfState {
   float* data_;
   size_t count_;
   uint64_t step_ = 0;
+  float* owner_ = nullptr;
+  size_t owner_count_ = 0;
 };
 
 // Encodes device buffers with one codec; owns the device scratch its kernels reuse. One

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything that needs an NVIDIA GPU, in one go: build with CUDA (sm_80 and sm_90), run the
 # GPU tests (ctest -L gpu: device codecs against the host codecs, bit for bit), run the
-# kernel benchmark against PyTorch on the same GPU, and print a summary.
+# kernel benchmark against PyTorch on the same GPU, and print a summary. The GPU tests include
+# the device collectives with the CUDA backend, and NCCL when one can be loaded (PyTorch's
+# bundled NCCL is used when the toolkit has none).
 #
 # usage: scripts/gpu-check.sh [OUTDIR]     (default $OUT, else build-gpu/out)
 # Needs nvcc, CMake, python3 with torch. GoogleTest: the system's, or a source tree in
@@ -25,13 +27,29 @@ if [ -d "$root/.gpu-deps/googletest" ] && ! [ -f /usr/lib/x86_64-linux-gnu/libgt
   cmake --install /tmp/gw-gtest-build >/dev/null
   prefix_args=(-DCMAKE_PREFIX_PATH=/tmp/gw-gtest)
 fi
+# NCCL: the toolkit's header if it has one, else PyTorch's wheel's (nvidia/nccl), else the copy
+# in .gpu-deps; the library is loaded at run time ($GW_NCCL_LIBRARY, else the loader's path).
+nccl_args=()
+torch_nccl=$(python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])" 2>/dev/null || true)
+if ! [ -f /usr/local/cuda/include/nccl.h ]; then
+  if [ -n "$torch_nccl" ] && [ -f "$torch_nccl/include/nccl.h" ]; then
+    nccl_args=(-DGW_NCCL_INCLUDE_DIR="$torch_nccl/include")
+  elif [ -f "$root/.gpu-deps/nccl/include/nccl.h" ]; then
+    nccl_args=(-DGW_NCCL_INCLUDE_DIR="$root/.gpu-deps/nccl/include")
+  fi
+fi
+if [ -z "${GW_NCCL_LIBRARY:-}" ] && [ -n "$torch_nccl" ] && [ -f "$torch_nccl/lib/libnccl.so.2" ]; then
+  export GW_NCCL_LIBRARY="$torch_nccl/lib/libnccl.so.2"
+fi
+echo "NCCL: header ${nccl_args[*]:-from the toolkit}, library ${GW_NCCL_LIBRARY:-from the loader path}" | tee "$out/nccl.txt"
+
 ucx=OFF
 if pkg-config --exists ucx 2>/dev/null; then ucx=ON; fi
 
 gen=()
 if command -v ninja >/dev/null; then gen=(-G Ninja); fi
 cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DGW_WITH_CUDA=ON -DGW_WITH_UCX=$ucx \
-  -DGW_WERROR=ON -DGW_BUILD_PERF=OFF "${prefix_args[@]}" | tail -3
+  -DGW_WERROR=ON -DGW_BUILD_PERF=OFF "${prefix_args[@]}" "${nccl_args[@]}" | tail -3
 cmake --build "$build" -j "$jobs" 2>&1 | tail -5
 
 set +e

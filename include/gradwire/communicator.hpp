@@ -16,6 +16,11 @@
 
 namespace gw {
 
+class DeviceEfState;
+namespace coll {
+class DeviceBackend;
+}
+
 namespace transport {
 class Transport;
 }
@@ -92,6 +97,24 @@ class GW_API Communicator {
   Status broadcast(void* buf, size_t bytes, int root);
   Status barrier();
 
+  // The collectives on device buffers (docs/architecture.md, "Device buffers"): the work is
+  // ordered after what the caller queued on stream (a cudaStream_t; null: the legacy default
+  // stream) and is complete on return. ef is null or a device state. The codec runs on the
+  // device; dense calls go through NCCL once enable_nccl succeeded, else through pinned
+  // host memory.
+  Status allreduce_device(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Codec* codec,
+                          DeviceEfState* ef, Algo algo, void* stream);
+  Status allgather_device(const void* send, void* recv, size_t bytes, void* stream);
+  Status broadcast_device(void* buf, size_t bytes, int root, void* stream);
+  // Every rank calls it: brings up NCCL on each rank's current CUDA device, rank 0's
+  // ncclUniqueId reaching the others through this communicator. A failure on any rank fails
+  // it on every rank (kUnsupported with the reason) and leaves the communicator as it was.
+  Status enable_nccl();
+  bool nccl_enabled() const;
+  // Replaces the accelerator behind the device collectives (by default the CUDA one, made on
+  // first use). For tests, and for accelerators other than CUDA.
+  Status use_device_backend(std::unique_ptr<coll::DeviceBackend> backend);
+
   // Counters of every call made before this one (it runs after them, in order).
   Result<CommStats> stats();
   // Zeroes the counters, after every call made before this one.
@@ -106,6 +129,14 @@ class GW_API Communicator {
 
  private:
   struct Impl;
+  struct AllreduceChoice {
+    Codec* codec;  // the caller's, or GW_CODEC's
+    Algo chosen;   // the policy's choice
+    bool tuned;    // the tuner may replace it
+  };
+  // Checks an all-reduce's arguments (ef_count: null without EF) and picks its algorithm.
+  Result<AllreduceChoice> check_allreduce(const void* send, const void* recv, size_t count, DType dtype,
+                                          ReduceOp op, Codec* codec, const size_t* ef_count, Algo algo) const;
   explicit Communicator(std::unique_ptr<Impl> impl);
   Status run(std::function<Status()> fn);
   std::unique_ptr<Impl> impl_;

@@ -182,7 +182,8 @@ GW_API gw_result_t gw_cuda_device_count(int* count);
 
 /* An error-feedback state whose residual (count floats, zeroed) lives in memory of the
  * current CUDA device. gw_ef_state_destroy, _reset, _count, _step and _get_residual take it
- * (get_residual copies to host memory); gw_encode and the collectives refuse it. */
+ * (get_residual copies to host memory); gw_encode refuses it, the collectives on device
+ * buffers take it. */
 GW_API gw_result_t gw_ef_state_create_device(size_t count, gw_ef_state_t* ef);
 
 /* gw_encode for device memory: src and dst are device pointers (dst 8-byte aligned), ef is
@@ -243,7 +244,8 @@ GW_API gw_result_t gw_comm_reset_stats(gw_comm_t comm);
 
 /* recvbuf = sum (GW_SUM) or mean (GW_AVG) over ranks of sendbuf; sendbuf == recvbuf is in
  * place. codec NULL (or "none") is a dense all-reduce; a lossy codec needs GW_FLOAT32 and may
- * take ef, an EF state of count elements owned by this buffer. */
+ * take ef, an EF state of count elements owned by this buffer. Device buffers run on the
+ * device (see "collectives on CUDA device buffers" below). */
 GW_API gw_result_t gw_allreduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
                                 gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec,
                                 gw_ef_state_t ef);
@@ -280,6 +282,41 @@ GW_API gw_result_t gw_sparse_allgather_dense(gw_comm_t comm, const void* msg, si
 GW_API gw_result_t gw_allgather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes);
 GW_API gw_result_t gw_broadcast(gw_comm_t comm, void* buf, size_t bytes, int root);
 GW_API gw_result_t gw_barrier(gw_comm_t comm);
+
+/* ---- collectives on CUDA device buffers ----
+ * gw_allreduce, gw_allreduce_ex, gw_iallreduce, gw_allgather and gw_broadcast recognise
+ * device memory (cudaMalloc or managed; with a device EF state, gw_ef_state_create_device)
+ * and run on the device as below, ordered on the legacy default stream; every buffer of one
+ * call must be device memory, or every one host memory. The _device calls take the stream.
+ *
+ * stream is a cudaStream_t (NULL: the legacy default stream). The collective starts after the
+ * work queued on stream before the call (an event, not a host wait) and is complete, in device
+ * memory, when the call returns (gw_iallreduce_device: when gw_test or gw_wait reports it).
+ * Codecs encode and decode on the device; messages cross the transport from pinned host
+ * memory, checked there before they are copied up; device copies overlap the transfers of
+ * other chunks. Dense calls (codec none, small or non-float32 tensors, the tuner's choice)
+ * go through NCCL after gw_comm_enable_nccl, else through pinned host memory. The device
+ * is the one current when the communicator's first device call (or gw_comm_enable_nccl) ran;
+ * buffers on another device are refused. compressed_ring runs on host buffers only.
+ * Libraries built without CUDA return GW_ERR_UNSUPPORTED. */
+GW_API gw_result_t gw_allreduce_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                                       gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef,
+                                       gw_algo_t algo, void* stream);
+GW_API gw_result_t gw_iallreduce_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                                        gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef,
+                                        gw_algo_t algo, void* stream, gw_request_t* request);
+GW_API gw_result_t gw_allgather_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes,
+                                       void* stream);
+GW_API gw_result_t gw_broadcast_device(gw_comm_t comm, void* buf, size_t bytes, int root, void* stream);
+/* Collective: every rank brings up NCCL on its current CUDA device; rank 0's ncclUniqueId
+ * reaches the others through this communicator. NCCL is loaded at run time: $GW_NCCL_LIBRARY,
+ * else libnccl.so.2 on the loader path, else the CUDA toolkit's found at build time. When
+ * any rank cannot (no NCCL, no device, init failed), every rank gets GW_ERR_UNSUPPORTED with
+ * the reason, and the communicator works on as before (dense device calls staged through host
+ * memory). GW_ERR_TIMEOUT when a rank stopped answering during NCCL's init. */
+GW_API gw_result_t gw_comm_enable_nccl(gw_comm_t comm);
+/* *enabled = 1 once gw_comm_enable_nccl succeeded on this communicator. */
+GW_API gw_result_t gw_comm_nccl_enabled(gw_comm_t comm, int* enabled);
 
 #ifdef __cplusplus
 }

@@ -44,16 +44,30 @@ TEST(DeviceMemory, HostCallsRefuseDeviceBuffersAndAcceptManagedOnes) {
   EXPECT_NE(std::string(gw_get_last_error()).find("dst is CUDA device memory"), std::string::npos);
   for (float v : y) ASSERT_EQ(v, 0.0f);  // untouched
 
-  // A one-rank communicator refuses a device buffer before anything runs.
+  // A communicator sends device buffers down the device path: here, with no usable CUDA
+  // runtime (or a build without CUDA), that is refused with the reason before anything runs.
   gw_unique_id_t id;
   ASSERT_EQ(gw_get_unique_id(&id), GW_SUCCESS);
   gw_comm_t comm = nullptr;
   ASSERT_EQ(gw_comm_init_rank(&comm, 1, id, 0, nullptr), GW_SUCCESS) << gw_get_last_error();
-  EXPECT_EQ(gw_allreduce(comm, y.data(), y.data(), n, GW_FLOAT32, GW_SUM, nullptr, nullptr), GW_ERR_UNSUPPORTED);
-  EXPECT_NE(std::string(gw_get_last_error()).find("CUDA device memory"), std::string::npos);
-  EXPECT_EQ(gw_broadcast(comm, y.data(), n * sizeof(float), 0), GW_ERR_UNSUPPORTED);
-  // The refusal is an argument check: the communicator still works.
-  EXPECT_EQ(gw_allreduce(comm, x.data(), x.data(), n, GW_FLOAT32, GW_SUM, nullptr, nullptr), GW_SUCCESS);
+  auto refused_as_no_device = [](gw_result_t r) {
+    const std::string why = gw_get_last_error();
+    EXPECT_TRUE(r == GW_ERR_CUDA || r == GW_ERR_UNSUPPORTED) << r << ": " << why;
+    EXPECT_TRUE(why.find("cuda") != std::string::npos || why.find("CUDA") != std::string::npos) << why;
+  };
+  refused_as_no_device(gw_allreduce(comm, y.data(), y.data(), n, GW_FLOAT32, GW_SUM, nullptr, nullptr));
+  refused_as_no_device(gw_broadcast(comm, y.data(), n * sizeof(float), 0));
+  refused_as_no_device(gw_allgather(comm, y.data(), y.data(), 4));
+  // One device buffer and one host buffer: the caller's mistake, named.
+  std::vector<float> h(n, 1.0f);
+  EXPECT_EQ(gw_allreduce(comm, h.data(), y.data(), n, GW_FLOAT32, GW_SUM, nullptr, nullptr), GW_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gw_get_last_error()).find("recvbuf is CUDA device memory but sendbuf is host memory"),
+            std::string::npos) << gw_get_last_error();
+  // The message collectives take host memory only.
+  size_t lengths[1];
+  EXPECT_EQ(gw_sparse_allgather(comm, y.data(), 8, h.data(), 4000, lengths), GW_ERR_UNSUPPORTED);
+  // Refusals are argument checks: the communicator still works.
+  EXPECT_EQ(gw_allreduce(comm, h.data(), h.data(), n, GW_FLOAT32, GW_SUM, nullptr, nullptr), GW_SUCCESS);
 
   // Managed memory is readable by the CPU: accepted.
   mark(y.data(), n * sizeof(float), 1);

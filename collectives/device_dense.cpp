@@ -1,0 +1,72 @@
+// Dense collectives on device buffers: NCCL when the communicator brought it up, else the
+// host algorithms on a pinned copy (copied down, run, copied up). The staged path does not
+// overlap its copies with the transfer: it is the fallback for machines without NCCL, where
+// the host ring already bounds the time.
+#include "collectives/algorithms.hpp"
+#include "collectives/device_algorithms.hpp"
+
+namespace gw::coll {
+namespace {
+
+// Waits for an NCCL call just enqueued, keeping the transport going.
+template <class Call>
+Status through_nccl(Context& c, DeviceBackend& dev, Call call) {
+  const DeviceBackend::Progress progress = [&c] { c.tp.progress(); };
+  GW_RETURN_IF_ERROR(call(progress));
+  return dev.nccl_wait(c.deadline, progress);
+}
+
+}  // namespace
+
+Status device_dense_allreduce(Context& c, DeviceBackend& dev, const void* send, void* recv, size_t n, DType dtype,
+                              ReduceOp op) {
+  if (dev.nccl_ready()) {
+    return through_nccl(c, dev, [&](const DeviceBackend::Progress& pr) {
+      return dev.nccl_allreduce(send, recv, n, dtype, op, c.deadline, pr);
+    });
+  }
+  const size_t bytes = n * dtype_size(dtype);
+  GW_ASSIGN_OR_RETURN(uint8_t* host, dev.host_staging(0, bytes));
+  GW_RETURN_IF_ERROR(dev.copy(host, send, bytes));
+  GW_RETURN_IF_ERROR(drain(c, dev));
+  GW_RETURN_IF_ERROR(ring_allreduce(c, host, host, n, dtype, op));
+  GW_RETURN_IF_ERROR(dev.copy(recv, host, bytes));
+  return drain(c, dev);
+}
+
+Status device_allgather(Context& c, DeviceBackend& dev, const void* send, void* recv, size_t bytes) {
+  if (dev.nccl_ready()) {
+    return through_nccl(c, dev, [&](const DeviceBackend::Progress& pr) {
+      return dev.nccl_allgather(send, recv, bytes, c.deadline, pr);
+    });
+  }
+  const size_t total = bytes * static_cast<size_t>(c.size);
+  GW_ASSIGN_OR_RETURN(uint8_t* mine, dev.host_staging(0, bytes));
+  GW_ASSIGN_OR_RETURN(uint8_t* all, dev.host_staging(1, total));
+  GW_RETURN_IF_ERROR(dev.copy(mine, send, bytes));
+  GW_RETURN_IF_ERROR(drain(c, dev));
+  GW_RETURN_IF_ERROR(allgather(c, mine, all, bytes));
+  GW_RETURN_IF_ERROR(dev.copy(recv, all, total));
+  return drain(c, dev);
+}
+
+Status device_broadcast(Context& c, DeviceBackend& dev, void* buf, size_t bytes, int root) {
+  if (dev.nccl_ready()) {
+    return through_nccl(c, dev, [&](const DeviceBackend::Progress& pr) {
+      return dev.nccl_broadcast(buf, bytes, root, c.deadline, pr);
+    });
+  }
+  GW_ASSIGN_OR_RETURN(uint8_t* host, dev.host_staging(0, bytes));
+  if (c.rank == root) {
+    GW_RETURN_IF_ERROR(dev.copy(host, buf, bytes));
+    GW_RETURN_IF_ERROR(drain(c, dev));
+  }
+  GW_RETURN_IF_ERROR(broadcast(c, host, bytes, root));
+  if (c.rank != root) {
+    GW_RETURN_IF_ERROR(dev.copy(buf, host, bytes));
+    GW_RETURN_IF_ERROR(drain(c, dev));
+  }
+  return Status::ok();
+}
+
+}  // namespace gw::coll

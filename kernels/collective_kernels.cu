@@ -1,0 +1,62 @@
+// IEEE single-precision adds and divides, rounded to nearest, never fused: the same bits as
+// the host loops in collectives/ (built with -ffp-contract=off).
+#include "kernels/collective_kernels.hpp"
+#include "kernels/cuda_check.hpp"
+
+namespace gw::kern {
+namespace {
+
+constexpr int kBlock = 256;
+constexpr uint64_t kMaxBlocks = 4096;  // grid-stride beyond this
+
+unsigned blocks_for(uint64_t n) {
+  const uint64_t b = (n + kBlock - 1) / kBlock;
+  return static_cast<unsigned>(b < kMaxBlocks ? b : kMaxBlocks);
+}
+
+__global__ void add_kernel(float* acc, const float* x, uint64_t n) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    acc[i] = __fadd_rn(acc[i], x[i]);
+  }
+}
+
+__global__ void fold_owner_kernel(float* owner, float* sum, uint64_t n, int divisor) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const float d = static_cast<float>(divisor);
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float s = sum[i];
+    owner[i] = __fadd_rn(owner[i], divisor == 1 ? s : __fdiv_rn(s, d));
+    sum[i] = 0.0f;
+  }
+}
+
+__global__ void divide_kernel(float* x, uint64_t n, int divisor) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const float d = static_cast<float>(divisor);
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    x[i] = __fdiv_rn(x[i], d);
+  }
+}
+
+}  // namespace
+
+Status launch_add(float* acc, const float* x, uint64_t n, cudaStream_t stream) {
+  if (n == 0) return Status::ok();
+  add_kernel<<<blocks_for(n), kBlock, 0, stream>>>(acc, x, n);
+  return launch_status("add_kernel");
+}
+
+Status launch_fold_owner(float* owner, float* sum, uint64_t n, int divisor, cudaStream_t stream) {
+  if (n == 0) return Status::ok();
+  fold_owner_kernel<<<blocks_for(n), kBlock, 0, stream>>>(owner, sum, n, divisor);
+  return launch_status("fold_owner_kernel");
+}
+
+Status launch_divide(float* x, uint64_t n, int divisor, cudaStream_t stream) {
+  if (n == 0) return Status::ok();
+  divide_kernel<<<blocks_for(n), kBlock, 0, stream>>>(x, n, divisor);
+  return launch_status("divide_kernel");
+}
+
+}  // namespace gw::kern
