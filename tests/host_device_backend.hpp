@@ -68,7 +68,9 @@ struct DeviceVector {
   DeviceVector& operator=(const DeviceVector&) = delete;
   T* data() { return p_; }
   size_t size() const { return n_; }
-  void upload(const std::vector<T>& v) { std::memcpy(p_, v.data(), v.size() * sizeof(T)); }
+  void upload(const std::vector<T>& v) {
+    if (!v.empty()) std::memcpy(p_, v.data(), v.size() * sizeof(T));
+  }
   std::vector<T> download() const { return std::vector<T>(p_, p_ + n_); }
 
  private:
@@ -89,7 +91,7 @@ class StandInEf final : public DeviceEfState {
     return Status::ok();
   }
   Status copy_out(float* host, size_t n) const override {
-    std::memcpy(host, const_cast<DeviceVector<float>&>(res_).data(), n * sizeof(float));
+    if (n > 0) std::memcpy(host, const_cast<DeviceVector<float>&>(res_).data(), n * sizeof(float));
     return Status::ok();
   }
   float* residual() override { return res_.data(); }

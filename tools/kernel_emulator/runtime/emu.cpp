@@ -1,4 +1,7 @@
 #include "emu.hpp"
+
+#include <map>
+#include <mutex>
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
@@ -34,6 +37,8 @@ long g_allocs = 0;
 long g_syncs = 0;
 long g_launches = 0;
 int g_l2 = 1 << 16;
+bool g_strict_memory = false;
+int g_event_delay = std::getenv("EMU_EVENT_DELAY") ? std::atoi(std::getenv("EMU_EVENT_DELAY")) : 1;
 Thread* current = nullptr;
 Idx3 g_block, g_grid, g_bdim;
 std::vector<Rendezvous> g_warps;
@@ -94,9 +99,15 @@ static void init_fiber(Thread& t) {
   t.sp = w - 8;
 }
 
+// Launches from several host threads (each communicator's progress thread) run one at a
+// time: the scheduler state above, the fiber stacks and every kernel's __shared__ arrays
+// (function-local statics) are process-wide.
+static std::mutex g_launch_mu;
+
 void launch_impl(dim3 grid, dim3 block, std::function<void()> body) {
   if (block.y != 1 || block.z != 1 || grid.y != 1 || grid.z != 1) { std::fprintf(stderr, "1-D only\n"); std::abort(); }
   if (block.x % 32 != 0 || block.x > 1024 || grid.x == 0) { std::fprintf(stderr, "bad launch %u x %u\n", grid.x, block.x); std::abort(); }
+  std::lock_guard<std::mutex> lock(g_launch_mu);
   ++g_launches;
   g_body = &body;
   g_grid = Idx3{grid.x, 1, 1};
@@ -127,4 +138,184 @@ void launch_impl(dim3 grid, dim3 block, std::function<void()> body) {
     }
   }
 }
+
+// ---- Memory: tracked device and pinned allocations. ----
+
+namespace {
+
+enum class Kind { kDevice, kPinned };
+struct Block {
+  size_t bytes;
+  Kind kind;
+};
+std::mutex g_mem_mu;
+std::map<uintptr_t, Block> g_blocks;  // by start address
+
+[[noreturn]] void mem_fail(const char* what, const void* p, size_t n) {
+  std::fprintf(stderr, "EMU FAILURE: %s (pointer %p, %zu bytes)\n", what, p, n);
+  std::abort();
+}
+
+// The block holding p, under g_mem_mu; g_blocks.end() when none.
+std::map<uintptr_t, Block>::iterator find_block(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = g_blocks.upper_bound(a);
+  if (it == g_blocks.begin()) return g_blocks.end();
+  --it;
+  return a < it->first + it->second.bytes ? it : g_blocks.end();
+}
+
+void* alloc(size_t n, Kind kind) {
+  if (n == 0) return nullptr;
+  void* p = std::malloc(n);
+  if (p == nullptr) return nullptr;
+  if (kind == Kind::kDevice) std::memset(p, 0xA5, n);  // unwritten device memory reads as garbage
+  std::lock_guard<std::mutex> lock(g_mem_mu);
+  if (kind == Kind::kDevice) ++g_allocs;
+  g_blocks[reinterpret_cast<uintptr_t>(p)] = Block{n, kind};
+  return p;
+}
+
+void release(void* p, Kind kind, const char* call) {
+  if (p == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(g_mem_mu);
+    auto it = g_blocks.find(reinterpret_cast<uintptr_t>(p));
+    if (it == g_blocks.end() || it->second.kind != kind) {
+      char what[128];
+      std::snprintf(what, sizeof what, "%s of memory it did not allocate (or freed already)", call);
+      mem_fail(what, p, 0);
+    }
+    g_blocks.erase(it);
+  }
+  std::free(p);
+}
+
+// Device memory holding [p, p + n): true; memory outside every device block: false; a range
+// that starts in a device block and runs past its end aborts.
+bool device_range(const void* p, size_t n, const char* what) {
+  std::lock_guard<std::mutex> lock(g_mem_mu);
+  auto it = find_block(p);
+  if (it == g_blocks.end() || it->second.kind != Kind::kDevice) return false;
+  if (reinterpret_cast<uintptr_t>(p) + n > it->first + it->second.bytes) mem_fail(what, p, n);
+  return true;
+}
+
+}  // namespace
+
+cudaError_t check_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+  if (!g_strict_memory || n == 0) return cudaSuccess;
+  const bool d = device_range(dst, n, "cudaMemcpy destination runs past the end of its device allocation");
+  const bool s = device_range(src, n, "cudaMemcpy source runs past the end of its device allocation");
+  bool want_d = d, want_s = s;
+  switch (kind) {
+    case cudaMemcpyHostToHost: want_d = false; want_s = false; break;
+    case cudaMemcpyHostToDevice: want_d = true; want_s = false; break;
+    case cudaMemcpyDeviceToHost: want_d = false; want_s = true; break;
+    case cudaMemcpyDeviceToDevice: want_d = true; want_s = true; break;
+    case cudaMemcpyDefault: break;
+  }
+  if (d != want_d) mem_fail(d ? "cudaMemcpy kind names host memory as destination, but it is device memory"
+                              : "cudaMemcpy kind names device memory as destination, but it is not", dst, n);
+  if (s != want_s) mem_fail(s ? "cudaMemcpy kind names host memory as source, but it is device memory"
+                              : "cudaMemcpy kind names device memory as source, but it is not", src, n);
+  return cudaSuccess;
+}
+
+cudaError_t check_set(void* p, size_t n) {
+  if (!g_strict_memory || n == 0) return cudaSuccess;
+  if (!device_range(p, n, "cudaMemset runs past the end of its device allocation")) {
+    mem_fail("cudaMemset of memory that is not device memory", p, n);
+  }
+  return cudaSuccess;
+}
+
 }  // namespace emu
+
+cudaError_t cudaMalloc(void** p, size_t n) {
+  *p = emu::alloc(n, emu::Kind::kDevice);
+  return *p != nullptr || n == 0 ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFree(void* p) {
+  emu::release(p, emu::Kind::kDevice, "cudaFree");
+  return cudaSuccess;
+}
+cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
+cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
+  emu::release(p, emu::Kind::kDevice, "cudaFreeAsync");
+  return cudaSuccess;
+}
+cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) {
+  *p = emu::alloc(n, emu::Kind::kPinned);
+  return *p != nullptr || n == 0 ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void* p) {
+  emu::release(p, emu::Kind::kPinned, "cudaFreeHost");
+  return cudaSuccess;
+}
+
+// As CUDA 11 and later: device 0 for device allocations (interior pointers included), host
+// for pinned ones, unregistered (still cudaSuccess) for any other address.
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* p) {
+  if (attr == nullptr) return cudaErrorInvalidValue;
+  *attr = cudaPointerAttributes{cudaMemoryTypeUnregistered, -2, nullptr, nullptr};
+  std::lock_guard<std::mutex> lock(emu::g_mem_mu);
+  auto it = emu::find_block(p);
+  if (it == emu::g_blocks.end()) return cudaSuccess;
+  if (it->second.kind == emu::Kind::kDevice) {
+    *attr = cudaPointerAttributes{cudaMemoryTypeDevice, 0, const_cast<void*>(p), nullptr};
+  } else {
+    *attr = cudaPointerAttributes{cudaMemoryTypeHost, 0, const_cast<void*>(p), const_cast<void*>(p)};
+  }
+  return cudaSuccess;
+}
+
+// ---- Streams and events: work is done when its call returns, so they only keep state. ----
+
+struct CUstream_st {
+  unsigned flags;
+};
+struct CUevent_st {
+  unsigned flags;
+  int not_ready;  // queries left that report cudaErrorNotReady
+};
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  *s = new CUstream_st{flags};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  delete s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {
+  return e == nullptr ? cudaErrorInvalidResourceHandle : cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+  *e = new CUevent_st{flags, 0};
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+  if (e == nullptr) return cudaErrorInvalidResourceHandle;
+  e->not_ready = emu::g_event_delay;
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  if (e == nullptr) return cudaErrorInvalidResourceHandle;
+  if (e->not_ready > 0) {
+    --e->not_ready;
+    return cudaErrorNotReady;
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (e == nullptr) return cudaErrorInvalidResourceHandle;
+  e->not_ready = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  if (e == nullptr) return cudaErrorInvalidResourceHandle;
+  delete e;
+  return cudaSuccess;
+}

@@ -1,17 +1,42 @@
 // Stand-in CUDA runtime for the CPU kernel emulator: device memory is host memory and every
-// call completes before it returns, so streams and events have nothing to order.
+// call completes before it returns, so streams and events have nothing to order. The calls
+// that allocate, free or classify memory live in emu.cpp: device allocations (cudaMalloc,
+// cudaMallocAsync) and pinned ones (cudaHostAlloc) are tracked, so cudaPointerGetAttributes
+// tells device memory from host memory as the real runtime does, and freeing memory with the
+// wrong call (or twice) aborts with EMU FAILURE.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInvalidValue = 1 };
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
+};
 using cudaError = cudaError_t;
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrL2CacheSize = 38 };
+enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2, cudaMemoryTypeManaged = 3 };
+struct cudaPointerAttributes {
+  cudaMemoryType type;
+  int device;
+  void* devicePointer;
+  void* hostPointer;
+};
 constexpr unsigned cudaHostAllocDefault = 0;
+constexpr unsigned cudaStreamDefault = 0;
+constexpr unsigned cudaStreamNonBlocking = 1;
+constexpr unsigned cudaEventDefault = 0;
+constexpr unsigned cudaEventBlockingSync = 1;
+constexpr unsigned cudaEventDisableTiming = 2;
 struct dim3 { unsigned x = 1, y = 1, z = 1; dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
 // Vector types with CUDA's alignment, so a misaligned vector access is caught by UBSan here
 // as it would fault on a GPU.
@@ -26,21 +51,67 @@ inline float4 make_float4(float a, float b, float c, float d) { return float4{a,
 namespace emu {
 extern int g_sms;       // reported multiprocessor count ($EMU_SMS, default 3; harnesses vary it)
 extern int g_l2;        // reported L2 size in bytes
-extern long g_allocs;   // cudaMalloc calls
+extern long g_allocs;   // cudaMalloc and cudaMallocAsync calls
 extern long g_syncs;    // cudaStreamSynchronize calls
 extern long g_launches; // kernel launches
+// When set (collectives_harness), cudaMemcpy*/cudaMemset* check that the side their kind
+// names as device memory is a tracked device allocation and the host side is not one. Off
+// by default: quant_harness and sparse_harness hand the kernels mmap'd host buffers.
+extern bool g_strict_memory;
+// Queries that report cudaErrorNotReady after each cudaEventRecord ($EMU_EVENT_DELAY,
+// default 1), so the callers' "not reached yet" paths run; the work itself is already done.
+extern int g_event_delay;
+cudaError_t check_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind);
+cudaError_t check_set(void* p, size_t n);
 }
+cudaError_t cudaMalloc(void** p, size_t n);
+cudaError_t cudaFree(void* p);
+cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t stream);
+cudaError_t cudaFreeAsync(void* p, cudaStream_t stream);
+cudaError_t cudaHostAlloc(void** p, size_t n, unsigned flags);
+cudaError_t cudaFreeHost(void* p);
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* p);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
+cudaError_t cudaEventQuery(cudaEvent_t e);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
-inline const char* cudaGetErrorName(cudaError_t) { return "cudaErrorEmu"; }
-inline const char* cudaGetErrorString(cudaError_t) { return "emulated error"; }
-inline cudaError_t cudaMalloc(void** p, size_t n) { *p = std::malloc(n); ++emu::g_allocs; std::memset(*p, 0xA5, n); return cudaSuccess; }
-inline cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
-inline cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) { *p = std::malloc(n); return cudaSuccess; }
-inline cudaError_t cudaFreeHost(void* p) { std::free(p); return cudaSuccess; }
-inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) { std::memset(p, v, n); return cudaSuccess; }
-inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) { std::memcpy(d, s, n); return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { ++emu::g_syncs; return cudaSuccess; }
+inline cudaError_t cudaPeekAtLastError() { return cudaSuccess; }
+inline const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+  }
+  return "cudaErrorEmu";
+}
+inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) {
+  if (cudaError_t e = emu::check_set(p, n)) return e;
+  if (n > 0) std::memset(p, v, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemset(void* p, int v, size_t n) { return cudaMemsetAsync(p, v, n); }
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind kind, cudaStream_t = nullptr) {
+  if (cudaError_t e = emu::check_copy(d, s, n, kind)) return e;
+  if (n > 0) std::memcpy(d, s, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind kind) { return cudaMemcpyAsync(d, s, n, kind); }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { __atomic_fetch_add(&emu::g_syncs, 1, __ATOMIC_RELAXED); return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
   *v = a == cudaDevAttrL2CacheSize ? emu::g_l2 : emu::g_sms;
   return cudaSuccess;
