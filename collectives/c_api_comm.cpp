@@ -121,6 +121,8 @@ Status allreduce_where(gw::Communicator& cm, bool device, const void* sendbuf, v
 Status submit_allreduce(gw_comm_t comm, bool device, const void* sendbuf, void* recvbuf, size_t count,
                         gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef, gw_algo_t algo,
                         void* stream, gw_request_t* request) {
+  // Checked here: on the progress thread a CUDA error would break the communicator.
+  if (device) GW_RETURN_IF_ERROR(comm->comm->device_ready());
   gw::Codec* c = codec_of(codec);
   auto work = comm->comm->submit([=](gw::Communicator& cm) {
     return allreduce_where(cm, device, sendbuf, recvbuf, count, dtype, op, c, ef, algo, stream);

@@ -463,6 +463,8 @@ Status Communicator::use_device_backend(std::unique_ptr<coll::DeviceBackend> bac
   });
 }
 
+Status Communicator::device_ready() { return impl_->device_backend().status(); }
+
 bool Communicator::nccl_enabled() const {
   std::lock_guard<std::mutex> lock(impl_->device_mu);
   return impl_->nccl;

@@ -49,29 +49,38 @@ compile() {  # compile SRC OBJ, unless OBJ is newer than this script and every f
 
 start=$SECONDS
 echo "emulate-kernels: building into $out"
-for k in dense_kernels qsgd_kernels sign_kernels radix_select topk_kernels dgc_kernels randomk_kernels sparse_kernels; do
+for k in dense_kernels qsgd_kernels sign_kernels radix_select topk_kernels dgc_kernels randomk_kernels sparse_kernels \
+         header_kernel collective_kernels; do
   gen=$out/gen/$k.cpp
   # Replaced only on change, so an unchanged kernel keeps its object.
   python3 "$tool/transform.py" "$root/kernels/$k.cu" "$gen.new"
   if [[ -f $gen ]] && cmp -s "$gen" "$gen.new"; then rm "$gen.new"; else mv "$gen.new" "$gen"; fi
   compile "$gen" "$out/obj/$k.o"
 done
-for src in "$tool/runtime/emu.cpp" "$root/kernels/device_scratch.cpp" "$tool/quant_harness.cpp" "$tool/sparse_harness.cpp"; do
+# The host side of the device path compiles directly against the emulated runtime; the CUDA
+# backend without GW_HAVE_NCCL (no NCCL here).
+for src in "$tool/runtime/emu.cpp" "$root/kernels/device_scratch.cpp" "$root/kernels/device_codec.cpp" \
+           "$root/kernels/cuda_backend.cpp" "$tool/quant_harness.cpp" "$tool/sparse_harness.cpp" \
+           "$tool/collectives_harness.cpp"; do
   compile "$src" "$out/obj/$(basename "$src" .cpp).o"
 done
 common=("$out/obj/emu.o" "$out/obj/device_scratch.o")
 quant=("$out/obj/dense_kernels.o" "$out/obj/qsgd_kernels.o" "$out/obj/sign_kernels.o")
 sparse=("$out/obj/radix_select.o" "$out/obj/topk_kernels.o" "$out/obj/dgc_kernels.o" "$out/obj/randomk_kernels.o"
         "$out/obj/sparse_kernels.o")
-# The emulated objects come first, so the archive's own (CUDA) kernel objects are never pulled in.
+device=("$out/obj/cuda_backend.o" "$out/obj/device_codec.o" "$out/obj/header_kernel.o" "$out/obj/collective_kernels.o")
+# The emulated objects come first, so the archive's own (CUDA) kernel objects are never pulled in;
+# -lcudart is not on the line, so one that were pulled in would fail the link.
 nice -n 19 "$CXX" -fsanitize=address,undefined -o "$out/quant_harness" "$out/obj/quant_harness.o" "${quant[@]}" "${common[@]}" "$lib" -lpthread
 nice -n 19 "$CXX" -fsanitize=address,undefined -o "$out/sparse_harness" "$out/obj/sparse_harness.o" "${sparse[@]}" "${common[@]}" "$lib" -lpthread
+nice -n 19 "$CXX" -fsanitize=address,undefined -o "$out/collectives_harness" "$out/obj/collectives_harness.o" "${device[@]}" \
+  "${quant[@]}" "${sparse[@]}" "${common[@]}" "$lib" -lpthread
 echo "emulate-kernels: built in $((SECONDS - start)) s; running ($mode)"
 
 arg=quick
 [[ $mode == full ]] && arg=
 status=0
-for h in quant_harness sparse_harness; do
+for h in quant_harness sparse_harness collectives_harness; do
   t=$SECONDS
   if nice -n 19 "$out/$h" $arg > "$out/$h.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
   echo "  $h: $r in $((SECONDS - t)) s: $(tail -n 1 "$out/$h.log")"

@@ -881,6 +881,36 @@ static void test_device_calls_without_gpu(void) {
   EXPECT_ERR(gw_encode_device(codec, x, 16, GW_FLOAT32, 0, 0, NULL, out, sizeof out, &written, NULL), r, "gw_encode_device");
   CHECK(written == 0);
   EXPECT_ERR(gw_decode_device(out, sizeof out, x, 16, GW_FLOAT32, GW_DECODE_OVERWRITE, NULL), r, "gw_decode_device");
+
+  /* The device collectives: refused with the same reason, and the communicator goes on. */
+  gw_unique_id_t uid;
+  EXPECT_OK(gw_get_unique_id(&uid));
+  gw_comm_t comm = NULL;
+  EXPECT_OK(gw_comm_init_rank(&comm, 1, uid, 0, NULL));
+  const char* why = r == GW_ERR_UNSUPPORTED ? "without CUDA" : "cudaGetDeviceCount";
+  EXPECT_ERR(gw_allreduce_device(comm, x, x, 16, GW_FLOAT32, GW_SUM, codec, NULL, GW_ALGO_AUTO, NULL), r, why);
+  gw_request_t req = (gw_request_t)1;
+  EXPECT_ERR(gw_iallreduce_device(comm, x, x, 16, GW_FLOAT32, GW_SUM, NULL, NULL, GW_ALGO_AUTO, NULL, &req), r, why);
+  CHECK(req == NULL);
+  EXPECT_ERR(gw_iallreduce_device(comm, x, x, 16, GW_FLOAT32, GW_SUM, NULL, NULL, GW_ALGO_AUTO, NULL, NULL),
+             GW_ERR_INVALID_ARGUMENT, "request");
+  EXPECT_ERR(gw_allgather_device(comm, x, out, 4, NULL), r, why);
+  EXPECT_ERR(gw_broadcast_device(comm, x, 4, 0, NULL), r, why);
+  gw_ef_state_t host_ef = NULL;
+  EXPECT_OK(gw_ef_state_create(16, &host_ef));
+  EXPECT_ERR(gw_allreduce_device(comm, x, x, 16, GW_FLOAT32, GW_SUM, codec, host_ef, GW_ALGO_AUTO, NULL),
+             GW_ERR_INVALID_ARGUMENT, "host state");
+  EXPECT_ERR(gw_comm_enable_nccl(comm), GW_ERR_UNSUPPORTED, "rank 0");
+  int enabled = -1;
+  EXPECT_OK(gw_comm_nccl_enabled(comm, &enabled));
+  CHECK(enabled == 0);
+  EXPECT_ERR(gw_comm_nccl_enabled(comm, NULL), GW_ERR_INVALID_ARGUMENT, "enabled");
+  EXPECT_ERR(gw_comm_enable_nccl(NULL), GW_ERR_INVALID_ARGUMENT, "comm");
+  x[0] = 1.0f;
+  EXPECT_OK(gw_allreduce(comm, x, x, 16, GW_FLOAT32, GW_SUM, NULL, NULL));
+  CHECK(x[0] == 1.0f);
+  EXPECT_OK(gw_ef_state_destroy(host_ef));
+  EXPECT_OK(gw_comm_destroy(comm));
   EXPECT_OK(gw_codec_destroy(codec));
 }
 

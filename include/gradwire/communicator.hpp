@@ -111,6 +111,9 @@ class GW_API Communicator {
   // it on every rank (kUnsupported with the reason) and leaves the communicator as it was.
   Status enable_nccl();
   bool nccl_enabled() const;
+  // Ok when device collectives can run (making the backend on the current device if there is
+  // none yet), else why not: no CUDA in this build, no driver, no device.
+  Status device_ready();
   // Replaces the accelerator behind the device collectives (by default the CUDA one, made on
   // first use). For tests, and for accelerators other than CUDA.
   Status use_device_backend(std::unique_ptr<coll::DeviceBackend> backend);
