@@ -55,6 +55,15 @@ cmake --build "$build" -j "$jobs" 2>&1 | tail -5
 set +e
 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 1800 2>&1 | tee "$out/ctest-gpu.txt"
 tests_rc=${PIPESTATUS[0]}
+# CUDA tensors through the Python package (skipped when torch has no CUDA or no pytest).
+if python3 -c "import pytest" 2>/dev/null; then
+  GRADWIRE_LIB="$build/libgradwire.so" PYTHONPATH="$root/python" python3 -m pytest -q -rs -p no:cacheprovider \
+    "$root/tests/python/test_cuda.py" 2>&1 | tee "$out/python-cuda.txt"
+  py_rc=${PIPESTATUS[0]}
+else
+  echo "python CUDA test not run: no pytest" | tee "$out/python-cuda.txt"
+  py_rc=0
+fi
 PYTHONUNBUFFERED=1 python3 "$root/perf/kernel_bench.py" --lib "$build/libgradwire.so" --json "$out/kernel_bench.json" \
   2>&1 | tee "$out/kernel_bench.md"
 bench_rc=${PIPESTATUS[0]}
@@ -63,5 +72,5 @@ set -e
 echo
 echo "== summary"
 grep -E "tests passed|tests failed|Skipped" "$out/ctest-gpu.txt" | tail -3
-echo "GPU tests: exit $tests_rc; kernel benchmark: exit $bench_rc (table above, also $out/kernel_bench.md)"
-[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ]
+echo "GPU tests: exit $tests_rc; python CUDA test: exit $py_rc; kernel benchmark: exit $bench_rc (table above, also $out/kernel_bench.md)"
+[ "$tests_rc" = 0 ] && [ "$py_rc" = 0 ] && [ "$bench_rc" = 0 ]

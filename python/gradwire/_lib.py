@@ -141,6 +141,13 @@ _PROTOTYPES = {
 _OPTIONAL = {
     "gw_comm_get_stats": (_c.c_int, [_vp, _p(CommStats)]),
     "gw_comm_reset_stats": (_c.c_int, [_vp]),
+    "gw_ef_state_create_device": (_c.c_int, [_sz, _p(_vp)]),
+    "gw_allreduce_device": (_c.c_int, [_vp, _vp, _vp, _sz, _c.c_int, _c.c_int, _vp, _vp, _c.c_int, _vp]),
+    "gw_iallreduce_device": (_c.c_int, [_vp, _vp, _vp, _sz, _c.c_int, _c.c_int, _vp, _vp, _c.c_int, _vp, _p(_vp)]),
+    "gw_allgather_device": (_c.c_int, [_vp, _vp, _vp, _sz, _vp]),
+    "gw_broadcast_device": (_c.c_int, [_vp, _vp, _sz, _c.c_int, _vp]),
+    "gw_comm_enable_nccl": (_c.c_int, [_vp]),
+    "gw_comm_nccl_enabled": (_c.c_int, [_vp, _p(_c.c_int)]),
 }
 
 for _name, (_res, _args) in _PROTOTYPES.items():

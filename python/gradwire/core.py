@@ -1,8 +1,10 @@
 """Codecs, error-feedback states and communicators over the C ABI.
 
-Buffers are contiguous numpy arrays or contiguous CPU torch tensors of float32, float16 or
-(torch only) bfloat16. Every failed library call raises GradwireError with the library's
-own message (gw_get_last_error()).
+Buffers are contiguous numpy arrays or contiguous torch tensors of float32, float16 or
+(torch only) bfloat16. The communicator's collectives also take CUDA tensors: they run on the
+device, ordered on the tensor's current CUDA stream (gw_*_device); their EF states are
+ErrorFeedback(count, device=...). Every failed library call raises GradwireError with the
+library's own message (gw_get_last_error()).
 """
 import ctypes
 import threading
@@ -15,12 +17,24 @@ _INVALID = _lib.GW_ERR_INVALID_ARGUMENT
 _UNSUPPORTED = _lib.GW_ERR_UNSUPPORTED
 
 
-def _buffer(x, what="buffer"):
-    """(pointer, element count, gradwire dtype name) of a contiguous numpy array or CPU tensor."""
+def _cuda(x):
+    """Whether x is a CUDA tensor."""
+    return type(x).__module__.startswith("torch") and x.device.type == "cuda"
+
+
+def _stream(x):
+    """The current CUDA stream of x's device, as the C ABI's void*."""
+    import torch
+    return torch.cuda.current_stream(x.device).cuda_stream
+
+
+def _buffer(x, what="buffer", device_ok=False):
+    """(pointer, element count, gradwire dtype name) of a contiguous numpy array or CPU tensor
+    (or CUDA tensor, where device_ok)."""
     mod = type(x).__module__
     if mod.startswith("torch"):
-        if x.device.type != "cpu":
-            raise GradwireError(_UNSUPPORTED, "%s is on %s: this build moves host memory only" % (what, x.device))
+        if x.device.type != "cpu" and not (device_ok and x.device.type == "cuda"):
+            raise GradwireError(_UNSUPPORTED, "%s is on %s: this call takes host memory" % (what, x.device))
         if not x.is_contiguous():
             raise GradwireError(_INVALID, "%s is not contiguous" % what)
         name = str(x.dtype).replace("torch.", "")
@@ -47,11 +61,11 @@ def _nbytes(x):
 
 
 def _raw(x, what="buffer"):
-    """(pointer, bytes) of any contiguous numpy array or CPU tensor (for byte-moving calls)."""
+    """(pointer, bytes) of any contiguous numpy array or torch tensor (for byte-moving calls)."""
     mod = type(x).__module__
     if mod.startswith("torch"):
-        if x.device.type != "cpu":
-            raise GradwireError(_UNSUPPORTED, "%s is on %s: this build moves host memory only" % (what, x.device))
+        if x.device.type not in ("cpu", "cuda"):
+            raise GradwireError(_UNSUPPORTED, "%s is on %s: gradwire takes host or CUDA memory" % (what, x.device))
         if not x.is_contiguous():
             raise GradwireError(_INVALID, "%s is not contiguous" % what)
         return x.data_ptr(), _nbytes(x)
@@ -148,15 +162,25 @@ def message_info(msg):
 class ErrorFeedback:
     """The fp32 residual of one gradient buffer of count elements, and its step counter.
 
+    device: None for host memory (host buffers), or a CUDA device (index, torch.device or
+    'cuda:N') whose memory holds the residual (for CUDA tensors on that device).
     An EF state passed to an all-reduce belongs to it until the call (or request) finishes:
     read residual() only between calls."""
 
-    def __init__(self, count):
+    def __init__(self, count, device=None):
         self._h = ctypes.c_void_p()
         self.count = int(count)
+        self.device = device
         if self.count < 0:
             raise GradwireError(_INVALID, "count %d is negative" % self.count)
-        check(lib.gw_ef_state_create(self.count, ctypes.byref(self._h)))
+        if device is None:
+            check(lib.gw_ef_state_create(self.count, ctypes.byref(self._h)))
+            return
+        if not _lib.has("gw_ef_state_create_device"):
+            raise GradwireError(_UNSUPPORTED, "this libgradwire has no device EF states")
+        import torch
+        with torch.cuda.device(device):
+            check(lib.gw_ef_state_create_device(self.count, ctypes.byref(self._h)))
 
     @property
     def step(self):
@@ -314,12 +338,14 @@ class Communicator:
             check(lib.gw_comm_reset_stats(self._handle()))
 
     def _args(self, x, out, op, codec, ef, algo):
-        ptr, n, dtype = _buffer(x, "input")
+        ptr, n, dtype = _buffer(x, "input", device_ok=True)
         optr = ptr
         if out is not None:
-            optr, on, odtype = _buffer(out, "out")
+            optr, on, odtype = _buffer(out, "out", device_ok=True)
             if on != n or odtype != dtype:
                 raise GradwireError(_INVALID, "out must match the input's size and dtype")
+            if _cuda(out) != _cuda(x) or (_cuda(x) and out.device != x.device):
+                raise GradwireError(_INVALID, "out must be on the input's device (%s)" % x.device)
         if op not in OPS:
             raise GradwireError(_INVALID, "op must be 'sum' or 'avg', not %r" % (op,))
         if algo not in ALGOS:
@@ -333,6 +359,9 @@ class Communicator:
                 raise GradwireError(_INVALID, "ef must be an ErrorFeedback, not %s" % type(ef).__name__)
             if ef.count != n:
                 raise GradwireError(_INVALID, "ef holds %d elements but the buffer has %d" % (ef.count, n))
+            if (ef.device is not None) != _cuda(x):
+                raise GradwireError(_INVALID, "ef lives in %s memory but the buffer is on %s"
+                                    % ("host" if ef.device is None else "device", x.device))
         return (ptr, optr, n, DTYPES[dtype], OPS[op], codec, ef, ALGOS[algo])
 
     def allreduce(self, x, out=None, op="sum", codec=None, ef=None, algo="auto"):
@@ -340,8 +369,12 @@ class Communicator:
 
         codec: None or a spec or Codec ('none' is dense); ef: an ErrorFeedback of x's size."""
         ptr, optr, n, dt, o, codec, ef, a = self._args(x, out, op, codec, ef, algo)
-        check(lib.gw_allreduce_ex(self._handle(), ptr, optr, n, dt, o, codec._h if codec else None,
-                                  ef._h if ef else None, a))
+        if _cuda(x):
+            check(lib.gw_allreduce_device(self._handle(), ptr, optr, n, dt, o, codec._h if codec else None,
+                                          ef._h if ef else None, a, _stream(x)))
+        else:
+            check(lib.gw_allreduce_ex(self._handle(), ptr, optr, n, dt, o, codec._h if codec else None,
+                                      ef._h if ef else None, a))
         return x if out is None else out
 
     def iallreduce(self, x, out=None, op="sum", codec=None, ef=None, algo="auto"):
@@ -349,13 +382,17 @@ class Communicator:
         until the request has completed."""
         ptr, optr, n, dt, o, codec, ef, a = self._args(x, out, op, codec, ef, algo)
         req = ctypes.c_void_p()
-        check(lib.gw_iallreduce(self._handle(), ptr, optr, n, dt, o, codec._h if codec else None,
-                                ef._h if ef else None, a, ctypes.byref(req)))
+        if _cuda(x):
+            check(lib.gw_iallreduce_device(self._handle(), ptr, optr, n, dt, o, codec._h if codec else None,
+                                           ef._h if ef else None, a, _stream(x), ctypes.byref(req)))
+        else:
+            check(lib.gw_iallreduce(self._handle(), ptr, optr, n, dt, o, codec._h if codec else None,
+                                    ef._h if ef else None, a, ctypes.byref(req)))
         return Request(req, (x, out, codec, ef))
 
     def algo_for(self, x, codec=None):
         """The algorithm an all-reduce of x with codec runs under this communicator's policy."""
-        _, n, dtype = _buffer(x, "input")
+        _, n, dtype = _buffer(x, "input", device_ok=True)
         if isinstance(codec, str):
             codec = Codec(codec)
         a = ctypes.c_int()
@@ -368,14 +405,34 @@ class Communicator:
         optr, obytes = _raw(out, "out")
         if obytes != nbytes * self.size:
             raise GradwireError(_INVALID, "out holds %d bytes, not size() * %d" % (obytes, nbytes))
-        check(lib.gw_allgather(self._handle(), ptr, optr, nbytes))
+        if _cuda(x):
+            check(lib.gw_allgather_device(self._handle(), ptr, optr, nbytes, _stream(x)))
+        else:
+            check(lib.gw_allgather(self._handle(), ptr, optr, nbytes))
         return out
 
     def broadcast(self, x, root=0):
         """x on every rank = x on root (in place); returns x."""
         ptr, nbytes = _raw(x, "buffer")
-        check(lib.gw_broadcast(self._handle(), ptr, nbytes, int(root)))
+        if _cuda(x):
+            check(lib.gw_broadcast_device(self._handle(), ptr, nbytes, int(root), _stream(x)))
+        else:
+            check(lib.gw_broadcast(self._handle(), ptr, nbytes, int(root)))
         return x
+
+    def enable_nccl(self):
+        """Collective: brings up NCCL on every rank's current CUDA device, for dense device
+        collectives. Raises GradwireError (GW_ERR_UNSUPPORTED, with the reason) on every rank
+        when any rank cannot; the communicator then works on without it."""
+        check(lib.gw_comm_enable_nccl(self._handle()))
+
+    @property
+    def nccl_enabled(self):
+        if not _lib.has("gw_comm_nccl_enabled"):
+            return False
+        e = ctypes.c_int()
+        check(lib.gw_comm_nccl_enabled(self._handle(), ctypes.byref(e)))
+        return bool(e.value)
 
     def barrier(self):
         check(lib.gw_barrier(self._handle()))

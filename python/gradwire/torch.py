@@ -10,6 +10,9 @@ codec and an error-feedback state per bucket.
     state = gwt.HookState(comm, codec="topk:ratio=0.01", warmup_steps=100, model=model)
     ddp.register_comm_hook(state, gwt.comm_hook)
 
+CUDA buckets are all-reduced on the device, ordered on the current CUDA stream, with their EF
+states in device memory; comm.enable_nccl() (every rank) sends the dense ones through NCCL.
+
 gradwire runs its own communicator beside torch.distributed's process group (its own
 connections and progress thread), so whatever else the model does with torch.distributed
 (buffers broadcast by DDP, its own all_reduce or barrier calls, other DDP models) keeps working.
@@ -21,6 +24,7 @@ import threading
 import torch
 import torch.distributed as dist
 
+from . import _lib
 from ._lib import DTYPES
 from .core import Codec, Communicator, ErrorFeedback, get_unique_id
 
@@ -138,8 +142,10 @@ class HookState:
         index = bucket.index()
         layout = tuple(id(p) for p in bucket.parameters())
         entry = self._ef.get(index)
-        if entry is None or entry[0] != spec or entry[1] != layout or entry[2].count != count:
-            entry = (spec, layout, ErrorFeedback(count))
+        device = tensor_device(bucket.buffer())
+        if (entry is None or entry[0] != spec or entry[1] != layout or entry[2].count != count
+                or entry[2].device != device):
+            entry = (spec, layout, ErrorFeedback(count, device=device))
             self._ef[index] = entry
         return entry[2]
 
@@ -173,6 +179,21 @@ class HookState:
             self._waiter.join()
 
 
+def tensor_device(tensor):
+    """None for a CPU tensor, else its CUDA device (where its EF state must live)."""
+    return None if tensor.device.type == "cpu" else tensor.device
+
+
+def _carried(tensor):
+    """Whether gradwire carries this bucket: float32/16/bf16 on the CPU, or on a CUDA device
+    when the library has the device collectives."""
+    if str(tensor.dtype).replace("torch.", "") not in DTYPES:
+        return False
+    if tensor.device.type == "cpu":
+        return True
+    return tensor.device.type == "cuda" and _lib.has("gw_iallreduce_device")
+
+
 def _fallback(state, tensor):
     """What DDP does without a hook: divide, then sum over its process group."""
     group = state.process_group
@@ -189,7 +210,7 @@ def comm_hook(state, bucket):
         state._check_size()
         tensor = bucket.buffer()
         is_last = bucket.is_last()
-        if str(tensor.dtype).replace("torch.", "") not in DTYPES or tensor.device.type != "cpu":
+        if not _carried(tensor):
             if is_last:
                 state.step += 1
             return _fallback(state, tensor)
