@@ -68,9 +68,14 @@ DeviceResidual::~DeviceResidual() {
 Status DeviceResidual::reset() {
   if (count_ > 0) GW_CUDA_RETURN_IF_ERROR(cudaMemset(data_, 0, count_ * sizeof(float)));
   if (owner_count_ > 0) GW_CUDA_RETURN_IF_ERROR(cudaMemset(owner_, 0, owner_count_ * sizeof(float)));
+  GW_RETURN_IF_ERROR(zeroed());
   step_ = 0;
   return Status::ok();
 }
+
+// cudaMemset on device memory may return before it is done, on the legacy stream, with which
+// non-blocking streams (the collectives', often the caller's) do not synchronize: wait for it.
+Status DeviceResidual::zeroed() { return cuda_status(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize"); }
 
 Result<float*> DeviceResidual::owner_residual(size_t n) {
   if (owner_ != nullptr && owner_count_ == n) return owner_;
@@ -84,6 +89,7 @@ Result<float*> DeviceResidual::owner_residual(size_t n) {
   owner_ = static_cast<float*>(p);
   owner_count_ = n;
   if (n > 0) GW_CUDA_RETURN_IF_ERROR(cudaMemset(owner_, 0, n * sizeof(float)));
+  GW_RETURN_IF_ERROR(zeroed());
   return owner_;
 }
 
@@ -91,6 +97,8 @@ Status DeviceResidual::copy_out(float* host, size_t count) const {
   if (count != count_) {
     return invalid_argument("count " + std::to_string(count) + " differs from the state's " + std::to_string(count_));
   }
+  // Not a hot path: the whole device, so that work on non-blocking streams is in too.
+  GW_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   if (count > 0) GW_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, data_, count * sizeof(float), cudaMemcpyDeviceToHost));
   return Status::ok();
 }

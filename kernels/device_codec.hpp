@@ -47,6 +47,7 @@ class DeviceResidual final : public DeviceEfState {
 
  private:
   DeviceResidual(float* data, size_t count) : data_(data), count_(count) {}
+  Status zeroed();
   float* data_;
   size_t count_;
   uint64_t step_ = 0;
