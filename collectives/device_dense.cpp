@@ -1,7 +1,8 @@
-// Dense collectives on device buffers: NCCL when the communicator brought it up, else the
-// host algorithms on a pinned copy (copied down, run, copied up). The staged path does not
-// overlap its copies with the transfer: it is the fallback for machines without NCCL, where
-// the host ring already bounds the time.
+// Dense collectives on device buffers: NCCL when the communicator brought it up. Without it,
+// a float32 all-reduce is the device scatter-reduce with codec "none" (lossless: the sums are
+// on the device and each chunk's copy overlaps the transfers of others); half-precision
+// all-reduces, all-gathers and broadcasts run the host algorithms on a pinned copy (copied
+// down, run, copied up, without overlap).
 #include "collectives/algorithms.hpp"
 #include "collectives/device_algorithms.hpp"
 
@@ -24,6 +25,11 @@ Status device_dense_allreduce(Context& c, DeviceBackend& dev, const void* send, 
     return through_nccl(c, dev, [&](const DeviceBackend::Progress& pr) {
       return dev.nccl_allreduce(send, recv, n, dtype, op, c.deadline, pr);
     });
+  }
+  if (dtype == DType::kFloat32) {
+    static const std::unique_ptr<Codec> none = std::move(Codec::create("none")).value();
+    return device_scatter_reduce_allreduce(c, dev, static_cast<const float*>(send), static_cast<float*>(recv), n, op,
+                                           *none, nullptr);
   }
   const size_t bytes = n * dtype_size(dtype);
   GW_ASSIGN_OR_RETURN(uint8_t* host, dev.host_staging(0, bytes));

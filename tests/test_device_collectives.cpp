@@ -146,7 +146,7 @@ TEST(DeviceAllreduce, EightRanks) {
   expect_same_as_host(8, 10007, kCases[4], true, ReduceOp::kAvg);
 }
 
-TEST(DeviceAllreduce, DenseGoesThroughStagingForEveryDtype) {
+TEST(DeviceAllreduce, DenseWithoutNcclForEveryDtype) {
   for (int p : {1, 3, 4}) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{4099}}) {
       Comms comms = make_group(p, true);
