@@ -46,6 +46,10 @@ class FenceQueue {
   std::deque<Entry> q_;
 };
 
+// Message slots are laid out back to back: each starts 8-byte aligned, as device encoders
+// require of their output.
+inline size_t slot_bytes(size_t max_message) { return (max_message + 7) / 8 * 8; }
+
 // Waits for fence, keeping the transport going; kTimeout at the context's deadline.
 Status wait_fence(Context& c, DeviceBackend& dev, DeviceBackend::Fence fence);
 // Waits for everything enqueued so far.

@@ -20,7 +20,7 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
   const uint64_t own_len = part.length(static_cast<uint64_t>(c.rank));
   const Chunking chunks = Chunking::for_segment(part.length(0), c.chunk_bytes, sizeof(float));
   const uint32_t max_chunks = chunks.count(part.length(0));
-  const size_t max_msg = codec.max_encoded_bytes(chunks.elems, DType::kFloat32);
+  const size_t max_msg = slot_bytes(codec.max_encoded_bytes(chunks.elems, DType::kFloat32));
   const size_t per_phase = static_cast<size_t>(p) * max_chunks;
   auto slot = [&](int peer, uint32_t k) { return static_cast<size_t>(peer) * max_chunks + k; };
   auto seg_chunks = [&](int seg) { return chunks.count(part.length(static_cast<uint64_t>(seg))); };

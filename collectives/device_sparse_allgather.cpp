@@ -13,7 +13,7 @@ Status device_sparse_allgather_allreduce(Context& c, DeviceBackend& dev, const f
                                          ReduceOp op, const Codec& codec, DeviceEfState* ef) {
   const uint64_t base_step = ef != nullptr ? ef->step() : c.seq;
   const int p = c.size;
-  const size_t cap = codec.max_encoded_bytes(n, DType::kFloat32);
+  const size_t cap = slot_bytes(codec.max_encoded_bytes(n, DType::kFloat32));
   GW_ASSIGN_OR_RETURN(void* msgs_d, dev.device_scratch(1, static_cast<size_t>(p) * cap));
   GW_ASSIGN_OR_RETURN(uint8_t* msgs_h, dev.host_staging(0, static_cast<size_t>(p) * cap));
   auto* msgs_dev = static_cast<uint8_t*>(msgs_d);

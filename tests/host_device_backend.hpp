@@ -212,6 +212,7 @@ class HostDeviceBackend final : public coll::DeviceBackend {
                               size_t cap) override {
     if (n > 0) GW_RETURN_IF_ERROR(need(src, n * 4, "encode_input"));
     GW_RETURN_IF_ERROR(need(out, cap, "encode_input"));
+    GW_RETURN_IF_ERROR(aligned(out));
     drain_stream();
     ++encodes;
     return const_cast<Codec&>(codec).encode(src, n, DType::kFloat32, ctx, out, cap);
@@ -220,6 +221,7 @@ class HostDeviceBackend final : public coll::DeviceBackend {
                                     size_t cap) override {
     if (n > 0) GW_RETURN_IF_ERROR(need(acc, n * 4, "encode_accumulated"));
     GW_RETURN_IF_ERROR(need(out, cap, "encode_accumulated"));
+    GW_RETURN_IF_ERROR(aligned(out));
     drain_stream();
     ++encodes;
     return const_cast<Codec&>(codec).encode_accumulated(acc, n, ctx, out, cap);
@@ -247,6 +249,11 @@ class HostDeviceBackend final : public coll::DeviceBackend {
 
  private:
   static bool dev(const void* p, size_t bytes) { return DeviceArena::get().contains(p, bytes); }
+  // The CUDA encoders' rule for their output.
+  static Status aligned(const void* out) {
+    if (reinterpret_cast<uintptr_t>(out) % 8 != 0) return invalid_argument("device dst must be 8-byte aligned");
+    return Status::ok();
+  }
   static Status need(const void* p, size_t bytes, const char* op) {
     if (!dev(p, bytes)) return internal_error(std::string(op) + " was given memory that is not on the device");
     return Status::ok();
