@@ -148,21 +148,29 @@ struct Block {
   size_t bytes;
   Kind kind;
 };
-std::mutex g_mem_mu;
-std::map<uintptr_t, Block> g_blocks;  // by start address
+// Made on first use and never destroyed: static objects of the harnesses allocate and free
+// device memory during static initialisation and at exit.
+std::mutex& mem_mu() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+std::map<uintptr_t, Block>& blocks() {  // by start address
+  static auto* b = new std::map<uintptr_t, Block>;
+  return *b;
+}
 
 [[noreturn]] void mem_fail(const char* what, const void* p, size_t n) {
   std::fprintf(stderr, "EMU FAILURE: %s (pointer %p, %zu bytes)\n", what, p, n);
   std::abort();
 }
 
-// The block holding p, under g_mem_mu; g_blocks.end() when none.
+// The block holding p (the caller holds mem_mu()); blocks().end() when none.
 std::map<uintptr_t, Block>::iterator find_block(const void* p) {
   const auto a = reinterpret_cast<uintptr_t>(p);
-  auto it = g_blocks.upper_bound(a);
-  if (it == g_blocks.begin()) return g_blocks.end();
+  auto it = blocks().upper_bound(a);
+  if (it == blocks().begin()) return blocks().end();
   --it;
-  return a < it->first + it->second.bytes ? it : g_blocks.end();
+  return a < it->first + it->second.bytes ? it : blocks().end();
 }
 
 void* alloc(size_t n, Kind kind) {
@@ -170,23 +178,23 @@ void* alloc(size_t n, Kind kind) {
   void* p = std::malloc(n);
   if (p == nullptr) return nullptr;
   if (kind == Kind::kDevice) std::memset(p, 0xA5, n);  // unwritten device memory reads as garbage
-  std::lock_guard<std::mutex> lock(g_mem_mu);
+  std::lock_guard<std::mutex> lock(mem_mu());
   if (kind == Kind::kDevice) ++g_allocs;
-  g_blocks[reinterpret_cast<uintptr_t>(p)] = Block{n, kind};
+  blocks()[reinterpret_cast<uintptr_t>(p)] = Block{n, kind};
   return p;
 }
 
 void release(void* p, Kind kind, const char* call) {
   if (p == nullptr) return;
   {
-    std::lock_guard<std::mutex> lock(g_mem_mu);
-    auto it = g_blocks.find(reinterpret_cast<uintptr_t>(p));
-    if (it == g_blocks.end() || it->second.kind != kind) {
+    std::lock_guard<std::mutex> lock(mem_mu());
+    auto it = blocks().find(reinterpret_cast<uintptr_t>(p));
+    if (it == blocks().end() || it->second.kind != kind) {
       char what[128];
       std::snprintf(what, sizeof what, "%s of memory it did not allocate (or freed already)", call);
       mem_fail(what, p, 0);
     }
-    g_blocks.erase(it);
+    blocks().erase(it);
   }
   std::free(p);
 }
@@ -194,9 +202,9 @@ void release(void* p, Kind kind, const char* call) {
 // Device memory holding [p, p + n): true; memory outside every device block: false; a range
 // that starts in a device block and runs past its end aborts.
 bool device_range(const void* p, size_t n, const char* what) {
-  std::lock_guard<std::mutex> lock(g_mem_mu);
+  std::lock_guard<std::mutex> lock(mem_mu());
   auto it = find_block(p);
-  if (it == g_blocks.end() || it->second.kind != Kind::kDevice) return false;
+  if (it == blocks().end() || it->second.kind != Kind::kDevice) return false;
   if (reinterpret_cast<uintptr_t>(p) + n > it->first + it->second.bytes) mem_fail(what, p, n);
   return true;
 }
@@ -259,9 +267,9 @@ cudaError_t cudaFreeHost(void* p) {
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* p) {
   if (attr == nullptr) return cudaErrorInvalidValue;
   *attr = cudaPointerAttributes{cudaMemoryTypeUnregistered, -2, nullptr, nullptr};
-  std::lock_guard<std::mutex> lock(emu::g_mem_mu);
+  std::lock_guard<std::mutex> lock(emu::mem_mu());
   auto it = emu::find_block(p);
-  if (it == emu::g_blocks.end()) return cudaSuccess;
+  if (it == emu::blocks().end()) return cudaSuccess;
   if (it->second.kind == emu::Kind::kDevice) {
     *attr = cudaPointerAttributes{cudaMemoryTypeDevice, 0, const_cast<void*>(p), nullptr};
   } else {
