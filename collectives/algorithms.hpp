@@ -22,8 +22,10 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
 Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
                                   Codec& codec, ErrorFeedback* ef);
 
+// fits: whether capacity held every message; when not, out is untouched (the messages went
+// to scratch) and lengths still tells what each rank sent.
 Status sparse_allgather(Context& c, const void* msg, size_t len, void* out, size_t capacity,
-                        size_t* lengths);
+                        size_t* lengths, bool* fits);
 Status sparse_allgather_dense(Context& c, const void* msg, size_t len, float* dense, size_t n);
 Status allgather(Context& c, const void* send, void* recv, size_t bytes);
 Status broadcast(Context& c, void* buf, size_t bytes, int root);

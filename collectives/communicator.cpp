@@ -64,6 +64,9 @@ struct Communicator::Impl {
   std::unique_ptr<Codec> codec_override;
   coll::Scratch scratch;
   uint64_t seq = 0;  // progress thread only
+  // A collective of the current work item failed midway: its peers may still be in it, so
+  // the communicator breaks whatever the error (progress thread only).
+  bool collective_failed = false;
   coll::CommStats stats;                             // progress thread only
   std::unique_ptr<coll::CountingTransport> counted;  // tp, counting what collectives send
   coll::AllreduceTuner tuner;
@@ -105,6 +108,7 @@ struct Communicator::Impl {
     c.stats = &stats;
     const auto t0 = std::chrono::steady_clock::now();
     Status s = fn(c);
+    if (!s.is_ok()) collective_failed = true;
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     stats.total_s += t;
     ++stats.collectives;
@@ -166,6 +170,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
       }
       Status s = im->broken_status();
       if (s.is_ok()) {
+        im->collective_failed = false;
         try {
           s = w->fn()(*self);
         } catch (const std::bad_alloc&) {
@@ -173,9 +178,11 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
         } catch (const std::exception& e) {
           s = internal_error(e.what());
         }
-        // A failed collective leaves peers mid-protocol: nothing after it can be trusted.
-        if (!s.is_ok() && s.code() != Code::kInvalidArgument && s.code() != Code::kUnsupported &&
-            s.code() != Code::kBufferTooSmall) {
+        // A failed collective leaves peers mid-protocol: nothing after it can be trusted. Argument
+        // errors found before any message moved leave every rank where it was.
+        const bool argument_error = s.code() == Code::kInvalidArgument || s.code() == Code::kUnsupported ||
+                                    s.code() == Code::kBufferTooSmall;
+        if (!s.is_ok() && (im->collective_failed || !argument_error)) {
           im->break_with(s);
           im->tp->progress();
         }
@@ -359,7 +366,14 @@ Status Communicator::sparse_allgather(const void* msg, size_t len, void* out, si
   if (out == nullptr && capacity > 0) return invalid_argument("out is null");
   if (lengths == nullptr) return invalid_argument("lengths is null");
   return run([=]() -> Status {
-    return impl_->collective([&](coll::Context& c) { return coll::sparse_allgather(c, msg, len, out, capacity, lengths); });
+    bool fits = true;
+    GW_RETURN_IF_ERROR(impl_->collective(
+        [&](coll::Context& c) { return coll::sparse_allgather(c, msg, len, out, capacity, lengths, &fits); }));
+    if (fits) return Status::ok();
+    uint64_t total = 0;
+    for (int r = 0; r < size(); ++r) total += lengths[r];
+    return buffer_too_small("the ranks' messages total " + std::to_string(total) + " bytes, above the output capacity " +
+                            std::to_string(capacity) + " (lengths holds each one's length)");
   });
 }
 

@@ -31,15 +31,14 @@ Result<uint64_t> gather_layout(Context& c, size_t len, uint64_t* offsets, uint64
 }  // namespace
 
 Status sparse_allgather(Context& c, const void* msg, size_t len, void* out, size_t capacity,
-                        size_t* lengths_out) {
+                        size_t* lengths_out, bool* fits) {
   auto* offsets = c.scratch.bytes.get<uint64_t>(4, static_cast<size_t>(c.size));
   auto* lengths = c.scratch.bytes.get<uint64_t>(5, static_cast<size_t>(c.size));
   GW_ASSIGN_OR_RETURN(uint64_t total, gather_layout(c, len, offsets, lengths));
-  if (total > capacity) {
-    return buffer_too_small("the ranks' messages total " + std::to_string(total) +
-                            " bytes, above the output capacity " + std::to_string(capacity));
-  }
-  auto* data = static_cast<uint8_t*>(out);
+  // Too small an output on this rank: the others cannot know, so the gather still runs (into
+  // scratch) and the caller learns the lengths it needs; nobody is left waiting.
+  *fits = total <= capacity;
+  auto* data = *fits ? static_cast<uint8_t*>(out) : c.scratch.bytes.get<uint8_t>(3, total);
   if (len > 0) std::memmove(data + offsets[c.rank], msg, len);
   GW_RETURN_IF_ERROR(ring_allgatherv(c, data, offsets, lengths));
   for (int r = 0; r < c.size; ++r) lengths_out[r] = lengths[r];

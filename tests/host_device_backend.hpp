@@ -215,6 +215,7 @@ class HostDeviceBackend final : public coll::DeviceBackend {
     GW_RETURN_IF_ERROR(aligned(out));
     drain_stream();
     ++encodes;
+    if (refuse_encodes) return invalid_argument("stand-in refuses to encode");
     return const_cast<Codec&>(codec).encode(src, n, DType::kFloat32, ctx, out, cap);
   }
   Result<size_t> encode_accumulated(const Codec& codec, float* acc, size_t n, const EncodeContext& ctx, void* out,
@@ -224,6 +225,7 @@ class HostDeviceBackend final : public coll::DeviceBackend {
     GW_RETURN_IF_ERROR(aligned(out));
     drain_stream();
     ++encodes;
+    if (refuse_encodes) return invalid_argument("stand-in refuses to encode");
     return const_cast<Codec&>(codec).encode_accumulated(acc, n, ctx, out, cap);
   }
   Status apply(const wire::Header& header, const uint8_t* msg, size_t len, float* dst, DecodeMode mode) override {
@@ -246,6 +248,7 @@ class HostDeviceBackend final : public coll::DeviceBackend {
   void* last_stream = nullptr;
   int begins = 0;
   int encodes = 0;
+  bool refuse_encodes = false;  // every encode fails with an argument error
 
  private:
   static bool dev(const void* p, size_t bytes) { return DeviceArena::get().contains(p, bytes); }

@@ -212,11 +212,17 @@ TEST(Collectives, SparseAllgatherConcatenatesAndAccumulates) {
       std::vector<float> dense(n);
       ASSERT_TRUE(c.sparse_allgather_dense(msg.data(), msg.size(), dense.data(), n).is_ok());
       EXPECT_EQ(dense, expect);
-      // Too small an output: a clear error, and the communicator still works.
-      const Status small = c.sparse_allgather(msg.data(), msg.size(), all.data(), 1, lens.data());
+      // Too small an output: a clear error with every length reported, and the communicator
+      // still works; also when only one rank's output is too small (the others cannot know).
+      std::vector<size_t> small_lens(static_cast<size_t>(p), 0);
+      const Status small = c.sparse_allgather(msg.data(), msg.size(), all.data(), 1, small_lens.data());
       if (p > 1 || msg.size() > 1) {
         EXPECT_EQ(small.code(), Code::kBufferTooSmall) << small.to_string();
       }
+      EXPECT_EQ(small_lens, lens);
+      const size_t cap = r == 0 ? 1 : all.size();
+      const Status one = c.sparse_allgather(msg.data(), msg.size(), all.data(), cap, lens.data());
+      EXPECT_EQ(one.code(), r == 0 && (p > 1 || msg.size() > 1) ? Code::kBufferTooSmall : Code::kOk) << one.to_string();
       ASSERT_TRUE(c.barrier().is_ok());
     });
   }

@@ -261,6 +261,29 @@ TEST(DeviceCollectives, ADeadPeerIsATimeoutNotAHang) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
 }
 
+// An argument-class error raised midway (here a device encode that refuses) leaves the peers
+// mid-protocol: the failing rank's communicator breaks, so they learn it, and nobody waits
+// for the full timeout.
+TEST(DeviceCollectives, AnErrorMidwayBreaksTheCommunicator) {
+  std::vector<HostDeviceBackend*> backends;
+  Comms comms = make_group(2, true, std::chrono::seconds(30), &backends);
+  backends[0]->refuse_encodes = true;
+  auto codec = test::make_codec("qsgd:bits=8");
+  const auto t0 = std::chrono::steady_clock::now();
+  on_ranks(comms, [&](Communicator& c, int r) {
+    DeviceVector<float> x(20000);
+    x.upload(test::gradient(20000, 5));
+    const Status s = c.allreduce_device(x.data(), x.data(), 20000, DType::kFloat32, ReduceOp::kAvg, codec.get(),
+                                        nullptr, Algo::kScatterReduce, nullptr);
+    EXPECT_FALSE(s.is_ok());
+    if (r == 0) {
+      EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.to_string();
+      EXPECT_FALSE(c.error().is_ok());
+    }
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+}
+
 TEST(DeviceCollectives, NcclIsRefusedEverywhereWhenRankZeroCannotStartIt) {
   Comms comms = make_group(3, true);
   on_ranks(comms, [&](Communicator& c, int) {
