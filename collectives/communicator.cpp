@@ -131,8 +131,9 @@ struct Communicator::Impl {
   using AlgoRunner = std::function<Status(coll::Context&, Algo ran, bool flush)>;
   // Progress thread: one all-reduce of the policy's choice, through the tuner when tuned;
   // run_algo does the work (flush: a dense call that first sends ef's residual).
+  // on_device: the call is on device buffers, timed apart from host calls (other costs, NCCL).
   Status allreduce_planned(size_t count, DType dtype, const Codec* codec, const void* ef, Algo chosen, bool tuned,
-                           const AlgoRunner& run_algo);
+                           bool on_device, const AlgoRunner& run_algo);
 };
 
 Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<transport::Transport> tp,
@@ -306,7 +307,7 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
   const auto* s = static_cast<const float*>(send);
   auto* r = static_cast<float*>(recv);
   return run([=]() -> Status {
-    return impl_->allreduce_planned(count, dtype, codec, ef, chosen, tuned,
+    return impl_->allreduce_planned(count, dtype, codec, ef, chosen, tuned, false,
                                     [&](coll::Context& c, Algo ran, bool flush) -> Status {
       switch (ran) {
         case Algo::kCompressedRing: return coll::compressed_ring_allreduce(c, s, r, count, op, *codec, ef);
@@ -326,13 +327,13 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
 }
 
 Status Communicator::Impl::allreduce_planned(size_t count, DType dtype, const Codec* codec, const void* ef,
-                                             Algo chosen, bool tuned, const AlgoRunner& run_algo) {
+                                             Algo chosen, bool tuned, bool on_device, const AlgoRunner& run_algo) {
   Impl& im = *this;
   Algo ran = chosen;
   coll::AllreduceTuner::Plan plan{chosen, false, false, false};
   std::string key;
   if (tuned) {
-    key = coll::AllreduceTuner::key(count, dtype, *codec);
+    key = (on_device ? "device|" : "") + coll::AllreduceTuner::key(count, dtype, *codec);
     plan = im.tuner.plan(key, chosen);
     ran = plan.algo;
   }
@@ -424,7 +425,7 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
   auto* r = static_cast<float*>(recv);
   return run([=]() -> Status {
     GW_RETURN_IF_ERROR(dev->begin(stream));
-    return impl_->allreduce_planned(count, dtype, codec, ef, ch.chosen, ch.tuned,
+    return impl_->allreduce_planned(count, dtype, codec, ef, ch.chosen, ch.tuned, true,
                                     [&](coll::Context& c, Algo ran, bool flush) -> Status {
       switch (ran) {
         case Algo::kScatterReduce: return coll::device_scatter_reduce_allreduce(c, *dev, s, r, count, op, *codec, ef);

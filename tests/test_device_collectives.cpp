@@ -5,6 +5,7 @@
 // and kernels themselves are tested on a GPU (tests/gpu).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -138,6 +139,53 @@ TEST(DeviceAllreduce, SameBitsAsTheHostAlgorithmsForEveryRankCountAndSize) {
 TEST(DeviceAllreduce, WithoutErrorFeedbackAndWithSum) {
   for (int p : {2, 4}) {
     for (const Case& k : kCases) expect_same_as_host(p, 3001, k, false, ReduceOp::kSum);
+  }
+}
+
+// The policy's own choice (kAuto): the tuner alternates the compressed algorithm with the
+// dense path, then keeps one; a dense call after compressed ones first sends the EF residual.
+// Whatever it picks, every rank gets the same bits, and nothing is lost: the outputs summed
+// over the calls plus what the residuals still hold equal the inputs summed.
+TEST(DeviceAllreduce, TunedChoiceKeepsRanksTogetherAndConservesMass) {
+  const int p = 2;
+  const size_t n = 20011;  // above the dense threshold (64 KiB), so the policy compresses
+  const int calls = 14;
+  auto codec_spec = "qsgd:bits=4";
+  std::vector<std::vector<double>> out_sum(p, std::vector<double>(n, 0.0)), held(p, std::vector<double>(n, 0.0));
+  std::vector<std::vector<float>> last(p);
+  std::vector<double> in_sum(n, 0.0);
+  for (int k = 0; k < calls; ++k) {
+    for (int r = 0; r < p; ++r) {
+      const auto g = test::gradient(n, static_cast<uint64_t>(50 * k + r));
+      for (size_t i = 0; i < n; ++i) in_sum[i] += g[i];
+    }
+  }
+  Comms comms = make_group(p, true);
+  on_ranks(comms, [&](Communicator& c, int r) {
+    auto codec = test::make_codec(codec_spec);
+    StandInEf ef(n);
+    DeviceVector<float> x(n);
+    for (int k = 0; k < calls; ++k) {
+      x.upload(test::gradient(n, static_cast<uint64_t>(50 * k + r)));
+      const Status s = c.allreduce_device(x.data(), x.data(), n, DType::kFloat32, ReduceOp::kSum, codec.get(), &ef,
+                                          Algo::kAuto, nullptr);
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+      const auto got = x.download();
+      for (size_t i = 0; i < n; ++i) out_sum[r][i] += got[i];
+      last[r] = got;
+    }
+    std::vector<float> res(n);
+    ASSERT_TRUE(ef.copy_out(res.data(), n).is_ok());
+    const coll::Partition part{n, static_cast<uint64_t>(p)};
+    const size_t own = part.length(static_cast<uint64_t>(r)), start = part.start(static_cast<uint64_t>(r));
+    const float* owner = ef.owner_residual(own).value();  // the one the algorithm used (same size)
+    for (size_t i = 0; i < n; ++i) held[r][i] += res[i];
+    for (size_t i = 0; i < own; ++i) held[r][start + i] += owner[i];
+  });
+  ASSERT_EQ(bits(last[0]), bits(last[1]));
+  for (size_t i = 0; i < n; ++i) {
+    const double accounted = out_sum[0][i] + held[0][i] + held[1][i];
+    ASSERT_NEAR(accounted, in_sum[i], 1e-3 * (1.0 + std::abs(in_sum[i]))) << i;
   }
 }
 
