@@ -236,6 +236,15 @@ Status Communicator::run(std::function<Status()> fn) {
 
 namespace {
 
+// Runs a device collective; when it fails, returns only after the work it enqueued is done,
+// so that nothing writes the caller's buffers (or frees staging in use) after the call.
+template <class F>
+Status settled(coll::DeviceBackend& dev, F&& run_collective) {
+  const Status s = run_collective();
+  if (!s.is_ok()) dev.quiesce();
+  return s;
+}
+
 // Whether the measured policy decides this call (see AllreduceTuner).
 bool tunable(bool tune, Algo static_choice, Algo requested, Algo configured, const Codec* codec, int nranks) {
   return tune && static_choice != Algo::kRing && requested == Algo::kAuto && configured == Algo::kAuto &&
@@ -421,26 +430,29 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
     GW_RETURN_IF_ERROR(dev->check_buffer(recv, "recvbuf"));
   }
   codec = ch.codec;
+  Codec* cd = codec;
   const auto* s = static_cast<const float*>(send);
   auto* r = static_cast<float*>(recv);
   return run([=]() -> Status {
     GW_RETURN_IF_ERROR(dev->begin(stream));
     return impl_->allreduce_planned(count, dtype, codec, ef, ch.chosen, ch.tuned, true,
                                     [&](coll::Context& c, Algo ran, bool flush) -> Status {
-      switch (ran) {
-        case Algo::kScatterReduce: return coll::device_scatter_reduce_allreduce(c, *dev, s, r, count, op, *codec, ef);
-        case Algo::kSparseAllgather: return coll::device_sparse_allgather_allreduce(c, *dev, s, r, count, op, *codec, ef);
-        case Algo::kCompressedRing: return unsupported("compressed_ring runs on host buffers only");
-        default:
-          if (flush) {
-            float* acc = ef->residual();
-            GW_RETURN_IF_ERROR(dev->add(acc, s, count));  // residual += send
-            GW_RETURN_IF_ERROR(coll::device_dense_allreduce(c, *dev, acc, recv, count, dtype, op));
-            GW_RETURN_IF_ERROR(dev->zero(acc, count * sizeof(float)));
-            return coll::drain(c, *dev);
-          }
-          return coll::device_dense_allreduce(c, *dev, send, recv, count, dtype, op);
-      }
+      return settled(*dev, [&]() -> Status {
+        switch (ran) {
+          case Algo::kScatterReduce: return coll::device_scatter_reduce_allreduce(c, *dev, s, r, count, op, *cd, ef);
+          case Algo::kSparseAllgather: return coll::device_sparse_allgather_allreduce(c, *dev, s, r, count, op, *cd, ef);
+          case Algo::kCompressedRing: return unsupported("compressed_ring runs on host buffers only");
+          default:
+            if (flush) {
+              float* acc = ef->residual();
+              GW_RETURN_IF_ERROR(dev->add(acc, s, count));  // residual += send
+              GW_RETURN_IF_ERROR(coll::device_dense_allreduce(c, *dev, acc, recv, count, dtype, op));
+              GW_RETURN_IF_ERROR(dev->zero(acc, count * sizeof(float)));
+              return coll::drain(c, *dev);
+            }
+            return coll::device_dense_allreduce(c, *dev, send, recv, count, dtype, op);
+        }
+      });
     });
   });
 }
@@ -454,7 +466,8 @@ Status Communicator::allgather_device(const void* send, void* recv, size_t bytes
   }
   return run([=]() -> Status {
     GW_RETURN_IF_ERROR(dev->begin(stream));
-    return impl_->collective([&](coll::Context& c) { return coll::device_allgather(c, *dev, send, recv, bytes); });
+    return impl_->collective(
+        [&](coll::Context& c) { return settled(*dev, [&] { return coll::device_allgather(c, *dev, send, recv, bytes); }); });
   });
 }
 
@@ -465,7 +478,8 @@ Status Communicator::broadcast_device(void* buf, size_t bytes, int root, void* s
   if (bytes > 0) GW_RETURN_IF_ERROR(dev->check_buffer(buf, "buf"));
   return run([=]() -> Status {
     GW_RETURN_IF_ERROR(dev->begin(stream));
-    return impl_->collective([&](coll::Context& c) { return coll::device_broadcast(c, *dev, buf, bytes, root); });
+    return impl_->collective(
+        [&](coll::Context& c) { return settled(*dev, [&] { return coll::device_broadcast(c, *dev, buf, bytes, root); }); });
   });
 }
 

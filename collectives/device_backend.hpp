@@ -51,6 +51,11 @@ class DeviceBackend {
   // Applies a message (device memory, len bytes) whose host copy was validated in full.
   virtual Status apply(const wire::Header& header, const uint8_t* msg, size_t len, float* dst, DecodeMode mode) = 0;
 
+  // Waits on the host for everything enqueued so far (a failed collective returns only once
+  // nothing it enqueued can still write the caller's buffers). NCCL work, which could wait on
+  // a dead peer, has been waited for or aborted before this is called.
+  virtual Status quiesce() = 0;
+
   // A point in the stream after everything enqueued so far, and whether it was reached.
   virtual Result<Fence> fence() = 0;
   virtual Result<bool> reached(Fence fence) = 0;

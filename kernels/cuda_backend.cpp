@@ -134,6 +134,8 @@ class CudaBackend final : public DeviceBackend {
     return kern::apply_validated(header, msg + wire::kHeaderBytes, dst, DType::kFloat32, mode, stream_);
   }
 
+  Status quiesce() override { return cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
   Result<Fence> fence() override {
     cudaEvent_t e = nullptr;
     if (!free_events_.empty()) {

@@ -236,6 +236,10 @@ class HostDeviceBackend final : public coll::DeviceBackend {
     enqueue([=] { e->apply(header, msg + wire::kHeaderBytes, dst, DType::kFloat32, mode); });
     return Status::ok();
   }
+  Status quiesce() override {
+    drain_stream();
+    return Status::ok();
+  }
   Result<Fence> fence() override {
     std::lock_guard<std::mutex> lock(mu_);
     return enqueued_;
