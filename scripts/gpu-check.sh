@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything that needs an NVIDIA GPU, in one go: build with CUDA (sm_80 and sm_90), run the
-# GPU tests (ctest -L gpu: device codecs against the host codecs, bit for bit), run the
+# GPU tests (ctest -L "gpu|nccl": device codecs and collectives against the host, bit for bit), run the
 # kernel benchmark against PyTorch on the same GPU, and print a summary. The GPU tests include
 # the device collectives with the CUDA backend, and NCCL when one can be loaded (PyTorch's
 # bundled NCCL is used when the toolkit has none).
@@ -53,7 +53,7 @@ cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DGW_WITH_CU
 cmake --build "$build" -j "$jobs" 2>&1 | tail -5
 
 set +e
-ctest --test-dir "$build" -L gpu --output-on-failure --timeout 1800 2>&1 | tee "$out/ctest-gpu.txt"
+ctest --test-dir "$build" -L 'gpu|nccl' --output-on-failure --timeout 1800 2>&1 | tee "$out/ctest-gpu.txt"
 tests_rc=${PIPESTATUS[0]}
 # CUDA tensors through the Python package (skipped when torch has no CUDA or no pytest).
 if python3 -c "import pytest" 2>/dev/null; then

@@ -206,26 +206,14 @@ class HostDeviceBackend final : public coll::DeviceBackend {
     });
     return Status::ok();
   }
-  // The length must be known on return (as the CUDA encoders know it from the codec): the
-  // stand-in waits for the stream, then encodes.
   Result<size_t> encode_input(const Codec& codec, const float* src, size_t n, const EncodeContext& ctx, void* out,
                               size_t cap) override {
-    if (n > 0) GW_RETURN_IF_ERROR(need(src, n * 4, "encode_input"));
-    GW_RETURN_IF_ERROR(need(out, cap, "encode_input"));
-    GW_RETURN_IF_ERROR(aligned(out));
-    drain_stream();
-    ++encodes;
-    if (refuse_encodes) return invalid_argument("stand-in refuses to encode");
+    GW_RETURN_IF_ERROR(before_encode(src, n, out, cap, "encode_input"));
     return const_cast<Codec&>(codec).encode(src, n, DType::kFloat32, ctx, out, cap);
   }
   Result<size_t> encode_accumulated(const Codec& codec, float* acc, size_t n, const EncodeContext& ctx, void* out,
                                     size_t cap) override {
-    if (n > 0) GW_RETURN_IF_ERROR(need(acc, n * 4, "encode_accumulated"));
-    GW_RETURN_IF_ERROR(need(out, cap, "encode_accumulated"));
-    GW_RETURN_IF_ERROR(aligned(out));
-    drain_stream();
-    ++encodes;
-    if (refuse_encodes) return invalid_argument("stand-in refuses to encode");
+    GW_RETURN_IF_ERROR(before_encode(acc, n, out, cap, "encode_accumulated"));
     return const_cast<Codec&>(codec).encode_accumulated(acc, n, ctx, out, cap);
   }
   Status apply(const wire::Header& header, const uint8_t* msg, size_t len, float* dst, DecodeMode mode) override {
@@ -256,6 +244,17 @@ class HostDeviceBackend final : public coll::DeviceBackend {
 
  private:
   static bool dev(const void* p, size_t bytes) { return DeviceArena::get().contains(p, bytes); }
+  // The length must be known on return (as the CUDA encoders know it from the codec): the
+  // stand-in checks the pointers, waits for the stream, then the caller encodes.
+  Status before_encode(const float* src, size_t n, const void* out, size_t cap, const char* op) {
+    if (n > 0) GW_RETURN_IF_ERROR(need(src, n * 4, op));
+    GW_RETURN_IF_ERROR(need(out, cap, op));
+    GW_RETURN_IF_ERROR(aligned(out));
+    drain_stream();
+    ++encodes;
+    if (refuse_encodes) return invalid_argument("stand-in refuses to encode");
+    return Status::ok();
+  }
   // The CUDA encoders' rule for their output.
   static Status aligned(const void* out) {
     if (reinterpret_cast<uintptr_t>(out) % 8 != 0) return invalid_argument("device dst must be 8-byte aligned");
