@@ -205,10 +205,11 @@ def _fallback(state, tensor):
 def comm_hook(state, bucket):
     """DDP comm hook: averages the bucket over ranks through gradwire; returns a Future that
     completes with the averaged bucket."""
-    fut = torch.futures.Future()
+    tensor = bucket.buffer()
+    # A future that completes with a CUDA tensor must name its device (torch checks it).
+    fut = torch.futures.Future(devices=[tensor.device]) if tensor.is_cuda else torch.futures.Future()
     try:
         state._check_size()
-        tensor = bucket.buffer()
         is_last = bucket.is_last()
         if not _carried(tensor):
             if is_last:
