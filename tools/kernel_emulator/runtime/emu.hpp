@@ -80,50 +80,44 @@ inline unsigned ballot(unsigned mask, bool p) {
     for (int l = 0; l < 32; ++l) rv.results[l] = b;
   }));
 }
-template <class T>
-T shfl(unsigned mask, T v, int src) {
+// A warp exchange of any value up to 8 bytes: its bits go through collective(), and
+// compute maps each lane's result from the lanes' values and arguments.
+template <class T, class Compute>
+T exchange(unsigned mask, T v, int op, uint64_t arg, Compute compute) {
   check_mask(mask);
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
-  bits = collective(my_warp(), 32, my_lane(), kShfl, bits, static_cast<uint64_t>(src), [](Rendezvous& rv) {
+  bits = collective(my_warp(), 32, my_lane(), op, bits, arg, compute);
+  T out;
+  std::memcpy(&out, &bits, sizeof(T));
+  return out;
+}
+template <class T>
+T shfl(unsigned mask, T v, int src) {
+  return exchange(mask, v, kShfl, static_cast<uint64_t>(src), [](Rendezvous& rv) {
     for (int l = 0; l < 32; ++l) {
       if (rv.args[l] >= 32) fail("shfl source lane out of range");
       rv.results[l] = rv.vals[rv.args[l]];
     }
   });
-  T out;
-  std::memcpy(&out, &bits, sizeof(T));
-  return out;
 }
 template <class T>
 T shfl_up(unsigned mask, T v, unsigned d) {
-  check_mask(mask);
-  uint64_t bits = 0;
-  std::memcpy(&bits, &v, sizeof(T));
-  bits = collective(my_warp(), 32, my_lane(), kShflUp, bits, d, [](Rendezvous& rv) {
+  return exchange(mask, v, kShflUp, d, [](Rendezvous& rv) {
     for (int l = 0; l < 32; ++l) {
       if (rv.args[l] != rv.args[0]) fail("shfl_up delta differs");
       rv.results[l] = l >= static_cast<int>(rv.args[l]) ? rv.vals[l - rv.args[l]] : rv.vals[l];
     }
   });
-  T out;
-  std::memcpy(&out, &bits, sizeof(T));
-  return out;
 }
 template <class T>
 T shfl_down(unsigned mask, T v, unsigned d) {
-  check_mask(mask);
-  uint64_t bits = 0;
-  std::memcpy(&bits, &v, sizeof(T));
-  bits = collective(my_warp(), 32, my_lane(), kShflDown, bits, d, [](Rendezvous& rv) {
+  return exchange(mask, v, kShflDown, d, [](Rendezvous& rv) {
     for (int l = 0; l < 32; ++l) {
       if (rv.args[l] != rv.args[0]) fail("shfl_down delta differs");
       rv.results[l] = l + rv.args[l] < 32 ? rv.vals[l + rv.args[l]] : rv.vals[l];
     }
   });
-  T out;
-  std::memcpy(&out, &bits, sizeof(T));
-  return out;
 }
 inline unsigned reduce_add(unsigned mask, unsigned v) {
   check_mask(mask);
