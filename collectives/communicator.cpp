@@ -28,6 +28,19 @@ namespace gw {
 // How often an idle progress thread drives the transport.
 constexpr std::chrono::milliseconds kIdleProgress{5};
 
+namespace {
+
+// Runs a device collective; when it fails, returns only after the work it enqueued is done,
+// so that nothing writes the caller's buffers (or frees staging in use) after the call.
+template <class F>
+Status settled(coll::DeviceBackend& dev, F&& run_collective) {
+  const Status s = run_collective();
+  if (!s.is_ok()) dev.quiesce();
+  return s;
+}
+
+}  // namespace
+
 class Communicator::Work {
  public:
   explicit Work(std::function<Status(Communicator&)> fn) : fn_(std::move(fn)) {}
@@ -126,6 +139,13 @@ struct Communicator::Impl {
     tp->abort(s);
     std::lock_guard<std::mutex> lock(device_mu);
     if (device != nullptr) device->abort();
+  }
+
+  // Progress thread: one device collective, after the work the caller queued on stream.
+  template <class F>
+  Status device_collective(coll::DeviceBackend& dev, void* stream, F&& fn) {
+    GW_RETURN_IF_ERROR(dev.begin(stream));
+    return collective([&](coll::Context& c) { return settled(dev, [&] { return fn(c); }); });
   }
 
   using AlgoRunner = std::function<Status(coll::Context&, Algo ran, bool flush)>;
@@ -235,15 +255,6 @@ Status Communicator::run(std::function<Status()> fn) {
 }
 
 namespace {
-
-// Runs a device collective; when it fails, returns only after the work it enqueued is done,
-// so that nothing writes the caller's buffers (or frees staging in use) after the call.
-template <class F>
-Status settled(coll::DeviceBackend& dev, F&& run_collective) {
-  const Status s = run_collective();
-  if (!s.is_ok()) dev.quiesce();
-  return s;
-}
 
 // Whether the measured policy decides this call (see AllreduceTuner).
 bool tunable(bool tune, Algo static_choice, Algo requested, Algo configured, const Codec* codec, int nranks) {
@@ -430,7 +441,6 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
     GW_RETURN_IF_ERROR(dev->check_buffer(recv, "recvbuf"));
   }
   codec = ch.codec;
-  Codec* cd = codec;
   const auto* s = static_cast<const float*>(send);
   auto* r = static_cast<float*>(recv);
   return run([=]() -> Status {
@@ -439,8 +449,8 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
                                     [&](coll::Context& c, Algo ran, bool flush) -> Status {
       return settled(*dev, [&]() -> Status {
         switch (ran) {
-          case Algo::kScatterReduce: return coll::device_scatter_reduce_allreduce(c, *dev, s, r, count, op, *cd, ef);
-          case Algo::kSparseAllgather: return coll::device_sparse_allgather_allreduce(c, *dev, s, r, count, op, *cd, ef);
+          case Algo::kScatterReduce: return coll::device_scatter_reduce_allreduce(c, *dev, s, r, count, op, *codec, ef);
+          case Algo::kSparseAllgather: return coll::device_sparse_allgather_allreduce(c, *dev, s, r, count, op, *codec, ef);
           case Algo::kCompressedRing: return unsupported("compressed_ring runs on host buffers only");
           default:
             if (flush) {
@@ -465,9 +475,7 @@ Status Communicator::allgather_device(const void* send, void* recv, size_t bytes
     GW_RETURN_IF_ERROR(dev->check_buffer(recv, "recvbuf"));
   }
   return run([=]() -> Status {
-    GW_RETURN_IF_ERROR(dev->begin(stream));
-    return impl_->collective(
-        [&](coll::Context& c) { return settled(*dev, [&] { return coll::device_allgather(c, *dev, send, recv, bytes); }); });
+    return impl_->device_collective(*dev, stream, [&](coll::Context& c) { return coll::device_allgather(c, *dev, send, recv, bytes); });
   });
 }
 
@@ -477,9 +485,7 @@ Status Communicator::broadcast_device(void* buf, size_t bytes, int root, void* s
   GW_ASSIGN_OR_RETURN(coll::DeviceBackend* dev, impl_->device_backend());
   if (bytes > 0) GW_RETURN_IF_ERROR(dev->check_buffer(buf, "buf"));
   return run([=]() -> Status {
-    GW_RETURN_IF_ERROR(dev->begin(stream));
-    return impl_->collective(
-        [&](coll::Context& c) { return settled(*dev, [&] { return coll::device_broadcast(c, *dev, buf, bytes, root); }); });
+    return impl_->device_collective(*dev, stream, [&](coll::Context& c) { return coll::device_broadcast(c, *dev, buf, bytes, root); });
   });
 }
 

@@ -45,7 +45,6 @@ class CudaBackend final : public DeviceBackend {
     for (auto& s : staging_) cudaFreeHost(s.ptr);
     for (auto& f : pending_) cudaEventDestroy(f.second);
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
-    for (auto& e : encoders_) e.second.encoder.reset();
     if (caller_ready_ != nullptr) cudaEventDestroy(caller_ready_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
