@@ -117,7 +117,7 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
     }
     GW_RETURN_IF_ERROR(dev.copy(own_h + at, own_dev + at, mlen));
     GW_ASSIGN_OR_RETURN(DeviceBackend::Fence f, dev.fence());
-    fenced.push(f, [&, k, at, mlen, len]() -> Status {
+    fenced.push(f, [&, k, at, mlen]() -> Status {
       GW_ASSIGN_OR_RETURN(wire::Header h, wire::read_header(own_h + at, mlen));
       GW_RETURN_IF_ERROR(dev.apply(h, own_dev + at, mlen, recv + own_start + chunks.offset(k), DecodeMode::kOverwrite));
       for (int i = 1; i < p; ++i) {

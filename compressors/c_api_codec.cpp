@@ -122,7 +122,7 @@ gw_result_t gw_decode(const void* msg, size_t len, void* dst, size_t count, gw_d
   return guard("gw_decode", [&]() -> Status {
     if (msg == nullptr) return null_arg("msg");
     GW_RETURN_IF_ERROR(check_dtype(dtype));
-    if (static_cast<int>(mode) < 0 || static_cast<int>(mode) > GW_DECODE_SUBTRACT) {
+    if (static_cast<int>(mode) < 0 || static_cast<int>(mode) > static_cast<int>(GW_DECODE_SUBTRACT)) {
       return gw::invalid_argument("mode " + std::to_string(static_cast<int>(mode)) +
                                   " is not a gw_decode_mode_t");
     }

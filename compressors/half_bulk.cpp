@@ -5,6 +5,10 @@
 #include "compressors/half.hpp"
 #include "compressors/host_simd.hpp"
 
+#if defined(GW_HOST_X86_SIMD)
+#include <cpuid.h>
+#endif
+
 namespace gw::detail {
 namespace {
 
@@ -63,8 +67,17 @@ __attribute__((target("avx2,f16c"))) void halves_to_floats_f16c(const uint8_t* i
   halves_to_floats_scalar(in + 2 * i, out + i, n - i);
 }
 
+// CPUID.1:ECX bit 29. clang 14 does not know "f16c" as a __builtin_cpu_supports name, so
+// the bit is read directly. The OS saving AVX state is already implied: host_simd() above
+// baseline means the AVX2 check passed, and that one includes OSXSAVE/XGETBV.
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (ecx & (1u << 29)) != 0;
+}
+
 bool have_f16c() {
-  static const bool yes = host_simd() != HostSimd::kBaseline && __builtin_cpu_supports("f16c");
+  static const bool yes = host_simd() != HostSimd::kBaseline && cpu_has_f16c();
   return yes;
 }
 #endif
