@@ -1,11 +1,13 @@
 // read_launch_env for each launcher's variables (set in-process, restored afterwards),
-// malformed values, and rendezvous_from_env between forked ranks on 127.0.0.1.
+// malformed values, the refusal of a job with neither a token nor a job id, and
+// rendezvous_from_env between forked ranks on 127.0.0.1 (with a stranger among them).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "transport/bootstrap/bootstrap.hpp"
 #include "transport/bootstrap/root_server.hpp"
 #include "transport/bootstrap/socket.hpp"
+#include "transport/log.hpp"
 
 namespace gw::bootstrap {
 namespace {
@@ -22,7 +25,7 @@ using namespace gw::bootstrap::testing;  // NOLINT
 // Every variable read_launch_env may consult.
 const char* const kAllVars[] = {
     "GW_RANK", "GW_SIZE", "GW_LOCAL_RANK", "GW_LOCAL_SIZE", "GW_ROOT", "GW_PORT", "GW_TOKEN", "GW_JOB_ID",
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+    "GW_INSECURE_LOCAL", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_RESTART_COUNT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "OMPI_MCA_orte_hnp_uri",
     "OMPI_MCA_orte_precondition_transports", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NNODES",
@@ -301,6 +304,54 @@ TEST_F(LaunchEnvTest, MalformedRootAndTokenNameTheVariable) {
   }
 }
 
+// ---- a job that nothing authenticates ------------------------------------------------------------
+
+TEST_F(LaunchEnvTest, NoTokenAndNoJobIdIsRefused) {
+  auto expect_refused = [](const std::string& why) {
+    auto e = read_launch_env();
+    ASSERT_FALSE(e.is_ok()) << why << ": accepted";
+    EXPECT_EQ(e.status().code(), Code::kInvalidArgument) << e.status().to_string();
+    for (const char* part : {"GW_TOKEN", "openssl rand -hex 16", "job id", "GW_INSECURE_LOCAL=1"}) {
+      EXPECT_NE(e.status().message().find(part), std::string::npos) << why << ": no '" << part << "' in "
+                                                                     << e.status().to_string();
+    }
+  };
+  // Plain GW_* variables on one host, as a job script or a test harness sets them.
+  set({{"GW_RANK", "1"}, {"GW_SIZE", "2"}, {"GW_LOCAL_SIZE", "2"}});
+  expect_refused("GW_* without a token");
+  setenv("GW_ROOT", "127.0.0.1:9000", 1);
+  expect_refused("GW_* with a root, without a token");
+  setenv("GW_INSECURE_LOCAL", "0", 1);
+  expect_refused("GW_INSECURE_LOCAL=0");
+  // torchrun's variables without its run id (a hand-made launcher).
+  for (const char* v : {"GW_RANK", "GW_SIZE", "GW_LOCAL_SIZE", "GW_ROOT", "GW_INSECURE_LOCAL"}) unsetenv(v);
+  set({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+  expect_refused("torchrun variables without TORCHELASTIC_RUN_ID");
+
+  // Each way out works.
+  setenv("TORCHELASTIC_RUN_ID", "run-9", 1);
+  EXPECT_TRUE(read_launch_env().is_ok()) << "a launcher job id";
+  unsetenv("TORCHELASTIC_RUN_ID");
+  setenv("GW_TOKEN", "0123456789abcdef0123456789abcdef", 1);
+  EXPECT_TRUE(read_launch_env().is_ok()) << "a token";
+  unsetenv("GW_TOKEN");
+  ::testing::internal::CaptureStderr();
+  setenv("GW_INSECURE_LOCAL", "1", 1);
+  auto insecure = read_launch_env();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(insecure.is_ok()) << insecure.status().to_string();
+  if (log::enabled(log::Level::kWarn)) {
+    EXPECT_NE(log.find("GW_INSECURE_LOCAL=1"), std::string::npos) << log;
+    EXPECT_NE(log.find("29501"), std::string::npos) << "the warning names the port: " << log;
+  }
+  setenv("GW_INSECURE_LOCAL", "yes", 1);
+  expect_rejected("GW_INSECURE_LOCAL", "not 0 or 1");
+  unsetenv("GW_INSECURE_LOCAL");
+  // A job of one rank meets nobody, so it needs nothing.
+  setenv("WORLD_SIZE", "1", 1);
+  EXPECT_TRUE(read_launch_env().is_ok());
+}
+
 // ---- env-mode rendezvous between processes ---------------------------------------------------
 
 bool roots_idle(seconds wait = seconds(10)) {
@@ -334,6 +385,14 @@ int env_rank_main(int rank, const std::vector<std::pair<std::string, std::string
   return 0;
 }
 
+std::string random_token() {
+  std::random_device rd;
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (int i = 0; i < 32; ++i) s += d[rd() & 15];
+  return s;
+}
+
 std::string unique_job_id() { return "test-" + std::to_string(getpid()) + "-" + std::to_string(Clock::now().time_since_epoch().count()); }
 
 TEST_F(LaunchEnvTest, ThreeForkedRanksWithGradwireVariables) {
@@ -344,6 +403,55 @@ TEST_F(LaunchEnvTest, ThreeForkedRanksWithGradwireVariables) {
                              {"GW_PORT", port}, {"GW_JOB_ID", job}});
   });
   for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+TEST_F(LaunchEnvTest, ThreeForkedRanksWithARandomTokenAndNoJobId) {
+  const std::string port = std::to_string(free_port());
+  const std::string token = random_token();
+  const auto codes = run_forked(3, [&](int r) {
+    return env_rank_main(r, {{"GW_RANK", std::to_string(r)}, {"GW_SIZE", "3"}, {"GW_LOCAL_SIZE", "3"},
+                             {"GW_PORT", port}, {"GW_TOKEN", token}});
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+TEST_F(LaunchEnvTest, ThreeForkedRanksWithTheInsecureOptIn) {
+  const std::string port = std::to_string(free_port());
+  const auto codes = run_forked(3, [&](int r) {
+    return env_rank_main(r, {{"GW_RANK", std::to_string(r)}, {"GW_SIZE", "3"}, {"GW_LOCAL_SIZE", "3"},
+                             {"GW_PORT", port}, {"GW_INSECURE_LOCAL", "1"}});
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+// A process started with the job's environment but another token (or none) knocks first on
+// the root's port as rank 1: it is turned away, and the real rank 1 still joins.
+TEST_F(LaunchEnvTest, StrangerWithTheJobsEnvironmentButNotItsTokenCannotJoin) {
+  const std::string port = std::to_string(free_port());
+  const std::string token = random_token();
+  std::vector<std::pair<std::string, std::string>> job = {
+      {"GW_SIZE", "2"}, {"GW_LOCAL_SIZE", "2"}, {"GW_PORT", port}, {"GW_TOKEN", token}};
+  auto as_rank = [&](int r) {
+    auto v = job;
+    v.emplace_back("GW_RANK", std::to_string(r));
+    return v;
+  };
+  const pid_t zero = spawn([&] { return env_rank_main(0, as_rank(0)); });
+  const pid_t stranger = spawn([&] {
+    for (const auto& [k, v] : as_rank(1)) setenv(k.c_str(), v.c_str(), 1);
+    setenv("GW_TOKEN", random_token().c_str(), 1);
+    auto e = read_launch_env();
+    if (!e.is_ok()) return 1;
+    auto t = rendezvous_from_env(*e, "injected", seconds(5));
+    if (t.is_ok()) return 2;
+    std::fprintf(stderr, "stranger (expected to be refused): %s\n", t.status().to_string().c_str());
+    if (t.status().code() != Code::kRemote) return 3;
+    return t.status().message().find("without proving it holds the job's token") != std::string::npos ? 0 : 4;
+  });
+  EXPECT_EQ(wait_child(stranger, Clock::now() + seconds(8)), 0);
+  const pid_t one = spawn([&] { return env_rank_main(1, as_rank(1)); });
+  EXPECT_EQ(wait_child(one, Clock::now() + seconds(10)), 0);
+  EXPECT_EQ(wait_child(zero, Clock::now() + seconds(10)), 0) << "rank 0 must see rank 1's blob, not the stranger's";
 }
 
 TEST_F(LaunchEnvTest, ThreeForkedRanksLikeMpirunOnTheDerivedPort) {

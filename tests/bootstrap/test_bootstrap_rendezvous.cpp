@@ -1,12 +1,14 @@
 // The unique-id rendezvous between real processes: forked ranks meet at a root thread in the
-// test process. Also strays, silent connections, missing and duplicate ranks, malformed replies
-// from a fake root, and a root whose process exits. Nothing may hang: every child has an
+// test process. Also strays, replayed hellos, silent connections, missing and duplicate ranks,
+// fake roots (one that only listens, one with another token, malformed and tampered replies),
+// and a root whose process exits. Nothing may hang: every child has an
 // alarm(), the parent kills what outlives its deadline, and the test process itself has one.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -15,6 +17,7 @@
 #include "tests/bootstrap/fork_util.hpp"
 #include "transport/bootstrap/bootstrap.hpp"
 #include "transport/bootstrap/frames.hpp"
+#include "transport/bootstrap/hmac_sha256.hpp"
 #include "transport/bootstrap/root_server.hpp"
 #include "transport/bootstrap/socket.hpp"
 #include "transport/bootstrap/unique_id.hpp"
@@ -138,6 +141,60 @@ int rank_main(const UniqueId& id, int rank, int nranks, milliseconds timeout = s
   return 0;
 }
 
+// ---- a rank by hand ----------------------------------------------------------------------------
+
+const uint8_t* id_token(const UniqueId& id) { return unique_id_token(id); }
+
+struct Reply {
+  uint16_t kind = 0;
+  std::string payload;
+};
+
+// Reads one reply frame; false on the end of the stream, a timeout or a bad header.
+bool read_reply(int fd, Reply* r, milliseconds wait = seconds(5)) {
+  uint8_t head[frames::kReplyHeader];
+  const auto deadline = Clock::now() + wait;
+  if (!read_exact(fd, head, sizeof head, deadline).is_ok()) return false;
+  const frames::ReplyHeader h = frames::parse_reply_header(head);
+  if (std::memcmp(h.magic, frames::kReplyMagic, 4) != 0 || h.payload_len > (1u << 20)) return false;
+  r->kind = h.kind;
+  r->payload.assign(static_cast<size_t>(h.payload_len), '\0');
+  return read_exact(fd, r->payload.data(), r->payload.size(), deadline).is_ok();
+}
+
+// One connection to a root, driven by hand: hello, then the root's challenge.
+struct HandRank {
+  int fd = -1;
+  uint8_t rank_nonce[frames::kNonceBytes] = {};
+  uint8_t root_nonce[frames::kNonceBytes] = {};
+  std::string hello;
+
+  // Connects and says hello; true once the challenge is in.
+  bool start(uint16_t port) {
+    fd = raw_connect(port);
+    if (fd < 0 || !set_nonblocking(fd).is_ok()) return false;
+    if (!random_bytes(rank_nonce, sizeof rank_nonce).is_ok()) return false;
+    hello = frames::encode_hello(rank_nonce);
+    if (!raw_send(fd, hello)) return false;
+    Reply r;
+    if (!read_reply(fd, &r) || r.kind != frames::kChallenge || r.payload.size() != frames::kNonceBytes) return false;
+    std::memcpy(root_nonce, r.payload.data(), frames::kNonceBytes);
+    return true;
+  }
+  std::string auth(const uint8_t* token, uint32_t rank, uint32_t nranks, const std::string& blob) const {
+    return frames::encode_auth(token, root_nonce, rank_nonce, rank, nranks, blob);
+  }
+  // Reads the proof and checks it against `token` and the auth frame sent.
+  bool proof_ok(const uint8_t* token, const std::string& sent) const {
+    Reply r;
+    if (!read_reply(fd, &r) || r.kind != frames::kProof || r.payload.size() != frames::kMacBytes) return false;
+    uint8_t want[frames::kMacBytes];
+    frames::root_proof(token, rank_nonce, root_nonce,
+                       frames::auth_mac(reinterpret_cast<const uint8_t*>(sent.data()), sent.size()), want);
+    return std::memcmp(want, r.payload.data(), sizeof want) == 0;
+  }
+};
+
 // ---- jobs that complete ----------------------------------------------------------------------
 
 class RendezvousJob : public Rendezvous, public ::testing::WithParamInterface<int> {};
@@ -196,22 +253,22 @@ TEST_F(Rendezvous, StrayConnectionsAreRejectedAndLoggedWhileTheJobCompletes) {
   for (size_t i = 0; i < junk_bytes.size(); ++i) junk_bytes[i] = static_cast<char>(i * 13);
   raw_send(junk, junk_bytes);
 
-  // A well-formed hello with the wrong token.
+  // The whole handshake, with the wrong token.
   uint8_t forged[16];
-  std::memcpy(forged, id.bytes + id_layout::kToken, 16);
+  std::memcpy(forged, id_token(id), 16);
   forged[3] ^= 0x40;
-  const int stray = raw_connect(port);
-  ASSERT_GE(stray, 0);
-  const std::string stray_name = local_name(stray);
-  raw_send(stray, frames::encode_hello(forged, 0, 2, "stolen"));
+  HandRank stray;
+  ASSERT_TRUE(stray.start(port));
+  const std::string stray_name = local_name(stray.fd);
+  raw_send(stray.fd, stray.auth(forged, 0, 2, "stolen"));
 
   std::string got_junk, got_stray;
   EXPECT_TRUE(read_to_eof(junk, &got_junk, seconds(5))) << "the root kept a junk connection open";
-  EXPECT_TRUE(read_to_eof(stray, &got_stray, seconds(5))) << "the root kept a forged hello open";
+  EXPECT_TRUE(read_to_eof(stray.fd, &got_stray, seconds(5))) << "the root kept a forged auth open";
   EXPECT_TRUE(got_junk.empty());
-  EXPECT_TRUE(got_stray.empty()) << "a connection without the token must learn nothing";
+  EXPECT_TRUE(got_stray.empty()) << "a connection without the token learns nothing but its challenge";
   close(junk);
-  close(stray);
+  close(stray.fd);
 
   const auto codes = run_forked(2, [&](int r) { return rank_main(id, r, 2); });
   EXPECT_EQ(host.wait_exit(), 0);
@@ -234,8 +291,11 @@ TEST_F(Rendezvous, SilentAndStalledConnectionsDoNotBlockTheJob) {
   for (int i = 0; i < 20; ++i) silent.push_back(raw_connect(port));
   // One that starts a valid hello and stalls half-way through its fixed part.
   const int stalled = raw_connect(port);
-  const std::string hello = frames::encode_hello(id.bytes + id_layout::kToken, 2, 4, "abc");
-  raw_send(stalled, hello.substr(0, 20));
+  const uint8_t nonce[frames::kNonceBytes] = {1};
+  raw_send(stalled, frames::encode_hello(nonce).substr(0, 20));
+  // One that has its challenge and never answers it.
+  HandRank challenged;
+  ASSERT_TRUE(challenged.start(port));
 
   const auto start = Clock::now();
   const auto codes = run_forked(4, [&](int r) { return rank_main(id, r, 4, seconds(8)); });
@@ -251,6 +311,8 @@ TEST_F(Rendezvous, SilentAndStalledConnectionsDoNotBlockTheJob) {
   }
   EXPECT_TRUE(read_to_eof(stalled, nullptr, seconds(5)));
   close(stalled);
+  EXPECT_TRUE(read_to_eof(challenged.fd, nullptr, seconds(5)));
+  close(challenged.fd);
   EXPECT_EQ(host.wait_exit(), 0);
 }
 
@@ -356,18 +418,19 @@ TEST_F(Rendezvous, RankThatLeavesGivesItsSlotBack) {
   RootHost host;
   ASSERT_TRUE(host.ok()) << host.error();
   const UniqueId id = host.id();
-  const int fd = raw_connect(id_port(id));
-  ASSERT_GE(fd, 0);
-  ASSERT_TRUE(set_nonblocking(fd).is_ok());
-  raw_send(fd, frames::encode_hello(id.bytes + id_layout::kToken, 0, 2, "first try"));
-  // Wait for the acknowledgement (a progress frame), then leave.
-  uint8_t ack[frames::kReplyHeader + frames::kProgressPayload];
-  ASSERT_TRUE(read_exact(fd, ack, sizeof ack, Clock::now() + seconds(5)).is_ok());
-  const frames::ReplyHeader h = frames::parse_reply_header(ack);
-  EXPECT_EQ(h.kind, frames::kProgress);
-  EXPECT_EQ(frames::get_u32(ack + frames::kReplyHeader), 1u);  // arrived
-  EXPECT_EQ(frames::get_u32(ack + frames::kReplyHeader + 4), 2u);  // nranks
-  close(fd);
+  HandRank hand;
+  ASSERT_TRUE(hand.start(id_port(id)));
+  const std::string auth = hand.auth(id_token(id), 0, 2, "first try");
+  raw_send(hand.fd, auth);
+  // Wait for the proof and the acknowledgement (a progress frame), then leave.
+  ASSERT_TRUE(hand.proof_ok(id_token(id), auth));
+  Reply ack;
+  ASSERT_TRUE(read_reply(hand.fd, &ack));
+  EXPECT_EQ(ack.kind, frames::kProgress);
+  ASSERT_EQ(ack.payload.size(), frames::kProgressPayload);
+  EXPECT_EQ(frames::get_u32(reinterpret_cast<const uint8_t*>(ack.payload.data())), 1u);      // arrived
+  EXPECT_EQ(frames::get_u32(reinterpret_cast<const uint8_t*>(ack.payload.data()) + 4), 2u);  // nranks
+  close(hand.fd);
   std::this_thread::sleep_for(milliseconds(200));
   const auto codes = run_forked(2, [&](int r) { return rank_main(id, r, 2); });
   EXPECT_EQ(codes[0], 0);
@@ -375,37 +438,108 @@ TEST_F(Rendezvous, RankThatLeavesGivesItsSlotBack) {
   EXPECT_EQ(host.wait_exit(), 0);
 }
 
-// Sends raw bytes as a hello and returns the error code in the root's reply (or -1).
-long error_code_for(const UniqueId& id, const std::string& hello) {
-  const int fd = raw_connect(id_port(id));
-  if (fd < 0) return -1;
-  raw_send(fd, hello);
-  std::string got;
-  const bool eof = read_to_eof(fd, &got, seconds(5));
-  close(fd);
-  if (!eof || got.size() < frames::kReplyHeader + frames::kErrorPayloadFixed) return -1;
-  const auto* p = reinterpret_cast<const uint8_t*>(got.data());
+// The error code of the error frame that ends `got` (or -1).
+long error_code_in(const std::string& got) {
+  const size_t at = got.rfind(std::string(reinterpret_cast<const char*>(frames::kReplyMagic), 4));
+  if (at == std::string::npos || got.size() - at < frames::kReplyHeader + frames::kErrorPayloadFixed) return -1;
+  const auto* p = reinterpret_cast<const uint8_t*>(got.data()) + at;
   const frames::ReplyHeader h = frames::parse_reply_header(p);
-  if (std::memcmp(h.magic, frames::kReplyMagic, 4) != 0 || h.kind != frames::kError) return -1;
-  if (h.payload_len != got.size() - frames::kReplyHeader) return -1;
+  if (h.kind != frames::kError || h.payload_len != got.size() - at - frames::kReplyHeader) return -1;
   return frames::get_u32(p + frames::kReplyHeader);
+}
+
+// Authenticates with the job's token, sends these fields and returns the error code the root
+// answers with after its proof (or -1).
+long error_code_for(const UniqueId& id, uint32_t rank, uint32_t nranks, const std::string& blob = "x") {
+  HandRank hand;
+  if (!hand.start(id_port(id))) return -1;
+  const std::string auth = hand.auth(id_token(id), rank, nranks, blob);
+  raw_send(hand.fd, auth);
+  const bool proven = hand.proof_ok(id_token(id), auth);
+  std::string got;
+  const bool eof = read_to_eof(hand.fd, &got, seconds(5));
+  close(hand.fd);
+  return proven && eof ? error_code_in(got) : -1;
 }
 
 TEST_F(Rendezvous, HellosWithTheTokenButBadFieldsGetAnError) {
   const UniqueId id = local_id();
-  const uint8_t* token = id.bytes + id_layout::kToken;
-  EXPECT_EQ(error_code_for(id, frames::encode_hello(token, 0, 2, "x", /*version=*/2)), long{frames::kErrVersion});
-  EXPECT_EQ(error_code_for(id, frames::encode_hello(token, 5, 2, "x")), long{frames::kErrRejected});
-  EXPECT_EQ(error_code_for(id, frames::encode_hello(token, 0, 0, "x")), long{frames::kErrRejected});
-  EXPECT_EQ(error_code_for(id, frames::encode_hello(token, 0, 70000, "x")), long{frames::kErrRejected});
-  std::string big = frames::encode_hello(token, 0, 2, "");
-  frames::put_u32(reinterpret_cast<uint8_t*>(big.data()) + 32, 64 * 1024 + 1);  // blob_len over the limit
-  EXPECT_EQ(error_code_for(id, big), long{frames::kErrRejected});
+  EXPECT_EQ(error_code_for(id, 5, 2), long{frames::kErrRejected});
+  EXPECT_EQ(error_code_for(id, 0, 0), long{frames::kErrRejected});
+  EXPECT_EQ(error_code_for(id, 0, 70000), long{frames::kErrRejected});
+  // Another protocol version (a version-1 rank's hello begins with the same 8 bytes) gets the
+  // version error at once, and nothing else.
+  for (uint16_t version : {uint16_t{1}, uint16_t{3}}) {
+    const int fd = raw_connect(id_port(id));
+    ASSERT_GE(fd, 0);
+    const uint8_t nonce[frames::kNonceBytes] = {};
+    raw_send(fd, frames::encode_hello(nonce, version));
+    std::string got;
+    EXPECT_TRUE(read_to_eof(fd, &got, seconds(5)));
+    close(fd);
+    EXPECT_EQ(error_code_in(got), long{frames::kErrVersion}) << "version " << version;
+    EXPECT_EQ(got.find(std::string(reinterpret_cast<const char*>(frames::kReplyMagic), 4)), 0u) << "only the error";
+  }
+  // A blob over the limit cannot be authenticated: closed unread, nothing beyond the challenge.
+  {
+    HandRank hand;
+    ASSERT_TRUE(hand.start(id_port(id)));
+    std::string big = hand.auth(id_token(id), 0, 2, "");
+    frames::put_u32(reinterpret_cast<uint8_t*>(big.data()) + 12, frames::kMaxBlob + 1);
+    raw_send(hand.fd, big.substr(0, frames::kAuthFixed));
+    std::string got;
+    EXPECT_TRUE(read_to_eof(hand.fd, &got, seconds(5)));
+    EXPECT_TRUE(got.empty());
+    close(hand.fd);
+  }
   // None of that disturbed the job.
   auto t = rendezvous(id, 0, 1, "fine", seconds(5));
   ASSERT_TRUE(t.is_ok()) << t.status().to_string();
   EXPECT_EQ((*t)[0], "fine");
   EXPECT_TRUE(roots_idle());
+}
+
+// A stranger who captured a rank's hello and auth frame (on another connection: of this job, or
+// of an earlier one with the same token) replays them: the root's fresh challenge makes the MAC
+// wrong, and the replay learns nothing.
+TEST_F(Rendezvous, ReplayedHelloIsRejected) {
+  ::testing::internal::CaptureStderr();
+  RootHost host;
+  ASSERT_TRUE(host.ok()) << host.error();
+  const UniqueId id = host.id();
+  // The genuine conversation, as seen on the wire.
+  HandRank genuine;
+  ASSERT_TRUE(genuine.start(id_port(id)));
+  const std::string auth = genuine.auth(id_token(id), 1, 2, blob_for(1));
+  raw_send(genuine.fd, auth);
+  ASSERT_TRUE(genuine.proof_ok(id_token(id), auth));
+  close(genuine.fd);  // rank 1's slot is open again
+  std::this_thread::sleep_for(milliseconds(200));
+
+  // The replay: the same hello and the same auth frame on a new connection.
+  const int fd = raw_connect(id_port(id));
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(set_nonblocking(fd).is_ok());
+  const std::string replayer = local_name(fd);
+  raw_send(fd, genuine.hello);
+  Reply challenge;
+  ASSERT_TRUE(read_reply(fd, &challenge));
+  ASSERT_EQ(challenge.kind, frames::kChallenge);
+  EXPECT_NE(std::memcmp(challenge.payload.data(), genuine.root_nonce, frames::kNonceBytes), 0) << "a nonce came back";
+  raw_send(fd, auth);
+  std::string got;
+  EXPECT_TRUE(read_to_eof(fd, &got, seconds(5))) << "the root kept a replayed auth open";
+  EXPECT_TRUE(got.empty()) << "a replay must learn nothing (no proof, no progress)";
+  close(fd);
+
+  // The slot the replay asked for is still free for the real rank 1.
+  const auto codes = run_forked(2, [&](int r) { return rank_main(id, r, 2); });
+  EXPECT_EQ(host.wait_exit(), 0);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+  if (!log::enabled(log::Level::kWarn)) GTEST_SKIP() << "GW_DEBUG hides warnings";
+  EXPECT_TRUE(contains(log, "rejected connection from " + replayer + ": wrong token")) << log;
 }
 
 TEST_F(Rendezvous, InvalidArgumentsFailBeforeAnyNetworking) {
@@ -442,35 +576,85 @@ TEST_F(Rendezvous, NobodyListeningIsATimeout) {
 
 // ---- the rank distrusts what it reads --------------------------------------------------------
 
-// A fake root that answers the first connection's hello with `reply`, then closes (or, with
-// close_after false, waits for the rank to hang up).
-Result<std::vector<std::string>> against_fake_root(const std::string& reply, bool close_after = true,
-                                                   milliseconds timeout = seconds(3), const std::string& blob = "abc",
-                                                   int nranks = 2) {
+// ---- fake roots: the rank distrusts what it reads --------------------------------------------
+
+const uint8_t kFakeToken[16] = {0x5a, 0x17, 0xc3, 0x88, 0x21, 0xfe, 0x04, 0x9b,
+                                0x6d, 0x30, 0xe2, 0x7f, 0x11, 0xa6, 0x4c, 0xd9};
+
+// What a fake root learned from the rank's hello and auth frame: enough to answer as a root
+// holding kFakeToken (the rank's token) would.
+struct Session {
+  uint8_t rank_nonce[frames::kNonceBytes] = {};
+  uint8_t root_nonce[frames::kNonceBytes] = {};
+  uint8_t rank_mac[frames::kMacBytes] = {};
+  uint8_t key[frames::kMacBytes] = {};  // the table's key
+};
+
+struct FakeOptions {
+  bool challenge = true;    // false: answer the hello with the reply itself
+  bool close_after = true;  // false: wait for the rank to hang up
+  milliseconds timeout = seconds(3);
+};
+
+struct FakeRun {
+  Result<std::vector<std::string>> result;
+  std::string where;     // the fake root's host:port
+  std::string received;  // every byte the rank sent
+  Clock::duration took{};
+};
+
+using Script = std::function<std::string(const Session&)>;
+
+// A fake root (a plain listening socket) for one rank 0 of 2 holding kFakeToken with blob "abc":
+// it reads the hello, sends a challenge, reads the auth frame, answers with script(session), and
+// closes (or waits for the rank to hang up).
+FakeRun fake_root(const Script& script, const FakeOptions& o = FakeOptions()) {
   Endpoint ep = Endpoint::loopback_v4(0);
   auto listener = listen_on(ep, 16);
-  if (!listener.is_ok()) return listener.status();
-  uint8_t token[16] = {7, 7, 7};
-  const UniqueId id = make_unique_id(ep, token);
+  if (!listener.is_ok()) return FakeRun{listener.status(), "", "", {}};
+  const UniqueId id = make_unique_id(ep, kFakeToken);
   const int lfd = listener->fd();
+  std::string received;
   std::thread fake([&] {
     pollfd p{lfd, POLLIN, 0};
     if (poll(&p, 1, 5000) <= 0) return;
     const int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;
-    uint8_t hello[frames::kHelloFixed];
-    std::string rest;
-    if (read_exact(fd, hello, sizeof hello, Clock::now() + seconds(5)).is_ok()) {
-      rest.resize(frames::get_u32(hello + 32));
-      (void)read_exact(fd, rest.data(), rest.size(), Clock::now() + seconds(5));
-      raw_send(fd, reply);
-      if (!close_after) read_to_eof(fd, nullptr, seconds(6));
+    const auto deadline = Clock::now() + seconds(5);
+    Session s;
+    std::string hello(frames::kHelloBytes, '\0');
+    bool go = read_exact(fd, hello.data(), hello.size(), deadline).is_ok();
+    if (go) {
+      received += hello;
+      std::memcpy(s.rank_nonce, hello.data() + 8, frames::kNonceBytes);
+    }
+    if (go && o.challenge) {
+      go = random_bytes(s.root_nonce, sizeof s.root_nonce).is_ok() && raw_send(fd, frames::encode_challenge(s.root_nonce));
+      std::string auth(frames::kAuthFixed, '\0');
+      go = go && read_exact(fd, auth.data(), auth.size(), deadline).is_ok();
+      if (go) {
+        const uint32_t blob_len = frames::get_u32(reinterpret_cast<const uint8_t*>(auth.data()) + 12);
+        auth.resize(frames::kAuthFixed + blob_len + frames::kMacBytes);
+        go = read_exact(fd, auth.data() + frames::kAuthFixed, auth.size() - frames::kAuthFixed, deadline).is_ok();
+      }
+      if (go) {
+        received += auth;
+        std::memcpy(s.rank_mac, auth.data() + auth.size() - frames::kMacBytes, frames::kMacBytes);
+        frames::session_key(kFakeToken, s.root_nonce, s.rank_nonce, s.key);
+      }
+    }
+    if (go) {
+      raw_send(fd, script(s));
+      if (!o.close_after) read_to_eof(fd, &received, seconds(6));
     }
     close(fd);
   });
-  auto result = rendezvous(id, 0, nranks, blob, timeout);
+  const auto start = Clock::now();
+  FakeRun run{rendezvous(id, 0, 2, "abc", o.timeout), ep.to_string(), "", {}};
+  run.took = Clock::now() - start;
   fake.join();
-  return result;
+  run.received = received;
+  return run;
 }
 
 std::string header(uint16_t kind, uint64_t len, uint16_t version = frames::kVersion) {
@@ -489,51 +673,194 @@ std::string u32(uint32_t v) {
   return s;
 }
 
+std::string proof(const Session& s, const uint8_t* token = kFakeToken) {
+  return frames::encode_proof(token, s.rank_nonce, s.root_nonce, s.rank_mac);
+}
+
+std::string table(const Session& s, const std::vector<std::string>& blobs) { return frames::encode_table(blobs, s.key); }
+
+// A table frame with any body, carrying the right MAC for it.
+std::string table_body(const Session& s, const std::string& body) {
+  uint8_t digest[kSha256Bytes];
+  sha256(body.data(), body.size(), digest);
+  return header(frames::kTable, body.size() + frames::kMacBytes) + body + frames::table_mac(s.key, digest);
+}
+
+Script fixed(const std::string& bytes) {
+  return [bytes](const Session&) { return bytes; };
+}
+
+// A genuine proof, then `rest`.
+Script proven(const Script& rest) {
+  return [rest](const Session& s) { return proof(s) + rest(s); };
+}
+
 void expect_failure(const Result<std::vector<std::string>>& r, Code code, const std::string& part) {
   ASSERT_FALSE(r.is_ok()) << "expected " << code_name(code) << " containing '" << part << "'";
   EXPECT_EQ(r.status().code(), code) << r.status().to_string();
   EXPECT_TRUE(contains(r.status().message(), part)) << r.status().to_string();
 }
 
+std::string token_bytes(const uint8_t* token) { return std::string(reinterpret_cast<const char*>(token), 16); }
+
+TEST_F(Rendezvous, FakeRootThatAnswersLikeARootIsBelieved) {
+  auto ok = fake_root(proven([](const Session& s) { return frames::encode_progress(1, 2) + table(s, {"abc", "peer"}); }));
+  ASSERT_TRUE(ok.result.is_ok()) << ok.result.status().to_string();
+  EXPECT_EQ((*ok.result)[1], "peer");
+}
+
+// Whoever listens on the port learns nothing it could join with: the token is not in any byte
+// the rank sends, and the rank gives up with a clear error.
+TEST_F(Rendezvous, TheTokenNeverCrossesTheWire) {
+  const std::string token = token_bytes(kFakeToken);
+  // A squatter that only listens and reads.
+  FakeOptions quiet;
+  quiet.challenge = false;
+  quiet.close_after = false;
+  quiet.timeout = seconds(1);
+  const FakeRun a = fake_root(fixed(""), quiet);
+  expect_failure(a.result, Code::kTimeout, "never acknowledged");
+  EXPECT_LT(a.took, milliseconds(2500));
+  EXPECT_EQ(a.received.size(), frames::kHelloBytes);
+  EXPECT_EQ(a.received.find(token), std::string::npos);
+  // One that challenges, takes the auth frame and hangs up.
+  const FakeRun b = fake_root(fixed(""));
+  expect_failure(b.result, Code::kRemote, "closed the connection without proving it holds the job's token");
+  EXPECT_TRUE(contains(b.result.status().message(), b.where)) << b.result.status().to_string();
+  EXPECT_LT(b.took, seconds(3));
+  EXPECT_EQ(b.received.size(), frames::kHelloBytes + frames::kAuthFixed + 3 + frames::kMacBytes);
+  EXPECT_EQ(b.received.find(token), std::string::npos);
+  // One that bluffs a proof and waits.
+  FakeOptions waits;
+  waits.close_after = false;
+  const FakeRun c = fake_root(fixed(header(frames::kProof, 32) + std::string(32, 'p')), waits);
+  expect_failure(c.result, Code::kRemote, "did not prove it holds the job's token");
+  EXPECT_LT(c.took, seconds(3));
+  EXPECT_EQ(c.received.find(token), std::string::npos);
+}
+
+TEST_F(Rendezvous, RootWithoutTheTokenIsDetected) {
+  const std::string want = "did not prove it holds the job's token (another job's root, or a stranger on the port)";
+  // A root holding another token: its proof is wrong, whatever it sends next.
+  uint8_t other[16];
+  std::memcpy(other, kFakeToken, 16);
+  other[0] ^= 0x80;
+  const FakeRun r = fake_root([&](const Session& s) {
+    return proof(s, other) + frames::encode_progress(2, 2) + table(s, {"abc", "peer"});
+  });
+  expect_failure(r.result, Code::kRemote, want);
+  EXPECT_TRUE(contains(r.result.status().message(), "the root at " + r.where)) << r.result.status().to_string();
+  EXPECT_TRUE(contains(r.result.status().message(), "its proof is wrong")) << r.result.status().to_string();
+  // A proof captured from another connection (the right token, other nonces).
+  expect_failure(fake_root([](const Session& s) {
+                   Session stale = s;
+                   stale.rank_nonce[0] ^= 1;
+                   return proof(stale);
+                 }).result,
+                 Code::kRemote, "its proof is wrong");
+  // Nothing before the proof is believed: an error, progress, a table (even with a valid MAC).
+  expect_failure(fake_root(fixed(frames::encode_error(frames::kErrTimeout, 1, 2, "too late"))).result, Code::kRemote,
+                 want);
+  expect_failure(fake_root(fixed(frames::encode_progress(1, 2))).result, Code::kRemote, want);
+  expect_failure(fake_root([](const Session& s) { return table(s, {"abc", "peer"}); }).result, Code::kRemote, want);
+  FakeOptions no_challenge;
+  no_challenge.challenge = false;
+  expect_failure(fake_root(fixed(frames::encode_error(frames::kErrRejected, 0, 2, "go away")), no_challenge).result,
+                 Code::kRemote, want);
+  // A real root of another job on that port: it cannot verify this rank and hangs up.
+  const UniqueId theirs = local_id(seconds(5));
+  uint8_t ours[16];
+  std::memcpy(ours, unique_id_token(theirs), 16);
+  ours[7] ^= 0x01;
+  const Endpoint at = unique_id_endpoint(theirs);
+  auto t = rendezvous(make_unique_id(at, ours), 0, 1, "x", seconds(3));
+  expect_failure(t, Code::kRemote, "closed the connection without proving it holds the job's token");
+  EXPECT_TRUE(contains(t.status().message(), at.to_string())) << t.status().to_string();
+  ASSERT_TRUE(rendezvous(theirs, 0, 1, "x", seconds(5)).is_ok()) << "the other job is undisturbed";
+  EXPECT_TRUE(roots_idle());
+}
+
+TEST_F(Rendezvous, TamperedTableIsRejected) {
+  const std::string want = "fails its MAC";
+  // One byte of another rank's blob changed on the way.
+  expect_failure(fake_root(proven([](const Session& s) {
+                   std::string t = table(s, {"abc", "peer"});
+                   t[t.size() - frames::kMacBytes - 1] ^= 0x01;
+                   return frames::encode_progress(2, 2) + t;
+                 })).result,
+                 Code::kRemote, want);
+  // A rank's entry swapped for another of the same size.
+  expect_failure(fake_root(proven([](const Session& s) {
+                   std::string t = table(s, {"abc", "peer"});
+                   const std::string forged = frames::encode_table({"abc", "evil"});
+                   return forged + t.substr(forged.size());
+                 })).result,
+                 Code::kRemote, want);
+  // A table MACed for another connection (replayed from another rank's conversation).
+  expect_failure(fake_root(proven([](const Session& s) {
+                   Session other = s;
+                   other.root_nonce[5] ^= 0x10;
+                   frames::session_key(kFakeToken, other.root_nonce, other.rank_nonce, other.key);
+                   return table(other, {"abc", "peer"});
+                 })).result,
+                 Code::kRemote, want);
+  // No MAC at all (zeros).
+  expect_failure(fake_root(proven([](const Session&) {
+                   return frames::encode_table({"abc", "peer"}) + std::string(frames::kMacBytes, '\0');
+                 })).result,
+                 Code::kRemote, want);
+}
+
 TEST_F(Rendezvous, MalformedRepliesAreRejected) {
-  // The fake itself works: a correct table for two ranks.
-  {
-    auto ok = against_fake_root(frames::encode_table({"abc", "peer"}));
-    ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
-    EXPECT_EQ((*ok)[1], "peer");
-  }
-  expect_failure(against_fake_root(std::string(16, 'X')), Code::kRemote, "bad magic");
-  expect_failure(against_fake_root(header(frames::kTable, 100, 7)), Code::kRemote, "protocol version 7");
-  expect_failure(against_fake_root(header(9, 0)), Code::kRemote, "unknown kind");
-  // Tables that do not fit the job.
-  expect_failure(against_fake_root(frames::encode_table({"abc", "x", "y"})), Code::kRemote, "3 ranks");
-  expect_failure(against_fake_root(header(frames::kTable, uint64_t{1} << 40)), Code::kRemote, "impossible");
-  expect_failure(against_fake_root(header(frames::kTable, 4)), Code::kRemote, "impossible");
-  expect_failure(against_fake_root(header(frames::kTable, 4 + 8 + 70000) + u32(2) + u32(70000)), Code::kRemote,
-                 "70000 bytes");
-  expect_failure(against_fake_root(header(frames::kTable, 4 + 8 + 3) + u32(2) + u32(50) + "abc"), Code::kRemote,
-                 "table entry");
-  expect_failure(against_fake_root(header(frames::kTable, 4 + 8 + 3 + 5) + u32(2) + u32(3) + "abc" + u32(0) + "t"),
-                 Code::kRemote, "trailing");
-  expect_failure(against_fake_root(frames::encode_table({"not mine", "peer"})), Code::kRemote, "not the blob");
-  // Progress and error frames out of bounds.
-  expect_failure(against_fake_root(header(frames::kProgress, 9)), Code::kRemote, "progress frame");
-  expect_failure(against_fake_root(frames::encode_progress(1, 5)), Code::kRemote, "for a job of 2");
-  expect_failure(against_fake_root(frames::encode_progress(3, 2)), Code::kRemote, "progress 3 of 2");
-  expect_failure(against_fake_root(header(frames::kError, 100000)), Code::kRemote, "error frame");
-  expect_failure(against_fake_root(header(frames::kError, 4)), Code::kRemote, "error frame");
-  // Error frames mean what they say.
-  expect_failure(against_fake_root(frames::encode_error(frames::kErrRejected, 0, 2, "go away")), Code::kRemote, "go away");
-  expect_failure(against_fake_root(frames::encode_error(frames::kErrTimeout, 1, 2, "too late")), Code::kTimeout,
-                 "too late");
+  auto after_proof = [](const std::string& bytes) { return proven(fixed(bytes)); };
+  FakeOptions raw;  // frames instead of the challenge
+  raw.challenge = false;
+  expect_failure(fake_root(fixed(std::string(16, 'X')), raw).result, Code::kRemote, "bad magic");
+  expect_failure(fake_root(fixed(header(frames::kTable, 100, 7)), raw).result, Code::kRemote, "protocol version 7");
+  expect_failure(fake_root(fixed(header(frames::kChallenge, 100, 1)), raw).result, Code::kRemote, "protocol version 1");
+  expect_failure(fake_root(fixed(header(9, 0)), raw).result, Code::kRemote, "unknown kind");
+  expect_failure(fake_root(fixed(header(frames::kChallenge, 31)), raw).result, Code::kRemote, "a challenge of 31 bytes");
+  expect_failure(fake_root(fixed(header(frames::kProof, 33))).result, Code::kRemote, "a proof of 33 bytes");
+  // Tables that do not fit the job (each with the right MAC for what it holds).
+  expect_failure(fake_root(proven([](const Session& s) { return table(s, {"abc", "x", "y"}); })).result, Code::kRemote,
+                 "3 ranks");
+  expect_failure(fake_root(after_proof(header(frames::kTable, uint64_t{1} << 40))).result, Code::kRemote, "impossible");
+  expect_failure(fake_root(after_proof(header(frames::kTable, 4))).result, Code::kRemote, "impossible");
+  expect_failure(fake_root(proven([](const Session& s) { return table_body(s, u32(2) + u32(70000) + std::string(4, 'x')); }))
+                     .result,
+                 Code::kRemote, "70000 bytes");
+  expect_failure(fake_root(proven([](const Session& s) { return table_body(s, u32(2) + u32(50) + "abc" + u32(0)); })).result,
+                 Code::kRemote, "table entry");
+  expect_failure(
+      fake_root(proven([](const Session& s) { return table_body(s, u32(2) + u32(3) + "abc" + u32(0) + "t"); })).result,
+      Code::kRemote, "trailing");
+  expect_failure(fake_root(proven([](const Session& s) { return table(s, {"not mine", "peer"}); })).result,
+                 Code::kRemote, "not the blob");
+  // Progress and error frames out of bounds; handshake frames out of turn.
+  expect_failure(fake_root(after_proof(header(frames::kProgress, 9))).result, Code::kRemote, "progress frame");
+  expect_failure(fake_root(after_proof(frames::encode_progress(1, 5))).result, Code::kRemote, "for a job of 2");
+  expect_failure(fake_root(after_proof(frames::encode_progress(3, 2))).result, Code::kRemote, "progress 3 of 2");
+  expect_failure(fake_root(after_proof(header(frames::kError, 100000))).result, Code::kRemote, "error frame");
+  expect_failure(fake_root(after_proof(header(frames::kError, 4))).result, Code::kRemote, "error frame");
+  expect_failure(fake_root(proven([](const Session& s) { return frames::encode_challenge(s.root_nonce); })).result,
+                 Code::kRemote, "a challenge after the handshake");
+  expect_failure(fake_root(proven([](const Session& s) { return proof(s); })).result, Code::kRemote,
+                 "a proof after the handshake");
+  // Error frames after the proof mean what they say.
+  expect_failure(fake_root(after_proof(frames::encode_error(frames::kErrRejected, 0, 2, "go away"))).result,
+                 Code::kRemote, "go away");
+  expect_failure(fake_root(after_proof(frames::encode_error(frames::kErrTimeout, 1, 2, "too late"))).result,
+                 Code::kTimeout, "too late");
   // A truncated reply, and none at all.
-  expect_failure(against_fake_root(frames::encode_progress(1, 2) + header(frames::kTable, 20) + u32(2)), Code::kRemote,
-                 "closed the connection before the table");
-  expect_failure(against_fake_root(""), Code::kRemote, "without a reply");
-  const auto start = Clock::now();
-  expect_failure(against_fake_root("", /*close_after=*/false, seconds(1)), Code::kTimeout, "never acknowledged");
-  EXPECT_LT(Clock::now() - start, seconds(3));
-  expect_failure(against_fake_root(frames::encode_progress(1, 2), false, seconds(1)), Code::kTimeout,
+  expect_failure(fake_root(after_proof(frames::encode_progress(1, 2) + header(frames::kTable, 60) + u32(2))).result,
+                 Code::kRemote, "closed the connection before the table");
+  FakeOptions slow;
+  slow.close_after = false;
+  slow.timeout = seconds(1);
+  const FakeRun none = fake_root(fixed(""), slow);
+  expect_failure(none.result, Code::kTimeout, "never proved");
+  EXPECT_LT(none.took, seconds(3));
+  expect_failure(fake_root(after_proof(frames::encode_progress(1, 2)), slow).result, Code::kTimeout,
                  "1 of 2 ranks had arrived");
 }
 

@@ -4,11 +4,12 @@
 // thread listening on a TCP port) and returns an id that carries the root's address, port and
 // a random 128-bit token. The id travels to every rank by any channel (MPI, a file, torch's
 // store); each rank calls rendezvous(), which connects to the root, proves it holds the
-// token, and hands in a blob (its transport address). When all ranks have arrived the root
+// token (and has the root prove it too; the token itself never crosses the wire), and hands
+// in a blob (its transport address). When all ranks have arrived the root
 // sends everyone the whole table of blobs: an all-gather in O(n) messages through the root.
 //
-// A connection that does not present the token is closed and logged and cannot disturb the
-// job. Every step has a deadline.
+// A connection that cannot prove it holds the token is closed and logged and cannot disturb
+// the job. Every step has a deadline.
 #pragma once
 
 #include <chrono>
@@ -70,7 +71,9 @@ struct LaunchEnv {
 // is GW_TOKEN (32 hex digits) or derived from the launcher's job id.
 // Security: a token derived from a job id is no secret and only keeps out strays; GW_TOKEN
 // (random, shared by the job script) or the unique-id path is real authentication
-// (launch_env.cpp says more). A malformed variable is kInvalidArgument naming it.
+// (launch_env.cpp says more). With more than one rank and neither GW_TOKEN nor a job id it is
+// kInvalidArgument saying how to fix it, unless GW_INSECURE_LOCAL=1 (any process that knows
+// the port may then join; logged at WARN). A malformed variable is kInvalidArgument naming it.
 Result<LaunchEnv> read_launch_env();
 
 // Env-mode rendezvous: rank 0 serves the root on env.root_port, every rank joins. (A job of

@@ -1,15 +1,21 @@
 // What a launcher (torchrun, mpirun, srun, a PMI launcher, or plain GW_* variables) told this
 // process: rank, size, local rank, where the rendezvous root is, and the job's token.
 //
-// SECURITY. A token derived from the launcher's job id (TORCHELASTIC_RUN_ID, the OpenMPI job
-// id, SLURM_JOB_ID.SLURM_STEP_ID, ...) is not a secret: anyone who can guess or read the job id
-// can compute it. It only keeps out strays (a rank of another job, a port scanner, a stale
-// process from an earlier run). For real authentication set GW_TOKEN to 32 random hex digits
-// on every rank (e.g. `export GW_TOKEN=$(openssl rand -hex 16)` in the job script), or use the
-// unique-id path (create_unique_id + rendezvous), whose token comes from getrandom().
-// Under OpenMPI the per-job random key mpirun exports (OMPI_MCA_orte_precondition_transports)
-// goes into the derived token too, which makes it hard to guess from outside the job, but it
-// is still readable by anyone who can read the job's environment.
+// SECURITY. The token never crosses the wire (the handshake in root_server.cpp proves it), so
+// how well a job is protected depends only on how secret its token is:
+// - GW_TOKEN, 32 random hex digits shared by every rank (`export GW_TOKEN=$(openssl rand -hex
+//   16)` in the job script), or the unique-id path (create_unique_id + rendezvous, whose token
+//   comes from getrandom()): real authentication. Only a process that knows the token joins.
+// - A token derived from the launcher's job id (TORCHELASTIC_RUN_ID, the OpenMPI job id,
+//   SLURM_JOB_ID.SLURM_STEP_ID, GW_JOB_ID, ...) is not a secret: anyone who can guess or read
+//   the job id can compute it. It only keeps out strays (a rank of another job, a port
+//   scanner, a stale process from an earlier run). Under OpenMPI the per-job random key mpirun
+//   exports (OMPI_MCA_orte_precondition_transports) goes into it too, which makes it hard to
+//   guess from outside the job, but it is still readable by anyone who can read the job's
+//   environment.
+// - Neither, with more than one rank: nothing would tell the job's ranks from any process that
+//   knows the port, so read_launch_env() refuses, unless GW_INSECURE_LOCAL=1 says to accept
+//   that (then a WARN says so, and the token is derived from what there is).
 #include <arpa/inet.h>
 
 #include <cerrno>
@@ -285,12 +291,28 @@ Result<LaunchEnv> read_launch_env() {
                             (std::string(l->name) == "gradwire" ? ", or GW_LOCAL_SIZE=GW_SIZE when all ranks share this host" : ""));
   }
 
+  bool insecure = false;
+  if (const char* v = env("GW_INSECURE_LOCAL")) {
+    if (std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0) {
+      return invalid_argument(std::string("GW_INSECURE_LOCAL=") + shown(v) + " must be 0 or 1");
+    }
+    insecure = *v == '1';
+  }
   if (const char* t = env("GW_TOKEN")) {
     GW_RETURN_IF_ERROR(parse_token(t, e.token));
   } else {
     if (!have_job_id && size > 1) {
-      GW_INFO("bootstrap: no job id in the %s environment; the derived token is the same for every such job (set GW_TOKEN)",
-              l->name);
+      if (!insecure) {
+        return invalid_argument(
+            std::string("the ") + l->name + " environment has " + std::to_string(size) +
+            " ranks but neither GW_TOKEN nor a launcher job id, so nothing would keep another process that knows the "
+            "rendezvous port from joining as a rank: set the same secret on every rank (export GW_TOKEN=$(openssl rand "
+            "-hex 16) in the job script), or run under a launcher that sets a job id (torchrun, mpirun, srun), or set "
+            "GW_INSECURE_LOCAL=1 to accept any local process that knows the port");
+      }
+      GW_WARN("bootstrap: GW_INSECURE_LOCAL=1 and no GW_TOKEN or job id: any process that can reach the rendezvous "
+              "port %u can join this job of %ld ranks as a rank (set GW_TOKEN to authenticate)",
+              static_cast<unsigned>(e.root_port), size);
     }
     const uint64_t a = hash64(key, 1), b = hash64(key, 2);
     for (int i = 0; i < 8; ++i) {

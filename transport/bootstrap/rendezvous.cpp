@@ -1,8 +1,10 @@
 // A rank's side of the rendezvous (protocol in root_server.cpp), by unique id or from the
-// launcher's environment. Everything the root sends is untrusted until checked: lengths are
-// bounded before anything is allocated and counts must match this job.
+// launcher's environment. Everything the root sends is untrusted until checked: the root must
+// prove it holds the token before anything else it says counts, the table must carry this
+// connection's MAC, lengths are bounded before memory grows, and counts must match this job.
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +13,7 @@
 
 #include "transport/bootstrap/bootstrap.hpp"
 #include "transport/bootstrap/frames.hpp"
+#include "transport/bootstrap/hmac_sha256.hpp"
 #include "transport/bootstrap/root_server.hpp"
 #include "transport/bootstrap/socket.hpp"
 #include "transport/bootstrap/unique_id.hpp"
@@ -42,7 +45,8 @@ Status check_job(int rank, int nranks, const std::string& blob, milliseconds tim
   return Status::ok();
 }
 
-// One rank's conversation with the root.
+// One rank's conversation with the root: hello, challenge, auth, proof, then progress frames
+// until the table or an error. Nothing the root sends is believed before its proof checks out.
 class Join {
  public:
   Join(const Endpoint& root, const uint8_t token[16], int rank, int nranks, milliseconds timeout)
@@ -61,46 +65,88 @@ class Join {
       return sock.status().with_context(prefix() + "connecting to the root at " + root_.to_string());
     }
     fd_ = sock->fd();
-    const std::string hello = frames::encode_hello(token_, static_cast<uint32_t>(rank_), nranks_, blob);
+    uint8_t rank_nonce[frames::kNonceBytes];
+    GW_RETURN_IF_ERROR(random_bytes(rank_nonce, sizeof rank_nonce).with_context(prefix() + "drawing a nonce"));
+    const std::string hello = frames::encode_hello(rank_nonce);
     GW_RETURN_IF_ERROR(io(write_exact(fd_, hello.data(), hello.size(), deadline_), "sending the hello"));
+
+    Frame f;
+    GW_RETURN_IF_ERROR(read_frame(&f, "waiting for the root's challenge"));
+    if (f.kind != frames::kChallenge) return unproven("it answered the hello with " + kind_name(f.kind) + ", not a challenge");
+    uint8_t root_nonce[frames::kNonceBytes];
+    std::string why;
+    if (!frames::parse_nonce_payload(bytes(f), f.payload.size(), root_nonce, &why)) return malformed(why);
+    challenged_ = true;
+
+    const std::string auth =
+        frames::encode_auth(token_, root_nonce, rank_nonce, static_cast<uint32_t>(rank_), nranks_, blob);
+    GW_RETURN_IF_ERROR(io(write_exact(fd_, auth.data(), auth.size(), deadline_), "sending the auth frame"));
+
+    GW_RETURN_IF_ERROR(read_frame(&f, "waiting for the root's proof"));
+    if (f.kind != frames::kProof) return unproven("it answered with " + kind_name(f.kind) + " before its proof");
+    uint8_t got[frames::kMacBytes], want[frames::kMacBytes];
+    if (!frames::parse_nonce_payload(bytes(f), f.payload.size(), got, &why)) return malformed(why);
+    frames::root_proof(token_, rank_nonce, root_nonce,
+                       frames::auth_mac(reinterpret_cast<const uint8_t*>(auth.data()), auth.size()), want);
+    if (!equal_constant_time(got, want, frames::kMacBytes)) return unproven("its proof is wrong");
+    proven_ = true;
+    frames::session_key(token_, root_nonce, rank_nonce, key_);
+
     while (true) {
-      uint8_t head[frames::kReplyHeader];
-      GW_RETURN_IF_ERROR(io(read_exact(fd_, head, sizeof head, deadline_), "waiting for the root"));
-      const frames::ReplyHeader h = frames::parse_reply_header(head);
-      if (std::memcmp(h.magic, frames::kReplyMagic, 4) != 0) {
-        return malformed("a reply with a bad magic (is something other than a gradwire root listening there?)");
-      }
-      if (h.version != frames::kVersion) {
-        return Status(Code::kRemote, prefix() + "the root at " + root_.to_string() + " speaks protocol version " +
-                                         std::to_string(h.version) + ", this library speaks " + std::to_string(frames::kVersion));
-      }
-      switch (h.kind) {
+      GW_RETURN_IF_ERROR(read_frame(&f, "waiting for the root"));
+      switch (f.kind) {
         case frames::kProgress:
-          GW_RETURN_IF_ERROR(read_progress(h.payload_len));
+          GW_RETURN_IF_ERROR(on_progress(f));
           break;
         case frames::kError:
-          return read_error(h.payload_len);
+          return on_error(f);
         case frames::kTable:
-          return read_table(h.payload_len, blob);
+          return on_table(f, blob);
         default:
-          return malformed("a reply of unknown kind " + std::to_string(h.kind));
+          return malformed(kind_name(f.kind) + " after the handshake");
       }
     }
   }
 
  private:
+  struct Frame {
+    uint16_t kind = 0;
+    std::string payload;
+  };
+
+  static const uint8_t* bytes(const Frame& f) { return reinterpret_cast<const uint8_t*>(f.payload.data()); }
+
+  static std::string kind_name(uint16_t kind) {
+    switch (kind) {
+      case frames::kTable: return "a table";
+      case frames::kError: return "an error frame";
+      case frames::kProgress: return "a progress frame";
+      case frames::kChallenge: return "a challenge";
+      case frames::kProof: return "a proof";
+      default: return "a frame of kind " + std::to_string(kind);
+    }
+  }
+
   std::string prefix() const {
     return "rendezvous of rank " + std::to_string(rank_) + " of " + std::to_string(nranks_) + " with " + root_.to_string() + ": ";
   }
 
   std::string progress() const {
-    if (!acked_) return "the root never acknowledged this rank's hello (is another program listening on that port?)";
+    if (!challenged_) return "the root never acknowledged this rank's hello (is another program listening on that port?)";
+    if (!proven_) return "the root sent a challenge but never proved it holds the job's token";
+    if (!acked_) return "the root proved itself but never acknowledged this rank";
     return std::to_string(arrived_) + " of " + std::to_string(nranks_) + " ranks had arrived at the root's last report (" +
            secs(Clock::now() - report_at_) + " ago)";
   }
 
   Status malformed(const std::string& what) const {
     return Status(Code::kRemote, prefix() + "the root sent " + what);
+  }
+
+  Status unproven(const std::string& detail) const {
+    return Status(Code::kRemote, prefix() + "the root at " + root_.to_string() +
+                                     " did not prove it holds the job's token (another job's root, or a stranger on "
+                                     "the port): " + detail);
   }
 
   // Turns a socket error into what it means for the rendezvous.
@@ -110,9 +156,12 @@ class Join {
       return Status(Code::kTimeout, prefix() + "timed out after " + secs(Clock::now() - start_) + " " + doing + ": " + progress());
     }
     if (s.code() == Code::kRemote) {
-      if (!acked_) {
-        return Status(Code::kRemote, prefix() + "the root closed the connection without a reply while " + doing +
-                                         " (" + s.message() + "): a wrong token (another job's root on this port?), or a root that is gone");
+      if (!proven_) {
+        return Status(Code::kRemote, prefix() + "the root at " + root_.to_string() +
+                                         " closed the connection without proving it holds the job's token, while " +
+                                         doing + " (" + s.message() +
+                                         "): a root holding another token (another job's root on this port, or "
+                                         "GW_TOKEN not the same on every rank?), a stranger, or a root that is gone");
       }
       return Status(Code::kRemote, prefix() + "the root closed the connection before the table was ready (" +
                                        s.message() + "); " + progress());
@@ -120,62 +169,57 @@ class Join {
     return s.with_context(prefix() + doing);
   }
 
-  Status read_payload(void* buf, size_t n) const {
-    return io(read_exact(fd_, buf, n, deadline_), "reading the root's reply");
+  // Reads one reply frame whose header passed its checks. A table's payload is read in slices
+  // so that memory grows only with the bytes that actually arrive.
+  Status read_frame(Frame* f, const char* doing) {
+    uint8_t head[frames::kReplyHeader];
+    GW_RETURN_IF_ERROR(io(read_exact(fd_, head, sizeof head, deadline_), doing));
+    const frames::ReplyHeader h = frames::parse_reply_header(head);
+    std::string why;
+    const frames::HeaderProblem problem = frames::check_reply_header(h, nranks_, &why);
+    if (problem == frames::HeaderProblem::kBadVersion) {
+      return Status(Code::kRemote, prefix() + "the root at " + root_.to_string() + " speaks protocol version " +
+                                       std::to_string(h.version) + ", this library speaks " + std::to_string(frames::kVersion));
+    }
+    if (problem != frames::HeaderProblem::kNone) return malformed(why);
+    f->kind = h.kind;
+    f->payload.clear();
+    constexpr uint64_t kSlice = uint64_t{1} << 20;
+    while (f->payload.size() < h.payload_len) {
+      const size_t have = f->payload.size();
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(kSlice, h.payload_len - have));
+      f->payload.resize(have + take);
+      GW_RETURN_IF_ERROR(io(read_exact(fd_, f->payload.data() + have, take, deadline_), "reading the root's reply"));
+    }
+    return Status::ok();
   }
 
-  Status read_progress(uint64_t len) {
-    if (len != frames::kProgressPayload) return malformed("a progress frame of " + std::to_string(len) + " bytes");
-    uint8_t p[frames::kProgressPayload];
-    GW_RETURN_IF_ERROR(read_payload(p, sizeof p));
-    const uint32_t arrived = frames::get_u32(p), n = frames::get_u32(p + 4);
-    if (n != nranks_ || arrived > n) {
-      return malformed("progress " + std::to_string(arrived) + " of " + std::to_string(n) + " for a job of " + std::to_string(nranks_));
-    }
+  Status on_progress(const Frame& f) {
+    frames::Progress p;
+    std::string why;
+    if (!frames::parse_progress(bytes(f), f.payload.size(), nranks_, &p, &why)) return malformed(why);
     acked_ = true;
-    arrived_ = arrived;
+    arrived_ = p.arrived;
     report_at_ = Clock::now();
     return Status::ok();
   }
 
-  Status read_error(uint64_t len) {
-    if (len < frames::kErrorPayloadFixed || len > frames::kErrorPayloadFixed + frames::kMaxErrorText) {
-      return malformed("an error frame of " + std::to_string(len) + " bytes");
-    }
-    std::string p(static_cast<size_t>(len), '\0');
-    GW_RETURN_IF_ERROR(read_payload(p.data(), p.size()));
-    const auto* b = reinterpret_cast<const uint8_t*>(p.data());
-    const uint32_t code = frames::get_u32(b);
-    std::string text = p.substr(frames::kErrorPayloadFixed);
-    for (char& ch : text) {
-      if (static_cast<unsigned char>(ch) < 0x20) ch = ' ';  // no control characters into logs
-    }
-    if (code == frames::kErrTimeout) return Status(Code::kTimeout, prefix() + text);
-    return Status(Code::kRemote, prefix() + "the root refused this rank: " + text);
+  Status on_error(const Frame& f) const {
+    frames::Error e;
+    std::string why;
+    if (!frames::parse_error(bytes(f), f.payload.size(), &e, &why)) return malformed(why);
+    if (e.code == frames::kErrTimeout) return Status(Code::kTimeout, prefix() + e.text);
+    return Status(Code::kRemote, prefix() + "the root refused this rank: " + e.text);
   }
 
-  Result<std::vector<std::string>> read_table(uint64_t len, const std::string& own) {
-    if (len < 4 + uint64_t{4} * nranks_ || len > frames::max_table_payload(nranks_)) {
-      return malformed("a table of " + std::to_string(len) + " bytes, impossible for " + std::to_string(nranks_) + " ranks");
+  Result<std::vector<std::string>> on_table(const Frame& f, const std::string& own) const {
+    if (!frames::verify_table(key_, bytes(f), f.payload.size())) {
+      return Status(Code::kRemote, prefix() + "the table from " + root_.to_string() +
+                                       " fails its MAC (tampered with on the way?); not using it");
     }
-    uint8_t word[4];
-    GW_RETURN_IF_ERROR(read_payload(word, 4));
-    if (frames::get_u32(word) != nranks_) {
-      return malformed("a table of " + std::to_string(frames::get_u32(word)) + " ranks for a job of " + std::to_string(nranks_));
-    }
-    uint64_t used = 4;
-    std::vector<std::string> table(nranks_);
-    for (uint32_t r = 0; r < nranks_; ++r) {
-      GW_RETURN_IF_ERROR(read_payload(word, 4));
-      const uint32_t n = frames::get_u32(word);
-      used += 4 + uint64_t{n};
-      if (n > frames::kMaxBlob || used > len) {
-        return malformed("a table entry of " + std::to_string(n) + " bytes for rank " + std::to_string(r));
-      }
-      table[r].resize(n);
-      GW_RETURN_IF_ERROR(read_payload(table[r].data(), n));
-    }
-    if (used != len) return malformed("a table with " + std::to_string(len - used) + " trailing bytes");
+    std::vector<std::string> table;
+    std::string why;
+    if (!frames::parse_table(bytes(f), f.payload.size(), nranks_, &table, &why)) return malformed(why);
     if (table[static_cast<size_t>(rank_)] != own) return malformed("a table whose entry for this rank is not the blob it sent");
     GW_TRACE("bootstrap: rank %d joined a job of %u through %s in %s", rank_, nranks_, root_.to_string().c_str(),
              secs(Clock::now() - start_).c_str());
@@ -188,7 +232,10 @@ class Join {
   const uint32_t nranks_;
   const Clock::time_point start_, deadline_;
   int fd_ = -1;
-  bool acked_ = false;
+  bool challenged_ = false;  // the root answered the hello with a challenge
+  bool proven_ = false;      // and proved it holds the token
+  bool acked_ = false;       // and admitted this rank
+  uint8_t key_[frames::kMacBytes] = {};
   uint32_t arrived_ = 0;
   Clock::time_point report_at_{};
 };

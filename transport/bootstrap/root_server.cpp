@@ -1,48 +1,80 @@
 // The rendezvous root and the protocol it speaks.
 //
-// PROTOCOL (version 1; every integer little-endian; one TCP connection per rank)
+// PROTOCOL (version 2; every integer little-endian; one TCP connection per rank)
 //
-// hello, rank -> root, sent once right after connecting:
+// The job's 16-byte token T never crosses the wire. Each side proves it holds T with an
+// HMAC-SHA256 (hmac_sha256.cpp) over both sides' fresh 32-byte nonces (getrandom), so a
+// stranger on the port learns nothing it could use, and an answer captured from one
+// connection is worthless on the next. HMAC(k, a | b | ...) below is HMAC-SHA256 keyed with k
+// over the concatenation; the labels ("gw-rank", ...) are ASCII without a terminator.
+//
+// 1. hello, rank -> root, right after connecting (40 bytes):
 //   offset  size  field
 //        0     4  magic "GWBH"
-//        4     2  protocol version (1)
+//        4     2  protocol version (2)
 //        6     2  flags (0; ignored)
-//        8    16  token: the 128-bit secret from the unique id (or the launcher-derived one)
-//       24     4  rank      (0 <= rank < nranks)
-//       28     4  nranks    (1 ..= 65536)
-//       32     4  blob_len  (<= 65536)
-//       36  blob  the rank's blob (its transport address)
+//        8    32  Nc: the rank's nonce
+//   The root reads the version once 8 bytes are in; any other version gets error 3 (a
+//   version-1 rank's hello has the same first 8 bytes, so it gets that error too).
 //
-// reply, root -> rank: any number of frames of this shape
+// 2. challenge, root -> rank: a reply frame (below) of kind 4 whose 32-byte payload is Nr, the
+//    root's nonce for this connection.
+//
+// 3. auth, rank -> root, once it has the challenge:
+//        0     4  magic "GWBA"
+//        4     4  rank      (0 <= rank < nranks)
+//        8     4  nranks    (1 ..= 65536)
+//       12     4  blob_len  (<= 65536; more and the connection is closed unread)
+//       16  blob  the rank's blob (its transport address)
+//   16+blob   32  MAC = HMAC(T, "gw-rank" | Nr | Nc | bytes 0 .. 16+blob_len of this frame)
+//   The root checks the MAC (in constant time) before it looks at any field.
+//
+// 4. proof, root -> rank, right after a valid auth and before anything else: a reply frame of
+//    kind 5 whose 32-byte payload is HMAC(T, "gw-root" | Nc | Nr | MAC). The rank checks it
+//    before it believes any other frame from this root; anything else first, or a wrong proof,
+//    is "the root did not prove it holds the job's token".
+//
+// 5. then, root -> rank: progress frames, and last a table or an error.
+//
+// reply frame, root -> rank:
 //        0     4  magic "GWBR"
-//        4     2  protocol version (1)
-//        6     2  kind: 1 table, 2 error, 3 progress
+//        4     2  protocol version (2)
+//        6     2  kind: 1 table, 2 error, 3 progress, 4 challenge, 5 proof
 //        8     8  payload_len (bytes after this 16-byte header)
 //       16     .  payload
-//   progress (payload_len 8): arrived u32 | nranks u32. Sent at once when a hello is accepted
+//   challenge, proof (payload_len 32): Nr, or the proof.
+//   progress (payload_len 8): arrived u32 | nranks u32. Sent at once when a rank is admitted
 //       (the acknowledgement) and then to every waiting rank at most every 500 ms while the
 //       count changes, so a rank that times out can say how far the job got.
-//   table (ends the conversation): nranks u32, then for rank 0..nranks-1: len u32 | len bytes.
-//       payload_len = 4 + sum(4 + len) <= 4 + nranks * (4 + 65536).
+//   table (ends the conversation): nranks u32, then for rank 0..nranks-1: len u32 | len bytes,
+//       then TAG = HMAC(K, "gw-table" | SHA-256(the payload before TAG)) with the connection's
+//       key K = HMAC(T, "gw-session" | Nr | Nc). payload_len = 4 + sum(4 + len) + 32
+//       <= 4 + nranks * (4 + 65536) + 32. The rank checks TAG before it parses the table.
 //   error (ends the conversation): code u32 | arrived u32 | nranks u32 | UTF-8 text
 //       (payload_len - 12 <= 4096 bytes). Codes: 1 rejected (bad fields, duplicate rank, nranks
 //       mismatch), 2 the root's deadline passed, 3 unsupported protocol version, 4 the process
 //       hosting the root is exiting, 5 the job is already complete. A rank reports code 2 as
 //       kTimeout and every other code as kRemote.
+//   Progress and error frames carry no MAC: after the proof they come from the root unless
+//   someone on the path forges them, who could as well cut the connection. The table, which
+//   the job acts on, does.
 // After its last frame the root half-closes (shutdown SHUT_WR), waits briefly for the rank to
 // close, then closes.
 //
-// Rejections. A connection whose first bytes are not the hello magic, whose token differs,
-// that sends bytes past its hello, or that has not sent a complete hello 10 s after it was
-// accepted, is closed without a reply and logged (GW_WARN, with the peer address and the
-// reason); it changes nothing in the job. A version mismatch gets error 3 and a hello with a
-// valid token but bad fields, a duplicate rank or a different nranks gets error 1 before the
-// close. A rank that disconnects before the table is ready gives its slot back.
+// Rejections. A connection whose first bytes are not the hello magic, whose auth frame has a
+// wrong MAC (another token, or a hello replayed from another connection), that announces a
+// blob over the limit, that sends bytes out of turn, or that has not sent a complete hello and
+// auth frame 10 s after it was accepted, is closed without a reply and logged (GW_WARN, with
+// the peer address and the reason); it changes nothing in the job. All it has seen is a
+// challenge. A version mismatch gets error 3; an authenticated rank with bad fields, a
+// duplicate rank or a different nranks gets its proof and then error 1 before the close. A
+// rank that disconnects before the table is ready gives its slot back.
 //
 // THE SERVER. One thread per job with one epoll loop over the listener and every connection:
-// each connection has its own state (reading hello, joined, closing) and its own deadline, so a
-// silent, slow or hostile peer cannot hold up the others, and every write is non-blocking with
-// its own output queue (the table is built once and shared by all the queues). At most 1024
+// each connection has its own state (reading hello, reading auth, joined, closing) and its own
+// deadline, so a silent, slow or hostile peer cannot hold up the others, and every write is
+// non-blocking with its own output queue (the table is built and hashed once and shared by all
+// the queues; each connection adds its own 32-byte tag). At most 1024
 // connections may be mid-hello at once; beyond that the root stops accepting for a while and
 // the kernel's backlog holds newcomers. The thread is detached and owns its state through a
 // shared_ptr, so nothing is left joinable at exit; it ends when the tables (or the timeout
@@ -73,6 +105,7 @@
 #include <vector>
 
 #include "transport/bootstrap/frames.hpp"
+#include "transport/bootstrap/unique_id.hpp"
 #include "transport/log.hpp"
 
 namespace gw::bootstrap {
@@ -80,7 +113,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr auto kHelloTimeout = std::chrono::seconds(10);     // a connection must say hello by then
+constexpr auto kHelloTimeout = std::chrono::seconds(10);     // a connection must authenticate by then
 constexpr auto kDeliverTimeout = std::chrono::seconds(30);   // to hand out the tables
 constexpr auto kErrorLinger = std::chrono::seconds(2);       // after an error reply to one connection
 constexpr auto kTimeoutFlush = std::chrono::seconds(5);      // to hand out the timeout errors
@@ -109,26 +142,23 @@ void install_hooks() {
   pthread_atfork(nullptr, nullptr, forget_roots_after_fork);
 }
 
-bool same_token(const uint8_t* a, const uint8_t* b) {
-  uint8_t diff = 0;
-  for (int i = 0; i < 16; ++i) diff = static_cast<uint8_t>(diff | (a[i] ^ b[i]));
-  return diff == 0;
-}
-
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-enum class St { kHello, kJoined, kClosing };
+// kHello: waiting for the hello; kAuth: challenge sent, waiting for the auth frame.
+enum class St { kHello, kAuth, kJoined, kClosing };
 
 struct Conn {
   uint64_t id = 0;
   Socket sock;
   std::string peer;
   St st = St::kHello;
-  Clock::time_point deadline;  // kHello: say hello by; kClosing: be done by
-  std::string in;              // the hello so far
-  size_t need = frames::kHelloFixed;
+  Clock::time_point deadline;  // kHello, kAuth: authenticate by; kClosing: be done by
+  std::string in;              // the hello or auth frame so far
+  uint8_t rank_nonce[frames::kNonceBytes] = {};
+  uint8_t root_nonce[frames::kNonceBytes] = {};
+  uint8_t key[frames::kMacBytes] = {};  // the session key for the table's tag
   uint32_t rank = 0;
   std::deque<std::shared_ptr<const std::string>> out;
   size_t out_off = 0;
@@ -264,8 +294,11 @@ class Root {
     accepting_ = true;
   }
 
+  size_t& count(St s) {
+    return s == St::kHello || s == St::kAuth ? pending_ : s == St::kJoined ? joined_ : closing_;
+  }
+
   void set_state(Conn& c, St st) {
-    auto count = [this](St s) -> size_t& { return s == St::kHello ? pending_ : s == St::kJoined ? joined_ : closing_; };
     --count(c.st);
     c.st = st;
     ++count(st);
@@ -275,7 +308,7 @@ class Root {
   void close_conn(Conn& c) {
     if (!c.sock.valid()) return;
     if (c.st == St::kJoined) unregister(c);
-    (c.st == St::kHello ? pending_ : c.st == St::kJoined ? joined_ : closing_) -= 1;
+    --count(c.st);
     epoll_ctl(epoll_.fd(), EPOLL_CTL_DEL, c.sock.fd(), nullptr);
     c.sock.shutdown_and_close();
     c.out.clear();
@@ -343,10 +376,14 @@ class Root {
         switch (c.st) {
           case St::kHello:
             c.in.append(buf, n);
-            parse_hello(c);
+            on_hello(c);
+            break;
+          case St::kAuth:
+            c.in.append(buf, n);
+            on_auth(c);
             break;
           case St::kJoined:
-            reject(c, "rank " + std::to_string(c.rank) + " sent bytes after its hello");
+            reject(c, "rank " + std::to_string(c.rank) + " sent bytes after its auth frame");
             return;
           case St::kClosing:
             break;  // draining: whatever it sends is ignored
@@ -359,6 +396,9 @@ class Root {
       switch (c.st) {
         case St::kHello:
           reject(c, c.in.empty() ? why + " without sending anything" : why + " in the middle of its hello");
+          return;
+        case St::kAuth:
+          reject(c, c.in.empty() ? why + " after the challenge" : why + " in the middle of its auth frame");
           return;
         case St::kJoined:
           GW_WARN("bootstrap root %s: rank %u (%s) %s before the job was complete; its slot is open again",
@@ -375,41 +415,57 @@ class Root {
     }
   }
 
-  void parse_hello(Conn& c) {
-    const auto* p = reinterpret_cast<const uint8_t*>(c.in.data());
-    const size_t have = c.in.size();
-    if (std::memcmp(p, frames::kHelloMagic, have < 4 ? have : 4) != 0) {
-      reject(c, "bad magic (not a gradwire rank)");
+  // The hello: the version and the rank's nonce. Answered with a challenge.
+  void on_hello(Conn& c) {
+    const frames::Hello h = frames::parse_hello(reinterpret_cast<const uint8_t*>(c.in.data()), c.in.size());
+    if (h.verdict == frames::Verdict::kBad) {
+      reject(c, h.why);
       return;
     }
-    if (have < frames::kHelloFixed) return;
-    const frames::HelloFixed h = frames::parse_hello_fixed(p);
+    if (h.verdict == frames::Verdict::kNeedMore) return;
     if (h.version != frames::kVersion) {
       refuse(c, frames::kErrVersion,
              "protocol version " + std::to_string(h.version) + " is not supported (this root speaks version " +
                  std::to_string(frames::kVersion) + ")");
       return;
     }
-    if (!same_token(h.token, token_)) {
-      reject(c, "wrong token (a stray connection or another job's rank)");
+    const Status drawn = random_bytes(c.root_nonce, sizeof c.root_nonce);
+    if (!drawn.is_ok()) {
+      reject(c, "no nonce for its challenge: " + drawn.message());
       return;
     }
-    if (h.nranks == 0 || h.nranks > frames::kMaxRanks || h.rank >= h.nranks || h.blob_len > frames::kMaxBlob) {
-      refuse(c, frames::kErrRejected,
-             "bad hello: rank " + std::to_string(h.rank) + " of " + std::to_string(h.nranks) + " with a " +
-                 std::to_string(h.blob_len) + "-byte blob");
-      return;
-    }
-    c.need = frames::kHelloFixed + h.blob_len;
-    if (have < c.need) return;
-    if (have > c.need) {
-      reject(c, "sent bytes past its hello");
-      return;
-    }
-    admit(c, h);
+    std::memcpy(c.rank_nonce, h.nonce, sizeof c.rank_nonce);
+    c.in.clear();
+    set_state(c, St::kAuth);
+    enqueue(c, std::make_shared<const std::string>(frames::encode_challenge(c.root_nonce)));
   }
 
-  void admit(Conn& c, const frames::HelloFixed& h) {
+  // The auth frame: its MAC first, then the proof, then the fields.
+  void on_auth(Conn& c) {
+    const auto* p = reinterpret_cast<const uint8_t*>(c.in.data());
+    const frames::Auth a = frames::parse_auth(p, c.in.size());
+    if (a.verdict == frames::Verdict::kBad) {
+      reject(c, a.why);
+      return;
+    }
+    if (a.verdict == frames::Verdict::kNeedMore) return;
+    if (!frames::verify_auth(token_, c.root_nonce, c.rank_nonce, p, a.size)) {
+      reject(c, "wrong token: its MAC does not match (another job's rank, a stray, or a hello replayed from another "
+                "connection)");
+      return;
+    }
+    enqueue(c, std::make_shared<const std::string>(
+                   frames::encode_proof(token_, c.rank_nonce, c.root_nonce, frames::auth_mac(p, a.size))));
+    frames::session_key(token_, c.root_nonce, c.rank_nonce, c.key);
+    if (a.nranks == 0 || a.nranks > frames::kMaxRanks || a.rank >= a.nranks) {
+      refuse(c, frames::kErrRejected,
+             "bad hello: rank " + std::to_string(a.rank) + " of " + std::to_string(a.nranks));
+      return;
+    }
+    admit(c, a);
+  }
+
+  void admit(Conn& c, const frames::Auth& h) {
     const std::string who = "rank " + std::to_string(h.rank) + " of " + std::to_string(h.nranks);
     if (flushing_) {
       refuse(c, complete_ ? frames::kErrComplete : frames::kErrTimeout,
@@ -434,7 +490,7 @@ class Root {
       return;
     }
     holder_[h.rank] = c.id;
-    blobs_[h.rank] = c.in.substr(frames::kHelloFixed);
+    blobs_[h.rank] = c.in.substr(frames::kAuthFixed, h.blob_len);
     std::string().swap(c.in);
     c.rank = h.rank;
     set_state(c, St::kJoined);
@@ -464,6 +520,8 @@ class Root {
 
   void job_complete(Clock::time_point now) {
     const Frame table = std::make_shared<const std::string>(frames::encode_table(blobs_));
+    uint8_t digest[frames::kMacBytes];
+    frames::table_digest(*table, digest);
     std::vector<std::string>().swap(blobs_);
     flushing_ = true;
     complete_ = true;
@@ -472,7 +530,9 @@ class Root {
       if (!c.sock.valid() || c.st != St::kJoined) continue;
       set_state(c, St::kClosing);
       c.deadline = flush_deadline_;
-      enqueue(c, table);
+      c.out.push_back(table);  // both before the flush: the write side shuts once the queue is empty
+      c.out.push_back(std::make_shared<const std::string>(frames::table_mac(c.key, digest)));
+      flush(c);
     }
     GW_INFO("bootstrap root %s: all %u ranks arrived in %.3f s; sending the %zu-byte table", where_.c_str(), nranks_,
             seconds_between(start_, now), table->size());
@@ -516,9 +576,11 @@ class Root {
     last_sweep_ = now;
     for (auto& [id, c] : conns_) {
       if (!c.sock.valid() || now < c.deadline) continue;
+      const std::string within = " within " + std::to_string(kHelloTimeout.count()) + " s";
       if (c.st == St::kHello) {
-        reject(c, c.in.empty() ? "sent nothing within " + std::to_string(kHelloTimeout.count()) + " s"
-                               : "sent no complete hello within " + std::to_string(kHelloTimeout.count()) + " s");
+        reject(c, c.in.empty() ? "sent nothing" + within : "sent no complete hello" + within);
+      } else if (c.st == St::kAuth) {
+        reject(c, "sent no complete auth frame" + within + " (it has the challenge)");
       } else if (c.st == St::kClosing) {
         if (!c.out.empty()) {
           GW_WARN("bootstrap root %s: %s did not take its reply in time", where_.c_str(), c.peer.c_str());
@@ -536,8 +598,8 @@ class Root {
   void finish() {
     for (auto& [id, c] : conns_) {
       if (!c.sock.valid()) continue;
-      if (c.st == St::kHello) {
-        reject(c, "still had not said hello when the root finished");
+      if (c.st == St::kHello || c.st == St::kAuth) {
+        reject(c, "still had not authenticated when the root finished");
       } else if (c.st == St::kClosing && !c.out.empty()) {
         GW_WARN("bootstrap root %s: %s did not take its reply in time", where_.c_str(), c.peer.c_str());
       }

@@ -1,0 +1,141 @@
+#include "transport/bootstrap/hmac_sha256.hpp"
+
+#include <cstring>
+
+namespace gw::bootstrap {
+namespace {
+
+constexpr uint32_t kRound[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+constexpr uint32_t kInit[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                               0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+
+constexpr size_t kBlock = 64;
+
+inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+inline uint32_t load_be32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+inline void store_be32(uint8_t* p, uint32_t v) {
+  p[0] = static_cast<uint8_t>(v >> 24);
+  p[1] = static_cast<uint8_t>(v >> 16);
+  p[2] = static_cast<uint8_t>(v >> 8);
+  p[3] = static_cast<uint8_t>(v);
+}
+
+}  // namespace
+
+Sha256::Sha256() { std::memcpy(h_, kInit, sizeof h_); }
+
+void Sha256::block(const uint8_t* p) {
+  uint32_t w[64];
+  for (int i = 0; i < 16; ++i) w[i] = load_be32(p + 4 * i);
+  for (int i = 16; i < 64; ++i) {
+    const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+    const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
+  for (int i = 0; i < 64; ++i) {
+    const uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[i] + w[i];
+    const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+    h = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
+  }
+  h_[0] += a;
+  h_[1] += b;
+  h_[2] += c;
+  h_[3] += d;
+  h_[4] += e;
+  h_[5] += f;
+  h_[6] += g;
+  h_[7] += h;
+}
+
+void Sha256::update(const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  total_ += n;
+  if (buf_len_ > 0) {
+    const size_t take = n < kBlock - buf_len_ ? n : kBlock - buf_len_;
+    std::memcpy(buf_ + buf_len_, p, take);
+    buf_len_ += take;
+    p += take;
+    n -= take;
+    if (buf_len_ < kBlock) return;
+    block(buf_);
+    buf_len_ = 0;
+  }
+  for (; n >= kBlock; p += kBlock, n -= kBlock) block(p);
+  if (n > 0) {
+    std::memcpy(buf_, p, n);
+    buf_len_ = n;
+  }
+}
+
+void Sha256::final(uint8_t out[kSha256Bytes]) {
+  const uint64_t bits = total_ * 8;
+  uint8_t pad[kBlock * 2] = {0x80};
+  const size_t pad_len = (buf_len_ < 56 ? 56 : 120) - buf_len_;
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
+  update(pad, pad_len);
+  update(len, 8);
+  for (int i = 0; i < 8; ++i) store_be32(out + 4 * i, h_[i]);
+}
+
+void sha256(const void* data, size_t n, uint8_t out[kSha256Bytes]) {
+  Sha256 s;
+  s.update(data, n);
+  s.final(out);
+}
+
+HmacSha256::HmacSha256(const void* key, size_t key_len) {
+  uint8_t k[kBlock] = {};
+  if (key_len > kBlock) {
+    sha256(key, key_len, k);
+  } else if (key_len > 0) {
+    std::memcpy(k, key, key_len);
+  }
+  uint8_t pad[kBlock];
+  for (size_t i = 0; i < kBlock; ++i) pad[i] = static_cast<uint8_t>(k[i] ^ 0x36);
+  inner_.update(pad, kBlock);
+  for (size_t i = 0; i < kBlock; ++i) pad[i] = static_cast<uint8_t>(k[i] ^ 0x5c);
+  outer_.update(pad, kBlock);
+}
+
+void HmacSha256::final(uint8_t out[kSha256Bytes]) {
+  uint8_t inner[kSha256Bytes];
+  inner_.final(inner);
+  outer_.update(inner, sizeof inner);
+  outer_.final(out);
+}
+
+void hmac_sha256(const void* key, size_t key_len, const void* data, size_t n, uint8_t out[kSha256Bytes]) {
+  HmacSha256 h(key, key_len);
+  h.update(data, n);
+  h.final(out);
+}
+
+bool equal_constant_time(const uint8_t* a, const uint8_t* b, size_t n) {
+  volatile uint8_t diff = 0;
+  for (size_t i = 0; i < n; ++i) diff = static_cast<uint8_t>(diff | (a[i] ^ b[i]));
+  return diff == 0;
+}
+
+}  // namespace gw::bootstrap
