@@ -9,6 +9,7 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   cmake g++ make pkg-config git ca-certificates \
+  clang libclang-rt-14-dev \
   libgtest-dev libgmock-dev libbenchmark-dev \
   libucx-dev ucx-utils libibverbs-dev librdmacm-dev \
   libopenmpi-dev openmpi-bin \

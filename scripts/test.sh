@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds and runs every test. With --sanitize, builds a separate ASan+UBSan tree and runs
-# its tests too (what CI does).
+# its tests too, then the libFuzzer harnesses for 30 s each (scripts/fuzz.sh; what CI does).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 sanitize=0
@@ -21,4 +21,5 @@ if [ "$sanitize" = 1 ]; then
     -DGW_WERROR=ON -DGW_SANITIZE=address,undefined -DGW_WITH_CUDA=OFF -DGW_BUILD_PERF=OFF
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$root/build-asan" --output-on-failure -j "$(nproc)" --timeout 600
+  "$root/scripts/fuzz.sh" --seconds 30
 fi
