@@ -8,7 +8,9 @@ One process per rank. Launch 4 ranks on this machine:
     examples/train_digits.py --launch 4 --codec topk:ratio=0.01 --ef
 
 or start the ranks yourself with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (what
-torchrun sets; Debian's torchrun 1.13 itself fails under Python 3.11 before it starts a worker).
+torchrun sets; Debian's torchrun 1.13 itself fails under Python 3.11 before it starts a worker),
+plus the same GW_TOKEN on every rank (`export GW_TOKEN=$(openssl rand -hex 16)`) unless the
+launcher sets a job id (torchrun's TORCHELASTIC_RUN_ID).
 
 --codec gloo trains with DDP's own all-reduce (no hook): the baseline. Anything else is a
 gradwire codec spec ("none" is gradwire's dense ring). Rank 0 prints one JSON line with the
@@ -17,6 +19,7 @@ result (and writes it to --json).
 import argparse
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -90,11 +93,12 @@ def launch(args, argv):
         np.savez(data_path, Xtr=Xtr, Xte=Xte, ytr=ytr, yte=yte)
         child_argv += ["--data", data_path]
     port = free_port()
+    token = secrets.token_hex(16)  # gradwire's rendezvous lets in only the ranks that know it
     procs = []
     for r in range(n):
         env = dict(os.environ)
         env.update({"RANK": str(r), "WORLD_SIZE": str(n), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(n),
-                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GW_TOKEN": token,
                     "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
         env.setdefault("UCX_TLS", "tcp,self")
         env.setdefault("GW_DEBUG", "WARN")

@@ -98,23 +98,25 @@ netns_exec() {  # i cmd...
 }
 
 # Runs one rank of a command in each of the first n hosts, torchrun-style: RANK,
-# WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (host 0), MASTER_PORT. Rank 0's
-# output goes to stdout; rank i's to $GW_NETNS_LOGDIR/rank<i>.log (default: discarded unless
-# it fails). Returns the first non-zero exit status; on failure, or when the caller is
+# WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (host 0), MASTER_PORT, and GW_TOKEN
+# (the exported one, else 16 random bytes per run: gradwire refuses a job of several ranks
+# that has neither a token nor a launcher job id). Rank 0's output goes to stdout; rank i's
+# to $GW_NETNS_LOGDIR/rank<i>.log (default: discarded unless it fails). Returns the first non-zero exit status; on failure, or when the caller is
 # interrupted, the other ranks are killed so that nothing hangs.
 # Environment for the ranks: whatever is exported, plus the variables above.
 netns_run() {  # n cmd...
   local n=$1; shift
   local port=${MASTER_PORT:-$((20000 + RANDOM % 20000))}
+  local token=${GW_TOKEN:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
   local logdir=${GW_NETNS_LOGDIR:-$(mktemp -d)}
   local pids=() i rc=0 status
   for ((i = 0; i < n; ++i)); do
     if [ "$i" = 0 ]; then
       ip netns exec "$(netns_host "$i")" env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
-        MASTER_ADDR="$(netns_addr 0)" MASTER_PORT=$port "$@" &
+        MASTER_ADDR="$(netns_addr 0)" MASTER_PORT=$port GW_TOKEN="$token" "$@" &
     else
       ip netns exec "$(netns_host "$i")" env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
-        MASTER_ADDR="$(netns_addr 0)" MASTER_PORT=$port "$@" >"$logdir/rank$i.log" 2>&1 &
+        MASTER_ADDR="$(netns_addr 0)" MASTER_PORT=$port GW_TOKEN="$token" "$@" >"$logdir/rank$i.log" 2>&1 &
     fi
     pids+=($!)
   done

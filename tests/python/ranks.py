@@ -2,11 +2,14 @@
 
 Every rank is a fresh `python3 worker.py SCENARIO OUTDIR` process (no fork of a threaded
 parent) with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT) and
-gradwire's (GW_RANK, GW_SIZE, GW_ROOT) set, UCX on TCP or shared memory, and a hard timeout:
+gradwire's (GW_RANK, GW_SIZE, GW_ROOT, and a fresh random GW_TOKEN per run: without a token or a
+launcher job id the library refuses a job of several ranks) set, UCX on TCP or shared memory, and
+a hard timeout:
 a rank still running then is killed with its whole process group and the test fails.
 """
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -61,13 +64,14 @@ def run_ranks(scenario, nranks=4, timeout=90, env=None, worker=None):
     worker = worker or os.path.join(HERE, "worker.py")
     torch_port, gw_port = free_ports(2)
     out = tempfile.mkdtemp(prefix="gw-pytest-")
+    token = secrets.token_hex(16)  # authenticates this run's ranks to each other
     procs, logs = [], []
     for r in range(nranks):
         e = child_env(env)
         e.update({"RANK": str(r), "WORLD_SIZE": str(nranks), "LOCAL_RANK": str(r),
                   "LOCAL_WORLD_SIZE": str(nranks), "MASTER_ADDR": "127.0.0.1",
                   "MASTER_PORT": str(torch_port), "GW_RANK": str(r), "GW_SIZE": str(nranks),
-                  "GW_ROOT": "127.0.0.1:%d" % gw_port})
+                  "GW_ROOT": "127.0.0.1:%d" % gw_port, "GW_TOKEN": token})
         log = open(os.path.join(out, "rank%d.log" % r), "w+")
         logs.append(log)
         procs.append(subprocess.Popen([sys.executable, worker, scenario, out], env=e, stdout=log,
