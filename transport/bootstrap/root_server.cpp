@@ -576,11 +576,11 @@ class Root {
     last_sweep_ = now;
     for (auto& [id, c] : conns_) {
       if (!c.sock.valid() || now < c.deadline) continue;
-      const std::string within = " within " + std::to_string(kHelloTimeout.count()) + " s";
-      if (c.st == St::kHello) {
-        reject(c, c.in.empty() ? "sent nothing" + within : "sent no complete hello" + within);
-      } else if (c.st == St::kAuth) {
-        reject(c, "sent no complete auth frame" + within + " (it has the challenge)");
+      if (c.st == St::kHello || c.st == St::kAuth) {
+        const std::string within = " within " + std::to_string(kHelloTimeout.count()) + " s";
+        reject(c, c.st == St::kAuth ? "sent no complete auth frame" + within + " (it has the challenge)"
+                  : c.in.empty()    ? "sent nothing" + within
+                                    : "sent no complete hello" + within);
       } else if (c.st == St::kClosing) {
         if (!c.out.empty()) {
           GW_WARN("bootstrap root %s: %s did not take its reply in time", where_.c_str(), c.peer.c_str());
