@@ -37,7 +37,7 @@ Status ring_allgatherv(Context& c, uint8_t* data, const uint64_t* offsets, const
     return Status(Code::kRemote, "rank " + std::to_string(c.prev()) + " sent " + std::to_string(recvs[p - 2].bytes) +
                                      " bytes for block " + std::to_string(last) + ", expected " + std::to_string(lengths[last]));
   }
-  return c.tp.wait_all(sends, static_cast<size_t>(p - 1), c.deadline);
+  return c.wait_all(sends, static_cast<size_t>(p - 1));
 }
 
 Status allgather(Context& c, const void* send, void* recv, size_t bytes) {

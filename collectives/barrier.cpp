@@ -14,7 +14,7 @@ Status barrier(Context& c) {
     GW_RETURN_IF_ERROR(c.tp.isend(c.wrap(c.rank + dist), c.tag(round, 0), &byte, 0, sends[round]));
     GW_RETURN_IF_ERROR(c.wait(recvs[round]));
   }
-  return c.tp.wait_all(sends, round, c.deadline);
+  return c.wait_all(sends, round);
 }
 
 }  // namespace gw::coll

@@ -30,7 +30,7 @@ Status broadcast(Context& c, void* buf, size_t bytes, int root) {
       GW_RETURN_IF_ERROR(c.tp.isend(c.next(), c.tag(0, k), data + chunks.offset(k), chunks.length(bytes, k), sends[k]));
     }
   }
-  return c.tp.wait_all(sends, nk, c.deadline);
+  return c.wait_all(sends, nk);
 }
 
 }  // namespace gw::coll

@@ -16,6 +16,8 @@ Result<std::unique_ptr<Communicator>> init_communicator(int rank, int nranks, co
     return invalid_argument("rank " + std::to_string(rank) + " is not in [0, " + std::to_string(nranks) + ")");
   }
   log::set_rank(rank);
+  // One deadline for the whole init: the rendezvous and the transport's handshake.
+  const auto deadline = transport::Clock::now() + config.timeout;
 #ifdef GW_HAVE_UCX
   GW_ASSIGN_OR_RETURN(std::unique_ptr<transport::UcxTransport> tp, transport::UcxTransport::create(rank, nranks));
   GW_ASSIGN_OR_RETURN(std::vector<std::string> addresses, exchange(tp->local_address()));
@@ -23,11 +25,11 @@ Result<std::unique_ptr<Communicator>> init_communicator(int rank, int nranks, co
     return internal_error("address exchange returned " + std::to_string(addresses.size()) + " entries for " +
                           std::to_string(nranks) + " ranks");
   }
-  GW_RETURN_IF_ERROR(tp->connect(addresses));
+  GW_RETURN_IF_ERROR(tp->connect(addresses, deadline));
   return Communicator::create(std::move(tp), config);
 #else
   (void)exchange;
-  (void)config;
+  (void)deadline;
   return unsupported("this gradwire was built without UCX (GW_WITH_UCX=OFF): no multi-process transport");
 #endif
 }

@@ -15,6 +15,7 @@
 #include <unordered_set>
 
 #include "collectives/algorithms.hpp"
+#include "collectives/call_check.hpp"
 #include "collectives/device_algorithms.hpp"
 #include "collectives/device_backend.hpp"
 #include "compressors/device_ef_state.hpp"
@@ -29,6 +30,42 @@ namespace gw {
 constexpr std::chrono::milliseconds kIdleProgress{5};
 
 namespace {
+
+using coll::CallDescriptor;
+using coll::CallKind;
+
+CallDescriptor call(CallKind kind, uint64_t count = 0, int root = -1) {
+  CallDescriptor d;
+  d.kind = kind;
+  d.count = count;
+  d.root = root;
+  return d;
+}
+
+// No buffer is larger than this (2^48 bytes: 256 TiB, more than an x86-64 or arm64 process can
+// map). Sizes above it, including those whose byte count would wrap, are refused up front:
+// nothing is sent and the communicator stays usable.
+constexpr uint64_t kMaxBufferBytes = uint64_t{1} << 48;
+
+Status check_size(const char* what, uint64_t count, uint64_t elem_size, const char* unit) {
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(count, elem_size, &bytes) || bytes > kMaxBufferBytes) {
+    return invalid_argument(std::string(what) + " of " + std::to_string(count) + " " + unit + " is larger than any buffer (at most " +
+                            std::to_string(kMaxBufferBytes) + " bytes)");
+  }
+  return Status::ok();
+}
+
+// An all-reduce as the peers must see it: what runs, on what, with which codec.
+CallDescriptor allreduce_call(size_t count, DType dtype, ReduceOp op, const Codec* codec, Algo ran, bool on_device) {
+  CallDescriptor d = call(CallKind::kAllreduce, count);
+  d.dtype = static_cast<uint8_t>(dtype);
+  d.op = static_cast<uint8_t>(op);
+  d.algo = static_cast<uint8_t>(ran);
+  d.flags = on_device ? CallDescriptor::kDevice : 0;
+  if (codec != nullptr && codec->id() != CodecId::kNone) d.spec = codec->spec().to_string();
+  return d;
+}
 
 // Runs a device collective; when it fails, returns only after the work it enqueued is done,
 // so that nothing writes the caller's buffers (or frees staging in use) after the call.
@@ -83,6 +120,7 @@ struct Communicator::Impl {
   coll::CommStats stats;                             // progress thread only
   std::unique_ptr<coll::CountingTransport> counted;  // tp, counting what collectives send
   coll::AllreduceTuner tuner;
+  coll::CallCheck check;  // the peers' call descriptors of the running collective
   bool tune = true;  // GW_TUNE=0 keeps the static policy
   // EF states (host or device) whose residual a compressed call filled and no dense call has
   // flushed yet.
@@ -102,6 +140,14 @@ struct Communicator::Impl {
     return device.get();
   }
 
+  // Which user thread is inside a collective call (enter/leave): a second one at the same
+  // time breaks the communicator, since its ranks could pair the two threads' calls crosswise.
+  std::mutex entry_mu;
+  std::thread::id caller;
+  int depth = 0;
+  Status enter();
+  void leave();
+
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::shared_ptr<Work>> queue;
@@ -113,14 +159,22 @@ struct Communicator::Impl {
     std::lock_guard<std::mutex> lock(mu);
     return broken;
   }
-  // Runs one collective with a fresh context (the next sequence number), counting it.
+  // Runs one collective with a fresh context (the next sequence number), counting it. Every
+  // rank states the call (d) to every other, and the call succeeds only where they all match.
   template <class F>
-  Status collective(F&& fn, double* seconds = nullptr) {
+  Status collective(F&& fn, CallDescriptor d, double* seconds = nullptr) {
     coll::Context c{*counted, tp->rank(), tp->size(), transport::Clock::now() + config.timeout, seq++,
                     config.chunk_bytes, scratch};
     c.stats = &stats;
+    d.seq = c.seq;
     const auto t0 = std::chrono::steady_clock::now();
-    Status s = fn(c);
+    Status s;
+    if (c.size > 1) {
+      c.check = &check;
+      s = check.start(*tp, d);
+    }
+    if (s.is_ok()) s = fn(c);
+    if (s.is_ok() && c.check != nullptr) s = check.finish(c.deadline);
     if (!s.is_ok()) collective_failed = true;
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     stats.total_s += t;
@@ -143,17 +197,18 @@ struct Communicator::Impl {
 
   // Progress thread: one device collective, after the work the caller queued on stream.
   template <class F>
-  Status device_collective(coll::DeviceBackend& dev, void* stream, F&& fn) {
+  Status device_collective(coll::DeviceBackend& dev, void* stream, CallDescriptor d, F&& fn) {
     GW_RETURN_IF_ERROR(dev.begin(stream));
-    return collective([&](coll::Context& c) { return settled(dev, [&] { return fn(c); }); });
+    d.flags = CallDescriptor::kDevice;
+    return collective([&](coll::Context& c) { return settled(dev, [&] { return fn(c); }); }, d);
   }
 
   using AlgoRunner = std::function<Status(coll::Context&, Algo ran, bool flush)>;
   // Progress thread: one all-reduce of the policy's choice, through the tuner when tuned;
   // run_algo does the work (flush: a dense call that first sends ef's residual).
   // on_device: the call is on device buffers, timed apart from host calls (other costs, NCCL).
-  Status allreduce_planned(size_t count, DType dtype, const Codec* codec, const void* ef, Algo chosen, bool tuned,
-                           bool on_device, const AlgoRunner& run_algo);
+  Status allreduce_planned(size_t count, DType dtype, ReduceOp op, const Codec* codec, const void* ef, Algo chosen,
+                           bool tuned, bool on_device, const AlgoRunner& run_algo);
 };
 
 Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<transport::Transport> tp,
@@ -234,24 +289,63 @@ void Communicator::abort(const std::string& why) {
   impl_->break_with(Status(Code::kAborted, "communicator aborted: " + why));
 }
 
+Status Communicator::Impl::enter() {
+  const std::thread::id me = std::this_thread::get_id();
+  if (me == worker.get_id()) return Status::ok();  // a submitted function calling a collective
+  {
+    std::lock_guard<std::mutex> lock(entry_mu);
+    if (depth == 0 || caller == me) {
+      caller = me;
+      ++depth;
+      return Status::ok();
+    }
+  }
+  const Status s = invalid_usage(
+      "two threads called collectives on one communicator at once: the ranks could pair different calls, so the "
+      "communicator is now broken (give each thread its own communicator, or make the calls from one thread at a time)");
+  break_with(s);
+  return s;
+}
+
+void Communicator::Impl::leave() {
+  if (std::this_thread::get_id() == worker.get_id()) return;
+  std::lock_guard<std::mutex> lock(entry_mu);
+  --depth;
+}
+
 std::shared_ptr<Communicator::Work> Communicator::submit(std::function<Status(Communicator&)> fn) {
+  const Status entered = impl_->enter();
+  if (!entered.is_ok()) {
+    auto refused = std::make_shared<Work>(nullptr);
+    refused->finish(entered);
+    return refused;
+  }
   auto w = std::make_shared<Work>(std::move(fn));
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->queue.push_back(w);
   }
   impl_->cv.notify_all();
+  impl_->leave();
   return w;
 }
 
 bool Communicator::test(Work& work, Status* status) { return work.test(status); }
 Status Communicator::wait(Work& work) { return work.wait(); }
 
-Status Communicator::run(std::function<Status()> fn) {
+Status Communicator::run(std::function<Status()> fn, bool collective) {
   // Already on the progress thread (a submitted function calling a collective): run inline.
   if (std::this_thread::get_id() == impl_->worker.get_id()) return fn();
-  auto w = submit([fn = std::move(fn)](Communicator&) { return fn(); });
-  return w->wait();
+  if (collective) GW_RETURN_IF_ERROR(impl_->enter());
+  auto w = std::make_shared<Work>([fn = std::move(fn)](Communicator&) { return fn(); });
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->queue.push_back(w);
+  }
+  impl_->cv.notify_all();
+  const Status s = w->wait();
+  if (collective) impl_->leave();
+  return s;
 }
 
 namespace {
@@ -280,7 +374,7 @@ Result<CommStats> Communicator::stats() {
   GW_RETURN_IF_ERROR(run([&]() -> Status {
     out = impl_->stats;
     return Status::ok();
-  }));
+  }, /*collective=*/false));
   return out;
 }
 
@@ -288,7 +382,7 @@ Status Communicator::reset_stats() {
   return run([&]() -> Status {
     impl_->stats = CommStats();
     return Status::ok();
-  });
+  }, /*collective=*/false);
 }
 
 Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* send, const void* recv, size_t count,
@@ -297,6 +391,7 @@ Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* 
   if (!dtype_valid(static_cast<int>(dtype))) return invalid_argument("dtype is not a gw_dtype_t");
   if (op != ReduceOp::kSum && op != ReduceOp::kAvg) return invalid_argument("op is not a gw_red_op_t");
   if (count > 0 && (send == nullptr || recv == nullptr)) return invalid_argument(send == nullptr ? "sendbuf is null" : "recvbuf is null");
+  GW_RETURN_IF_ERROR(check_size("count", count, dtype_size(dtype), dtype_name(dtype)));
   if (ef_count != nullptr && *ef_count != count) {
     return invalid_argument("error-feedback state holds " + std::to_string(*ef_count) +
                             " elements but count is " + std::to_string(count));
@@ -327,7 +422,7 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
   const auto* s = static_cast<const float*>(send);
   auto* r = static_cast<float*>(recv);
   return run([=]() -> Status {
-    return impl_->allreduce_planned(count, dtype, codec, ef, chosen, tuned, false,
+    return impl_->allreduce_planned(count, dtype, op, codec, ef, chosen, tuned, false,
                                     [&](coll::Context& c, Algo ran, bool flush) -> Status {
       switch (ran) {
         case Algo::kCompressedRing: return coll::compressed_ring_allreduce(c, s, r, count, op, *codec, ef);
@@ -346,7 +441,7 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
   });
 }
 
-Status Communicator::Impl::allreduce_planned(size_t count, DType dtype, const Codec* codec, const void* ef,
+Status Communicator::Impl::allreduce_planned(size_t count, DType dtype, ReduceOp op, const Codec* codec, const void* ef,
                                              Algo chosen, bool tuned, bool on_device, const AlgoRunner& run_algo) {
   Impl& im = *this;
   Algo ran = chosen;
@@ -361,7 +456,8 @@ Status Communicator::Impl::allreduce_planned(size_t count, DType dtype, const Co
   // residual, so that no gradient stays behind (trial calls leave it for the next one).
   const bool flush = tuned && ran == Algo::kRing && !plan.trial && ef != nullptr && im.ef_unflushed.count(ef) > 0;
   double seconds = 0;
-  const Status st = im.collective([&](coll::Context& c) { return run_algo(c, ran, flush); }, &seconds);
+  const Status st = im.collective([&](coll::Context& c) { return run_algo(c, ran, flush); },
+                                  allreduce_call(count, dtype, op, codec, ran, on_device), &seconds);
   ++im.stats.allreduces;
   im.stats.last_algo = ran;
   if (ef != nullptr) {
@@ -374,7 +470,8 @@ Status Communicator::Impl::allreduce_planned(size_t count, DType dtype, const Co
     double mine[2];
     im.tuner.local_best(key, mine);
     std::vector<double> all(2 * static_cast<size_t>(im.tp->size()));
-    GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, mine, all.data(), sizeof mine); }));
+    GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, mine, all.data(), sizeof mine); },
+                                     call(CallKind::kTunerAgreement, sizeof mine)));
     const Algo pick = im.tuner.decide(key, chosen, all.data(), im.tp->size());
     GW_INFO("allreduce %s: %s %.3f ms, ring %.3f ms on this rank: runs %s", key.c_str(), algo_name(chosen),
             mine[0] * 1e3, mine[1] * 1e3, algo_name(pick));
@@ -386,10 +483,12 @@ Status Communicator::sparse_allgather(const void* msg, size_t len, void* out, si
   if (msg == nullptr && len > 0) return invalid_argument("msg is null");
   if (out == nullptr && capacity > 0) return invalid_argument("out is null");
   if (lengths == nullptr) return invalid_argument("lengths is null");
+  GW_RETURN_IF_ERROR(check_size("len", len, 1, "bytes"));
   return run([=]() -> Status {
     bool fits = true;
     GW_RETURN_IF_ERROR(impl_->collective(
-        [&](coll::Context& c) { return coll::sparse_allgather(c, msg, len, out, capacity, lengths, &fits); }));
+        [&](coll::Context& c) { return coll::sparse_allgather(c, msg, len, out, capacity, lengths, &fits); },
+        call(CallKind::kSparseAllgather)));
     if (fits) return Status::ok();
     uint64_t total = 0;
     for (int r = 0; r < size(); ++r) total += lengths[r];
@@ -401,29 +500,36 @@ Status Communicator::sparse_allgather(const void* msg, size_t len, void* out, si
 Status Communicator::sparse_allgather_dense(const void* msg, size_t len, float* dense, size_t count) {
   if (msg == nullptr && len > 0) return invalid_argument("msg is null");
   if (dense == nullptr && count > 0) return invalid_argument("dense is null");
+  GW_RETURN_IF_ERROR(check_size("len", len, 1, "bytes"));
+  GW_RETURN_IF_ERROR(check_size("count", count, sizeof(float), "float32"));
   return run([=]() -> Status {
-    return impl_->collective([&](coll::Context& c) { return coll::sparse_allgather_dense(c, msg, len, dense, count); });
+    return impl_->collective([&](coll::Context& c) { return coll::sparse_allgather_dense(c, msg, len, dense, count); },
+                             call(CallKind::kSparseAllgatherDense, count));
   });
 }
 
 Status Communicator::allgather(const void* send, void* recv, size_t bytes) {
+  GW_RETURN_IF_ERROR(check_size("recvbuf (nranks blocks)", bytes, static_cast<uint64_t>(size()), "bytes per rank"));
   if (bytes > 0 && (send == nullptr || recv == nullptr)) return invalid_argument(send == nullptr ? "sendbuf is null" : "recvbuf is null");
   return run([=]() -> Status {
-    return impl_->collective([&](coll::Context& c) { return coll::allgather(c, send, recv, bytes); });
+    return impl_->collective([&](coll::Context& c) { return coll::allgather(c, send, recv, bytes); },
+                             call(CallKind::kAllgather, bytes));
   });
 }
 
 Status Communicator::broadcast(void* buf, size_t bytes, int root) {
   if (root < 0 || root >= size()) return invalid_argument("root " + std::to_string(root) + " is out of range");
+  GW_RETURN_IF_ERROR(check_size("buf", bytes, 1, "bytes"));
   if (bytes > 0 && buf == nullptr) return invalid_argument("buf is null");
   return run([=]() -> Status {
-    return impl_->collective([&](coll::Context& c) { return coll::broadcast(c, buf, bytes, root); });
+    return impl_->collective([&](coll::Context& c) { return coll::broadcast(c, buf, bytes, root); },
+                             call(CallKind::kBroadcast, bytes, root));
   });
 }
 
 Status Communicator::barrier() {
   return run([=]() -> Status {
-    return impl_->collective([&](coll::Context& c) { return coll::barrier(c); });
+    return impl_->collective([&](coll::Context& c) { return coll::barrier(c); }, call(CallKind::kBarrier));
   });
 }
 
@@ -445,7 +551,7 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
   auto* r = static_cast<float*>(recv);
   return run([=]() -> Status {
     GW_RETURN_IF_ERROR(dev->begin(stream));
-    return impl_->allreduce_planned(count, dtype, codec, ef, ch.chosen, ch.tuned, true,
+    return impl_->allreduce_planned(count, dtype, op, codec, ef, ch.chosen, ch.tuned, true,
                                     [&](coll::Context& c, Algo ran, bool flush) -> Status {
       return settled(*dev, [&]() -> Status {
         switch (ran) {
@@ -468,6 +574,7 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
 }
 
 Status Communicator::allgather_device(const void* send, void* recv, size_t bytes, void* stream) {
+  GW_RETURN_IF_ERROR(check_size("recvbuf (nranks blocks)", bytes, static_cast<uint64_t>(size()), "bytes per rank"));
   if (bytes > 0 && (send == nullptr || recv == nullptr)) return invalid_argument(send == nullptr ? "sendbuf is null" : "recvbuf is null");
   GW_ASSIGN_OR_RETURN(coll::DeviceBackend* dev, impl_->device_backend());
   if (bytes > 0) {
@@ -475,17 +582,20 @@ Status Communicator::allgather_device(const void* send, void* recv, size_t bytes
     GW_RETURN_IF_ERROR(dev->check_buffer(recv, "recvbuf"));
   }
   return run([=]() -> Status {
-    return impl_->device_collective(*dev, stream, [&](coll::Context& c) { return coll::device_allgather(c, *dev, send, recv, bytes); });
+    return impl_->device_collective(*dev, stream, call(CallKind::kAllgather, bytes),
+                                    [&](coll::Context& c) { return coll::device_allgather(c, *dev, send, recv, bytes); });
   });
 }
 
 Status Communicator::broadcast_device(void* buf, size_t bytes, int root, void* stream) {
   if (root < 0 || root >= size()) return invalid_argument("root " + std::to_string(root) + " is out of range");
+  GW_RETURN_IF_ERROR(check_size("buf", bytes, 1, "bytes"));
   if (bytes > 0 && buf == nullptr) return invalid_argument("buf is null");
   GW_ASSIGN_OR_RETURN(coll::DeviceBackend* dev, impl_->device_backend());
   if (bytes > 0) GW_RETURN_IF_ERROR(dev->check_buffer(buf, "buf"));
   return run([=]() -> Status {
-    return impl_->device_collective(*dev, stream, [&](coll::Context& c) { return coll::device_broadcast(c, *dev, buf, bytes, root); });
+    return impl_->device_collective(*dev, stream, call(CallKind::kBroadcast, bytes, root),
+                                    [&](coll::Context& c) { return coll::device_broadcast(c, *dev, buf, bytes, root); });
   });
 }
 
@@ -495,7 +605,7 @@ Status Communicator::use_device_backend(std::unique_ptr<coll::DeviceBackend> bac
     impl_->device = std::move(backend);
     impl_->nccl = false;
     return Status::ok();
-  });
+  }, /*collective=*/false);
 }
 
 Status Communicator::device_ready() { return impl_->device_backend().status(); }
@@ -525,12 +635,14 @@ Status Communicator::enable_nccl() {
       blob.ok = s.is_ok() ? 1 : 0;
       std::snprintf(blob.why, sizeof blob.why, "%s", s.message().c_str());
     }
-    GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::broadcast(c, &blob, sizeof blob, 0); }));
+    GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::broadcast(c, &blob, sizeof blob, 0); },
+                                     call(CallKind::kNcclSetup, sizeof blob, 0)));
     if (blob.ok == 0) return unsupported(std::string("NCCL did not start on rank 0: ") + blob.why);
     auto agree = [&](const Status& mine, const char* stage) -> Status {
       const uint8_t flag = mine.is_ok() ? 1 : 0;
       std::vector<uint8_t> all(static_cast<size_t>(p));
-      GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, &flag, all.data(), 1); }));
+      GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, &flag, all.data(), 1); },
+                                       call(CallKind::kNcclSetup, 1)));
       if (!mine.is_ok()) return unsupported(std::string(stage) + " on this rank: " + mine.message());
       for (int r = 0; r < p; ++r) {
         if (all[r] == 0) return unsupported(std::string(stage) + " on rank " + std::to_string(r) + " (see its error)");

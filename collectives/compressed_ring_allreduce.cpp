@@ -112,7 +112,7 @@ Status compressed_ring_allreduce(Context& c, const float* send, float* recv, siz
       }
     }
   }
-  GW_RETURN_IF_ERROR(c.tp.wait_all(sends, static_cast<size_t>(steps) * max_chunks, c.deadline));
+  GW_RETURN_IF_ERROR(c.wait_all(sends, static_cast<size_t>(steps) * max_chunks));
   if (ef != nullptr) ef->advance();
   return Status::ok();
 }

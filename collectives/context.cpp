@@ -1,5 +1,10 @@
 #include "collectives/context.hpp"
 
+#include <algorithm>
+#include <string>
+
+#include "collectives/call_check.hpp"
+
 namespace gw::coll {
 
 transport::Op* OpArena::get(size_t count) {
@@ -9,6 +14,40 @@ transport::Op* OpArena::get(size_t count) {
   }
   for (size_t i = 0; i < count; ++i) ops_[i].state.store(static_cast<int>(transport::OpState::kIdle));
   return ops_.get();
+}
+
+// How long a failed receive waits for its peer's descriptor, which may explain the failure
+// (a mismatched call sends a message of another size).
+constexpr auto kExplainWait = std::chrono::seconds(1);
+
+Status Context::check_calls() const { return check != nullptr ? check->poll() : Status::ok(); }
+
+Status Context::wait(transport::Op& op) const {
+  while (!op.finished()) {
+    GW_RETURN_IF_ERROR(check_calls());
+    if (tp.progress()) continue;
+    if (op.finished()) break;
+    if (transport::Clock::now() >= deadline) {
+      return Status(Code::kTimeout, std::string(op.is_recv ? "receive from" : "send to") + " rank " +
+                                        std::to_string(op.peer) + " timed out");
+    }
+    tp.wait_for_events(deadline);
+  }
+  const bool failed = op.current() == transport::OpState::kFailed;
+  if (check != nullptr && op.is_recv) {
+    const auto until = failed ? std::min(deadline, transport::Clock::now() + kExplainWait) : deadline;
+    const Status s = check->require(op.peer, until);
+    if (!s.is_ok() && (!failed || s.code() == Code::kInvalidUsage)) return s;
+  }
+  return failed ? op.status : Status::ok();
+}
+
+Status Context::wait_all(transport::Op* ops, size_t n) const {
+  for (size_t i = 0; i < n; ++i) {
+    if (ops[i].current() == transport::OpState::kIdle) continue;
+    GW_RETURN_IF_ERROR(wait(ops[i]));
+  }
+  return Status::ok();
 }
 
 }  // namespace gw::coll

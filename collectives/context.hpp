@@ -14,6 +14,8 @@
 
 namespace gw::coll {
 
+class CallCheck;
+
 // Tag layout (48 bits): collective sequence number (20 bits) | step (12) | chunk (16).
 constexpr int kChunkBits = 16;
 constexpr int kStepBits = 12;
@@ -47,6 +49,7 @@ struct Context {
   Scratch& scratch;
   uint32_t step_base = 0;  // lets one algorithm call another in a separate tag range
   CommStats* stats = nullptr;  // the communicator's counters (encode and decode time)
+  CallCheck* check = nullptr;  // the peers' call descriptors (call_check.hpp); null: unchecked
 
   uint64_t tag(uint32_t step, uint32_t chunk) const {
     return ((seq & ((uint64_t{1} << kSeqBits) - 1)) << (kStepBits + kChunkBits)) |
@@ -55,7 +58,19 @@ struct Context {
   int next() const { return (rank + 1) % size; }
   int prev() const { return (rank + size - 1) % size; }
   int wrap(int j) const { return ((j % size) + size) % size; }
-  Status wait(transport::Op& op) const { return tp.wait(op, deadline); }
+  // Waits for op until the deadline. A receive is complete only once its peer's call
+  // descriptor has matched this rank's: no byte of a mismatched call is used. While waiting,
+  // any peer's mismatch ends the wait at once (a peer making another call may never send).
+  Status wait(transport::Op& op) const;
+  Status wait_all(transport::Op* ops, size_t n) const;
+  // For loops that poll: false while op is pending; once it has finished, what wait() says.
+  Result<bool> ready(transport::Op& op) const {
+    if (!op.finished()) return false;
+    GW_RETURN_IF_ERROR(wait(op));
+    return true;
+  }
+  // A mismatch found so far among the peers' descriptors, else OK.
+  Status check_calls() const;
 };
 
 // Balanced split of n elements into parts: part j is [start(j), start(j + 1)).

@@ -23,6 +23,7 @@ Status FenceQueue::run_ready(DeviceBackend& dev, bool* ran) {
 }
 
 Status idle(Context& c, bool device_pending, const char* waiting_for) {
+  GW_RETURN_IF_ERROR(c.check_calls());
   const auto now = transport::Clock::now();
   if (now >= c.deadline) return Status(Code::kTimeout, std::string("waiting for ") + waiting_for + " timed out");
   c.tp.wait_for_events(device_pending ? std::min(c.deadline, now + kDevicePoll) : c.deadline);

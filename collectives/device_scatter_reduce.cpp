@@ -153,8 +153,8 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
         continue;
       }
       transport::Op& r = recvs[slot(own_peer, own_k)];
-      if (!r.finished()) break;
-      if (r.current() == transport::OpState::kFailed) return r.status;
+      GW_ASSIGN_OR_RETURN(const bool got, c.ready(r));
+      if (!got) break;
       GW_RETURN_IF_ERROR(apply_received(in_at(0, own_peer, own_k), r.bytes, acc + own_start + chunks.offset(own_k),
                                         seg_chunk_len(c.rank, own_k), DecodeMode::kAccumulate,
                                         "contribution from rank " + std::to_string(own_peer)));
@@ -165,8 +165,9 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
       if (peer == c.rank) continue;
       for (uint32_t k = 0; k < seg_chunks(peer); ++k) {
         transport::Op& r = recvs[per_phase + slot(peer, k)];
-        if (applied[slot(peer, k)] != 0 || !r.finished()) continue;
-        if (r.current() == transport::OpState::kFailed) return r.status;
+        if (applied[slot(peer, k)] != 0) continue;
+        GW_ASSIGN_OR_RETURN(const bool got, c.ready(r));
+        if (!got) continue;
         GW_RETURN_IF_ERROR(apply_received(in_at(1, peer, k), r.bytes, recv + seg_off(peer, k), seg_chunk_len(peer, k),
                                           DecodeMode::kOverwrite, "result from rank " + std::to_string(peer)));
         applied[slot(peer, k)] = 1;
@@ -177,7 +178,7 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
     if (any || c.tp.progress()) continue;
     GW_RETURN_IF_ERROR(idle(c, !fenced.empty(), "the reduced segments"));
   }
-  GW_RETURN_IF_ERROR(c.tp.wait_all(sends, 2 * per_phase, c.deadline));
+  GW_RETURN_IF_ERROR(c.wait_all(sends, 2 * per_phase));
   GW_RETURN_IF_ERROR(drain(c, dev));
   if (ef != nullptr) ef->advance();
   return Status::ok();

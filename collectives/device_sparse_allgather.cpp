@@ -64,8 +64,8 @@ Status device_sparse_allgather_allreduce(Context& c, DeviceBackend& dev, const f
         GW_RETURN_IF_ERROR(dev.apply(h, msgs_dev + at(next), len, recv, DecodeMode::kAccumulate));
       } else {
         transport::Op& r = recvs[next];
-        if (!r.finished()) break;
-        if (r.current() == transport::OpState::kFailed) return r.status;
+        GW_ASSIGN_OR_RETURN(const bool got, c.ready(r));
+        if (!got) break;
         auto h = validate_staged(msgs_h + at(next), r.bytes, n);
         if (!h.is_ok()) return h.status().with_context("message of rank " + std::to_string(next));
         GW_RETURN_IF_ERROR(dev.copy(msgs_dev + at(next), msgs_h + at(next), r.bytes));

@@ -4,6 +4,7 @@
 // Step s sends segment send_seg(s) to the next rank and receives recv_seg(s) from the
 // previous one; send_seg(s + 1) == recv_seg(s), which is what lets chunks flow through.
 #include <cstring>
+#include <string>
 
 #include "collectives/algorithms.hpp"
 #include "collectives/reduce.hpp"
@@ -72,7 +73,13 @@ Status ring_allreduce(Context& c, const void* send, void* recv, size_t n, DType 
     const uint64_t seg = static_cast<uint64_t>(recv_seg(s));
     const uint64_t len = part.length(seg);
     for (uint32_t k = 0; k < chunks.count(len); ++k) {
-      GW_RETURN_IF_ERROR(c.wait(op_at(recvs, s, k)));
+      transport::Op& got = op_at(recvs, s, k);
+      GW_RETURN_IF_ERROR(c.wait(got));
+      if (got.bytes != chunks.length(len, k) * es) {
+        return Status(Code::kRemote, "rank " + std::to_string(c.prev()) + " sent " + std::to_string(got.bytes) +
+                                         " bytes for chunk " + std::to_string(k) + " of segment " + std::to_string(seg) +
+                                         ", expected " + std::to_string(chunks.length(len, k) * es));
+      }
       if (s < rs_steps) {
         uint8_t* mine = data + (part.start(seg) + chunks.offset(k)) * es;
         reduce_sum(mine, recv_dst(s, k), chunks.length(len, k), dtype);

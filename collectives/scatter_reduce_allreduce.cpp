@@ -126,8 +126,9 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
       if (peer == c.rank) continue;
       for (uint32_t k = 0; k < seg_chunks(peer); ++k) {
         transport::Op& r = recvs[per_phase + slot(peer, k)];
-        if (decoded[slot(peer, k)] != 0 || !r.finished()) continue;
-        if (r.current() == transport::OpState::kFailed) return r.status;
+        if (decoded[slot(peer, k)] != 0) continue;
+        GW_ASSIGN_OR_RETURN(const bool got, c.ready(r));
+        if (!got) continue;
         GW_RETURN_IF_ERROR(timed_decode(c, in_msg(1, peer, k), r.bytes,
                                         recv + part.start(static_cast<uint64_t>(peer)) + chunks.offset(k),
                                         seg_chunk_len(peer, k), DecodeMode::kOverwrite)
@@ -144,7 +145,7 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
     }
     c.tp.wait_for_events(c.deadline);
   }
-  GW_RETURN_IF_ERROR(c.tp.wait_all(sends, 2 * per_phase, c.deadline));
+  GW_RETURN_IF_ERROR(c.wait_all(sends, 2 * per_phase));
   if (ef != nullptr) ef->advance();
   return Status::ok();
 }

@@ -16,6 +16,7 @@ const char* code_name(Code code) {
     case Code::kTimeout: return "timeout";
     case Code::kAborted: return "aborted";
     case Code::kCuda: return "CUDA error";
+    case Code::kInvalidUsage: return "invalid usage";
   }
   return "unknown result";
 }

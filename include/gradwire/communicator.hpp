@@ -141,7 +141,9 @@ class GW_API Communicator {
   Result<AllreduceChoice> check_allreduce(const void* send, const void* recv, size_t count, DType dtype,
                                           ReduceOp op, Codec* codec, const size_t* ef_count, Algo algo) const;
   explicit Communicator(std::unique_ptr<Impl> impl);
-  Status run(std::function<Status()> fn);
+  // Runs fn on the progress thread after every earlier call. collective: a call that every
+  // rank makes (two threads doing that at once are refused and break the communicator).
+  Status run(std::function<Status()> fn, bool collective = true);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -52,7 +52,8 @@ typedef enum gw_result GW_ENUM_TYPE {
   GW_ERR_TIMEOUT = 9,
   GW_ERR_ABORTED = 10,
   GW_ERR_CUDA = 11,
-  GW_NUM_RESULTS = 12
+  GW_ERR_INVALID_USAGE = 12,   /* the ranks' calls do not match, or two threads used one communicator at once */
+  GW_NUM_RESULTS = 13
 } gw_result_t;
 
 typedef enum gw_dtype GW_ENUM_TYPE {

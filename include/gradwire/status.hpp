@@ -25,6 +25,7 @@ enum class Code : int {
   kTimeout = 9,
   kAborted = 10,
   kCuda = 11,
+  kInvalidUsage = 12,
 };
 
 class GW_API Status {
@@ -54,6 +55,7 @@ inline Status invalid_message(std::string m) { return {Code::kInvalidMessage, st
 inline Status unsupported(std::string m) { return {Code::kUnsupported, std::move(m)}; }
 inline Status buffer_too_small(std::string m) { return {Code::kBufferTooSmall, std::move(m)}; }
 inline Status internal_error(std::string m) { return {Code::kInternal, std::move(m)}; }
+inline Status invalid_usage(std::string m) { return {Code::kInvalidUsage, std::move(m)}; }
 
 // A value or the Status that explains why there is none.
 template <class T>

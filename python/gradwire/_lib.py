@@ -23,7 +23,7 @@ CODEC_IDS = {0: "none", 1: "fp16", 2: "bf16", 3: "qsgd", 4: "sign", 5: "topk", 6
 RESULT_NAMES = [
     "success", "invalid argument", "invalid message", "unsupported", "out of memory",
     "buffer too small", "internal error", "system error", "remote error", "timeout",
-    "aborted", "CUDA error",
+    "aborted", "CUDA error", "invalid usage",
 ]
 GW_ERR_INVALID_ARGUMENT = 1
 GW_ERR_UNSUPPORTED = 3

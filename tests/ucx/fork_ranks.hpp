@@ -96,7 +96,7 @@ inline std::vector<int> run_ranks(int n, const std::string& tls, const RankBody&
       bool ok = detail::write_blob(to_parent, t->local_address());
       for (int i = 0; ok && i < n; ++i) ok = detail::read_blob(from_parent, addresses[static_cast<size_t>(i)]);
       if (!ok) _exit(kExitExchangeFailed);
-      const Status s = t->connect(addresses);
+      const Status s = t->connect(addresses, transport::Clock::now() + std::chrono::seconds(60));
       if (!s.is_ok()) {
         std::fprintf(stderr, "rank %d: connect: %s\n", r, s.to_string().c_str());
         _exit(kExitConnectFailed);

@@ -49,6 +49,8 @@
 #include <vector>
 
 #include "transport/log.hpp"
+#include "transport/process_watch.hpp"
+#include "transport/ucx/ucx_address.hpp"
 
 namespace gw::transport {
 namespace {
@@ -63,7 +65,12 @@ constexpr int kMaxSleepMs = 3;
 // Bounded waits of the destructor and of failure handling.
 constexpr auto kByeTimeout = std::chrono::seconds(2);
 constexpr auto kCloseTimeout = std::chrono::seconds(1);
-constexpr auto kConnectTimeout = std::chrono::seconds(60);
+// A peer's last words (an abort's reason) get this long to leave before the endpoints close.
+constexpr auto kLastWordsTimeout = std::chrono::milliseconds(200);
+// A dead peer's process is judged after this grace, so that what it sent before it exited
+// normally is still taken (messages already in our shared-memory FIFO).
+constexpr auto kDeathGrace = std::chrono::milliseconds(20);
+constexpr size_t kMaxAbortText = 512;
 constexpr auto kSettleTimeout = std::chrono::milliseconds(300);
 constexpr auto kSettleIdle = std::chrono::milliseconds(30);
 constexpr auto kFailDrainTimeout = std::chrono::milliseconds(200);
@@ -73,13 +80,18 @@ constexpr int kMaxProgressRounds = 64;
 // Control messages (UCP active messages, id kCtrlAmId): a header, no payload.
 // The worker is ours alone, so id 0 is free (UCX sizes its handler table by the largest id).
 constexpr unsigned kCtrlAmId = 0;
-enum class Ctrl : uint32_t { kHello = 1, kBye = 2, kAck = 3 };
+// kAbort carries a payload: the sender's error code (u32) and its reason, so that every rank
+// learns why a job stopped, not only that a connection dropped.
+enum class Ctrl : uint32_t { kHello = 1, kBye = 2, kAck = 3, kAbort = 4 };
 struct CtrlHeader {
   uint32_t kind;
   uint32_t rank;
 };
 
 class UcxTransportImpl;
+
+// The gradwire header in front of a UCX worker address: "GWUA", version, ProcessIdentity.
+constexpr size_t kBlobHeader = 5 + ProcessIdentity::kBytes;
 
 // What each UCX request carries (request_size bytes in front of nothing: UCX gives us the
 // space at the pointer it returns). Both fields are null while the request is in UCX's pool.
@@ -206,20 +218,41 @@ class UcxTransportImpl final : public UcxTransport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* name() const override { return "ucx"; }
-  std::string local_address() const override { return address_; }
+  // "GWUA", version 1, this process's identity (process_watch.hpp), then the UCX worker address.
+  std::string local_address() const override {
+    uint8_t head[kBlobHeader] = {'G', 'W', 'U', 'A', 1};
+    ProcessIdentity::self().encode(head + 5);
+    return std::string(reinterpret_cast<const char*>(head), sizeof head) + address_;
+  }
 
-  Status connect(const std::vector<std::string>& addresses) override {
+  Status connect(const std::vector<std::string>& blobs, Clock::time_point deadline) override {
     std::lock_guard<std::mutex> lock(drive_mu_);
     if (connected_) return internal_error("ucx transport: connect() called twice");
-    if (addresses.size() != static_cast<size_t>(size_)) {
-      return invalid_argument("ucx transport: " + std::to_string(addresses.size()) + " addresses for " +
+    if (blobs.size() != static_cast<size_t>(size_)) {
+      return invalid_argument("ucx transport: " + std::to_string(blobs.size()) + " addresses for " +
                               std::to_string(size_) + " ranks");
+    }
+    // Every blob came from a peer: checked in full before UCX sees a byte of it.
+    std::vector<ProcessIdentity> ids(static_cast<size_t>(size_));
+    std::vector<std::string> addresses(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) {
+      const size_t i = static_cast<size_t>(r);
+      const std::string& b = blobs[i];
+      if (b.size() <= kBlobHeader || std::memcmp(b.data(), "GWUA\x01", 5) != 0) {
+        return Status(Code::kRemote, "ucx transport: rank " + std::to_string(r) + " sent a malformed address (" +
+                                         std::to_string(b.size()) + " bytes, not a gradwire UCX address)");
+      }
+      ids[i] = ProcessIdentity::decode(reinterpret_cast<const uint8_t*>(b.data()) + 5);
+      addresses[i] = b.substr(kBlobHeader);
+      if (Status v = validate_ucx_address(addresses[i].data(), addresses[i].size()); !v.is_ok()) {
+        return Status(Code::kRemote, "ucx transport: rank " + std::to_string(r) + " sent a malformed address: " +
+                                         v.message());
+      }
     }
     eps_.assign(static_cast<size_t>(size_), nullptr);
     connected_ = true;
     for (int r = 0; r < size_; ++r) {
       const size_t i = static_cast<size_t>(r);
-      if (addresses[i].empty()) return invalid_argument("ucx transport: empty address for rank " + std::to_string(r));
       ep_args_[i].self = this;
       ep_args_[i].peer = r;
       ucp_ep_params_t ep{};
@@ -241,10 +274,11 @@ class UcxTransportImpl final : public UcxTransport {
     // collective, and no wireup is left in flight later, when a failure may tear endpoints
     // down (UCX 1.13 asserts in ucp_worker_destroy when it purges a wireup reply that a late
     // connection request left pending).
-    if (Status s = handshake(); !s.is_ok()) {
+    if (Status s = handshake(deadline); !s.is_ok()) {
       fail(s);  // sticky: the destructor then drops the endpoints without a goodbye round
       return s;
     }
+    watch_ = ProcessWatch::start(ids, rank_, [this](int peer, const std::string& why) { report_peer_death(peer, why); });
     if (log::enabled(log::Level::kInfo)) {
       const int peer = size_ > 1 ? (rank_ + 1) % size_ : rank_;
       GW_INFO("ucx: rank %d connected to %d ranks; lanes to rank %d: %s", rank_, size_, peer,
@@ -438,9 +472,8 @@ class UcxTransportImpl final : public UcxTransport {
   }
 
   // connect()'s hello round (see there). drive_mu_ held.
-  Status handshake() {
+  Status handshake(Clock::time_point until) {
     for (int r = 0; r < size_; ++r) send_ctrl(r, Ctrl::kHello);
-    const auto until = Clock::now() + kConnectTimeout;
     Status result;
     std::vector<void*> flushes;
     bool flushing = false;
@@ -471,8 +504,8 @@ class UcxTransportImpl final : public UcxTransport {
           }
           if (!result.is_ok()) break;
         } else if (Clock::now() >= until) {
-          result = Status(Code::kTimeout, "ucx transport: no hello from rank " + std::to_string(missing) + " within " +
-                                              std::to_string(kConnectTimeout.count()) + " s");
+          result = Status(Code::kTimeout, "ucx transport: no hello from rank " + std::to_string(missing) +
+                                              " before the init's timeout");
           break;
         }
       }
@@ -481,8 +514,7 @@ class UcxTransportImpl final : public UcxTransport {
         for (void* req : flushes) done = done && ucp_request_check_status(req) != UCS_INPROGRESS;
         if (done) break;
         if (Clock::now() >= until) {
-          result = Status(Code::kTimeout, "ucx transport: connecting took longer than " +
-                                              std::to_string(kConnectTimeout.count()) + " s");
+          result = Status(Code::kTimeout, "ucx transport: connecting took longer than the init's timeout");
           break;
         }
       }
@@ -595,8 +627,8 @@ class UcxTransportImpl final : public UcxTransport {
     a->self->ep_errors_.emplace_back(a->peer, status);
   }
 
-  static ucs_status_t on_ctrl(void* arg, const void* header, size_t header_length, void*, size_t,
-                              const ucp_am_recv_param_t*) {
+  static ucs_status_t on_ctrl(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                              const ucp_am_recv_param_t* param) {
     auto* self = static_cast<UcxTransportImpl*>(arg);
     CtrlHeader h{};
     if (header_length != sizeof(h)) return UCS_OK;
@@ -611,8 +643,103 @@ class UcxTransportImpl final : public UcxTransport {
       p.owe_ack = true;
     } else if (h.kind == static_cast<uint32_t>(Ctrl::kAck)) {
       p.acked = true;
+    } else if (h.kind == static_cast<uint32_t>(Ctrl::kAbort)) {
+      // Untrusted: the code is mapped, the text bounded and made printable.
+      uint32_t code = static_cast<uint32_t>(Code::kRemote);
+      std::string text;
+      const bool inline_data = param != nullptr && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0;
+      if (inline_data && data != nullptr && length >= 4) {
+        std::memcpy(&code, data, 4);
+        const size_t n = std::min(length - 4, kMaxAbortText);
+        text.assign(static_cast<const char*>(data) + 4, n);
+        for (char& ch : text) {
+          if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) > 0x7e) ch = '?';
+        }
+      }
+      self->peer_aborts_.push_back({static_cast<int>(h.rank), code, std::move(text)});
     }
     return UCS_OK;
+  }
+
+  // What a rank learns from a peer's abort: the peer's own error where it says something about
+  // the job (a mismatched call, a timeout, a dead rank), else that the peer stopped.
+  static Status from_peer_abort(int peer, uint32_t code, const std::string& text) {
+    Code c = Code::kRemote;
+    if (code == static_cast<uint32_t>(Code::kInvalidUsage) || code == static_cast<uint32_t>(Code::kTimeout)) {
+      c = static_cast<Code>(code);
+    }
+    return Status(c, "rank " + std::to_string(peer) + " stopped the job: " + (text.empty() ? "(no reason given)" : text));
+  }
+
+  // Tells every peer still reachable why this transport failed, and gives those messages a
+  // moment to leave before the endpoints are dropped. drive_mu_ held.
+  void send_last_words(const Status& why) {
+    if (!connected_ || eps_.empty()) return;
+    const std::string text = why.to_string().substr(0, kMaxAbortText);
+    last_words_.assign(4 + text.size(), '\0');
+    const uint32_t code = static_cast<uint32_t>(why.code());
+    std::memcpy(last_words_.data(), &code, 4);
+    std::memcpy(last_words_.data() + 4, text.data(), text.size());
+    std::vector<void*> reqs;
+    for (int r = 0; r < size_; ++r) {
+      const size_t i = static_cast<size_t>(r);
+      if (r == rank_ || eps_[i] == nullptr || peers_[i].failed || peers_[i].said_bye) continue;
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_AM_SEND_FLAG_EAGER;
+      void* req = ucp_am_send_nbx(eps_[i], kCtrlAmId, &abort_header_, sizeof abort_header_, last_words_.data(),
+                                  last_words_.size(), &p);
+      if (req != nullptr && !UCS_PTR_IS_ERR(req)) reqs.push_back(req);
+    }
+    const auto until = Clock::now() + kLastWordsTimeout;
+    for (void* req : reqs) {
+      while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < until) ucp_worker_progress(worker_);
+      ucp_request_free(req);  // one still in flight is released by UCX when it ends
+    }
+  }
+
+  // From the process watch's thread: peer's process is gone.
+  void report_peer_death(int peer, const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(death_mu_);
+      deaths_.push_back({peer, why, Clock::now()});
+    }
+    deaths_pending_.store(true, std::memory_order_release);
+    const uint64_t one = 1;
+    if (write(wake_fd_, &one, sizeof(one)) < 0) { /* the flag is enough */ }
+  }
+
+  // Deaths reported at least kDeathGrace ago, and peers' aborts. drive_mu_ held.
+  void handle_peer_news() {
+    if (!peer_aborts_.empty()) {
+      std::vector<PeerAbort> aborts;
+      aborts.swap(peer_aborts_);
+      for (const PeerAbort& a : aborts) {
+        peers_[static_cast<size_t>(a.peer)].failed = true;  // it is dropping its endpoints
+        if (!closing_) fail(from_peer_abort(a.peer, a.code, a.text), /*tell_peers=*/false);
+      }
+    }
+    if (!deaths_pending_.load(std::memory_order_acquire)) return;
+    std::vector<Death> ripe;
+    {
+      std::lock_guard<std::mutex> lock(death_mu_);
+      const auto now = Clock::now();
+      for (auto it = deaths_.begin(); it != deaths_.end();) {
+        if (now - it->at >= kDeathGrace) {
+          ripe.push_back(std::move(*it));
+          it = deaths_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (deaths_.empty()) deaths_pending_.store(false, std::memory_order_relaxed);
+    }
+    for (const Death& d : ripe) {
+      PeerState& p = peers_[static_cast<size_t>(d.peer)];
+      if (p.said_bye || closing_) continue;
+      p.failed = true;
+      fail(Status(Code::kRemote, d.why + " while its transport was open (the process died)"));
+    }
   }
 
   void send_ctrl(int peer, Ctrl kind) {
@@ -641,6 +768,7 @@ class UcxTransportImpl final : public UcxTransport {
 
   void after_progress() {
     if (!ep_errors_.empty()) handle_ep_errors();
+    handle_peer_news();
     if (!failed_ && connected_) {
       for (int r = 0; r < size_; ++r) {
         PeerState& p = peers_[static_cast<size_t>(r)];
@@ -684,8 +812,9 @@ class UcxTransportImpl final : public UcxTransport {
     return error_;
   }
 
-  // Makes s the sticky error (if it is the first) and fails everything. drive_mu_ held.
-  void fail(const Status& s) {
+  // Makes s the sticky error (if it is the first), tells the peers (unless the news came from
+  // one of them) and fails everything. drive_mu_ held.
+  void fail(const Status& s, bool tell_peers = true) {
     {
       std::lock_guard<std::mutex> lock(err_mu_);
       if (!error_.is_ok()) return;
@@ -697,6 +826,7 @@ class UcxTransportImpl final : public UcxTransport {
       GW_WARN("ucx: rank %d: %s", rank_, s.to_string().c_str());
     }
     failed_ = true;
+    if (tell_peers && worker_ != nullptr) send_last_words(s);
     fail_everything();
   }
 
@@ -797,6 +927,7 @@ class UcxTransportImpl final : public UcxTransport {
   }
 
   void shutdown() {
+    watch_.reset();  // its thread calls back into this object
     std::lock_guard<std::mutex> lock(drive_mu_);
     if (worker_ != nullptr) {
       handle_abort_flag();
@@ -837,6 +968,8 @@ class UcxTransportImpl final : public UcxTransport {
   const CtrlHeader hello_header_{static_cast<uint32_t>(Ctrl::kHello), static_cast<uint32_t>(rank_)};
   const CtrlHeader bye_header_{static_cast<uint32_t>(Ctrl::kBye), static_cast<uint32_t>(rank_)};
   const CtrlHeader ack_header_{static_cast<uint32_t>(Ctrl::kAck), static_cast<uint32_t>(rank_)};
+  const CtrlHeader abort_header_{static_cast<uint32_t>(Ctrl::kAbort), static_cast<uint32_t>(rank_)};
+  std::string last_words_;  // the abort payload; UCX may read it until the send completes
 
   // Driving-thread state (drive_mu_ held).
   std::mutex drive_mu_;
@@ -844,6 +977,13 @@ class UcxTransportImpl final : public UcxTransport {
   size_t sends_pending_ = 0;  // how many of them are sends
   std::vector<PeerState> peers_;
   std::vector<std::pair<int, ucs_status_t>> ep_errors_;  // collected during progress
+  struct PeerAbort {
+    int peer;
+    uint32_t code;
+    std::string text;
+  };
+  std::vector<PeerAbort> peer_aborts_;  // collected during progress
+  std::unique_ptr<ProcessWatch> watch_;
   bool connected_ = false;
   bool failed_ = false;  // error_ is set (mirror readable without err_mu_)
   bool failing_ = false;
@@ -854,6 +994,14 @@ class UcxTransportImpl final : public UcxTransport {
   Status error_;
   Status abort_reason_;
   std::atomic<bool> abort_flag_{false};
+  struct Death {
+    int peer;
+    std::string why;
+    Clock::time_point at;
+  };
+  std::mutex death_mu_;
+  std::vector<Death> deaths_;  // from the process watch, under death_mu_
+  std::atomic<bool> deaths_pending_{false};
 };
 
 }  // namespace

@@ -1,0 +1,95 @@
+#include "collectives/call_check.hpp"
+
+#include <cstring>
+#include <string>
+
+#include "collectives/context.hpp"
+
+namespace gw::coll {
+
+uint64_t CallCheck::tag() { return static_cast<uint64_t>(kMaxSteps - 1) << kChunkBits; }
+
+Status CallCheck::start(transport::Transport& tp, const CallDescriptor& mine) {
+  tp_ = &tp;
+  rank_ = tp.rank();
+  size_ = tp.size();
+  failure_ = Status::ok();
+  mine_ = mine;
+  mine_len_ = encode_descriptor(mine, mine_bytes_);
+  const size_t p = static_cast<size_t>(size_);
+  if (ops_ < p) {
+    sends_.reset(new transport::Op[p]);
+    recvs_.reset(new transport::Op[p]);
+    inbox_.assign(p * CallDescriptor::kMaxBytes, 0);
+    ops_ = p;
+  }
+  judged_.assign(p, 0);
+  judged_[static_cast<size_t>(rank_)] = 1;
+  unjudged_ = size_ - 1;
+  active_ = true;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const size_t i = static_cast<size_t>(r);
+    GW_RETURN_IF_ERROR(tp.irecv(r, tag(), inbox_.data() + i * CallDescriptor::kMaxBytes, CallDescriptor::kMaxBytes,
+                                recvs_[i]));
+  }
+  for (int i = 1; i < size_; ++i) {  // starting after this rank spreads the load
+    const int r = (rank_ + i) % size_;
+    GW_RETURN_IF_ERROR(tp.isend(r, tag(), mine_bytes_, mine_len_, sends_[static_cast<size_t>(r)]));
+  }
+  return Status::ok();
+}
+
+Status CallCheck::judge(int peer) {
+  const size_t i = static_cast<size_t>(peer);
+  transport::Op& op = recvs_[i];
+  if (op.current() == transport::OpState::kFailed) return op.status;
+  judged_[i] = 1;
+  --unjudged_;
+  const uint8_t* got = inbox_.data() + i * CallDescriptor::kMaxBytes;
+  if (op.bytes == mine_len_ && std::memcmp(got, mine_bytes_, mine_len_) == 0) return Status::ok();
+  GW_ASSIGN_OR_RETURN(CallDescriptor theirs, parse_descriptor(got, op.bytes, peer));
+  return invalid_usage("mismatched collective calls: " + describe_mismatch(theirs, peer, mine_, rank_));
+}
+
+Status CallCheck::poll() {
+  if (!active_ || !failure_.is_ok()) return failure_;
+  for (int r = 0; r < size_ && unjudged_ > 0; ++r) {
+    const size_t i = static_cast<size_t>(r);
+    if (judged_[i] != 0 || !recvs_[i].finished()) continue;
+    failure_ = judge(r);
+    if (!failure_.is_ok()) return failure_;
+  }
+  return Status::ok();
+}
+
+Status CallCheck::require(int peer, transport::Clock::time_point deadline) {
+  if (!active_ || !failure_.is_ok()) return failure_;
+  const size_t i = static_cast<size_t>(peer);
+  if (peer < 0 || peer >= size_ || judged_[i] != 0) return Status::ok();
+  transport::Op& op = recvs_[i];
+  while (!op.finished()) {
+    if (tp_->progress()) continue;
+    if (op.finished()) break;
+    if (transport::Clock::now() >= deadline) {
+      return Status(Code::kTimeout, "rank " + std::to_string(peer) + " did not say which call it is making in time");
+    }
+    tp_->wait_for_events(deadline);
+  }
+  failure_ = judge(peer);
+  return failure_;
+}
+
+Status CallCheck::finish(transport::Clock::time_point deadline) {
+  for (int r = 0; r < size_ && failure_.is_ok(); ++r) {
+    if (r != rank_) GW_RETURN_IF_ERROR(require(r, deadline));
+  }
+  GW_RETURN_IF_ERROR(failure_);
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) GW_RETURN_IF_ERROR(tp_->wait(sends_[static_cast<size_t>(r)], deadline));
+  }
+  active_ = false;
+  return Status::ok();
+}
+
+}  // namespace gw::coll

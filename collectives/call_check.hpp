@@ -1,0 +1,56 @@
+// The check that every rank made the same call (call_descriptor.hpp): each call sends this
+// rank's descriptor to every other rank and receives theirs, beside the call's own messages.
+// Nothing waits for the exchange up front; instead data received from a peer is used only
+// once that peer's descriptor has matched (Context::wait), and a call returns success only
+// once every peer's has. A mismatch therefore fails the call on every rank, before any
+// mismatched byte is reduced or returned.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "collectives/call_descriptor.hpp"
+#include "gradwire/status.hpp"
+#include "transport/transport.hpp"
+
+namespace gw::coll {
+
+class CallCheck {
+ public:
+  // The tag of descriptor messages: a step no algorithm uses, sequence bits zero. Every call
+  // takes exactly one descriptor from each peer, so they match in call order, and a peer that
+  // is a call ahead or behind shows as a different call number.
+  static uint64_t tag();
+
+  // Sends mine to every other rank and posts a receive for each of theirs.
+  Status start(transport::Transport& tp, const CallDescriptor& mine);
+  // Judges the descriptors that have arrived; the first mismatch is returned (and kept).
+  Status poll();
+  // Waits (until deadline) for peer's descriptor and judges it. kTimeout if it has not come.
+  Status require(int peer, transport::Clock::time_point deadline);
+  // Waits for every peer's descriptor and for this rank's sends.
+  Status finish(transport::Clock::time_point deadline);
+  // Whether a call is being checked (start ran, finish has not).
+  bool active() const { return active_; }
+
+ private:
+  Status judge(int peer);
+
+  transport::Transport* tp_ = nullptr;
+  bool active_ = false;
+  int rank_ = 0;
+  int size_ = 0;
+  int unjudged_ = 0;
+  Status failure_;
+  CallDescriptor mine_;
+  uint8_t mine_bytes_[CallDescriptor::kMaxBytes];
+  size_t mine_len_ = 0;
+  std::vector<uint8_t> judged_;
+  std::vector<uint8_t> inbox_;  // size * kMaxBytes
+  std::unique_ptr<transport::Op[]> sends_, recvs_;
+  size_t ops_ = 0;
+};
+
+}  // namespace gw::coll
