@@ -22,6 +22,14 @@ constexpr auto kExplainWait = std::chrono::seconds(1);
 
 Status Context::check_calls() const { return check != nullptr ? check->poll() : Status::ok(); }
 
+Status Context::verify_all_calls() const {
+  if (check == nullptr) return Status::ok();
+  for (int r = 0; r < size; ++r) {
+    if (r != rank) GW_RETURN_IF_ERROR(check->require(r, deadline));
+  }
+  return Status::ok();
+}
+
 Status Context::wait(transport::Op& op) const {
   while (!op.finished()) {
     GW_RETURN_IF_ERROR(check_calls());

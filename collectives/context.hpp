@@ -71,6 +71,9 @@ struct Context {
   }
   // A mismatch found so far among the peers' descriptors, else OK.
   Status check_calls() const;
+  // Waits until every peer's descriptor has arrived and matched (for work that bypasses
+  // wait(), such as NCCL calls).
+  Status verify_all_calls() const;
 };
 
 // Balanced split of n elements into parts: part j is [start(j), start(j + 1)).

@@ -9,9 +9,12 @@
 namespace gw::coll {
 namespace {
 
-// Waits for an NCCL call just enqueued, keeping the transport going.
+// Enqueues an NCCL call and waits for it, keeping the transport going. NCCL would hang or
+// corrupt on mismatched calls, and its messages do not pass through Context::wait: so every
+// peer's call descriptor must have matched before the call is handed to it.
 template <class Call>
 Status through_nccl(Context& c, DeviceBackend& dev, Call call) {
+  GW_RETURN_IF_ERROR(c.verify_all_calls());
   const DeviceBackend::Progress progress = [&c] { c.tp.progress(); };
   GW_RETURN_IF_ERROR(call(progress));
   return dev.nccl_wait(c.deadline, progress);

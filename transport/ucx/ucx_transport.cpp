@@ -274,11 +274,12 @@ class UcxTransportImpl final : public UcxTransport {
     // collective, and no wireup is left in flight later, when a failure may tear endpoints
     // down (UCX 1.13 asserts in ucp_worker_destroy when it purges a wireup reply that a late
     // connection request left pending).
+    // Watched from here on, so that a peer dying during the handshake fails it at once.
+    watch_ = ProcessWatch::start(ids, rank_, [this](int peer, const std::string& why) { report_peer_death(peer, why); });
     if (Status s = handshake(deadline); !s.is_ok()) {
       fail(s);  // sticky: the destructor then drops the endpoints without a goodbye round
       return s;
     }
-    watch_ = ProcessWatch::start(ids, rank_, [this](int peer, const std::string& why) { report_peer_death(peer, why); });
     if (log::enabled(log::Level::kInfo)) {
       const int peer = size_ > 1 ? (rank_ + 1) % size_ : rank_;
       GW_INFO("ucx: rank %d connected to %d ranks; lanes to rank %d: %s", rank_, size_, peer,
