@@ -43,19 +43,23 @@ std::string algo_text(uint8_t a) {
   return a <= static_cast<uint8_t>(Algo::kSparseAllgather) ? algo_name(static_cast<Algo>(a)) : "algo" + std::to_string(a);
 }
 
-// The fields of d that differ from o, as " name=value" pairs.
+// The fields of d that differ from o (all of d's own fields when the collectives differ),
+// as " name=value" pairs.
 std::string fields(const CallDescriptor& d, const CallDescriptor& o) {
+  const bool other_kind = d.kind != o.kind;
+  auto show = [&](bool differs, bool has) { return has && (other_kind || differs); };
   std::string s;
   if (d.seq != o.seq) s += " (call #" + std::to_string(d.seq) + ")";
-  if (d.count != o.count) {
+  const bool counted = d.kind != CallKind::kBarrier && d.kind != CallKind::kSparseAllgather;
+  if (show(d.count != o.count, counted)) {
     const bool bytes = d.kind != CallKind::kAllreduce && d.kind != CallKind::kSparseAllgatherDense;
     s += std::string(bytes ? " bytes=" : " count=") + std::to_string(d.count);
   }
-  if (d.dtype != o.dtype) s += " dtype=" + dtype_text(d.dtype);
-  if (d.op != o.op) s += " op=" + op_text(d.op);
-  if (d.spec != o.spec) s += " codec=" + (d.spec.empty() ? std::string("none") : d.spec);
-  if (d.algo != o.algo) s += " algo=" + algo_text(d.algo);
-  if (d.root != o.root) s += " root=" + std::to_string(d.root);
+  if (show(d.dtype != o.dtype, d.dtype != kNoField)) s += " dtype=" + dtype_text(d.dtype);
+  if (show(d.op != o.op, d.op != kNoField)) s += " op=" + op_text(d.op);
+  if (show(d.spec != o.spec, d.kind == CallKind::kAllreduce)) s += " codec=" + (d.spec.empty() ? std::string("none") : d.spec);
+  if (show(d.algo != o.algo, d.algo != kNoField)) s += " algo=" + algo_text(d.algo);
+  if (show(d.root != o.root, d.root >= 0)) s += " root=" + std::to_string(d.root);
   if (d.flags != o.flags) s += (d.flags & CallDescriptor::kDevice) != 0 ? " on device memory" : " on host memory";
   return s;
 }
