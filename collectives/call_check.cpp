@@ -42,7 +42,7 @@ Status CallCheck::start(transport::Transport& tp, const CallDescriptor& mine) {
 
 Status CallCheck::judge(int peer) {
   const size_t i = static_cast<size_t>(peer);
-  transport::Op& op = recvs_[i];
+  const transport::Op& op = recvs_[i];
   if (op.current() == transport::OpState::kFailed) return op.status;
   judged_[i] = 1;
   --unjudged_;
@@ -67,16 +67,12 @@ Status CallCheck::require(int peer, transport::Clock::time_point deadline) {
   if (!active_ || !failure_.is_ok()) return failure_;
   const size_t i = static_cast<size_t>(peer);
   if (peer < 0 || peer >= size_ || judged_[i] != 0) return Status::ok();
-  transport::Op& op = recvs_[i];
-  while (!op.finished()) {
-    if (tp_->progress()) continue;
-    if (op.finished()) break;
-    if (transport::Clock::now() >= deadline) {
-      return Status(Code::kTimeout, "rank " + std::to_string(peer) + " did not say which call it is making in time");
-    }
-    tp_->wait_for_events(deadline);
+  const Status waited = tp_->wait(recvs_[i], deadline);
+  if (!recvs_[i].finished()) {
+    return Status(Code::kTimeout, "rank " + std::to_string(peer) + " did not start collective #" +
+                                      std::to_string(mine_.seq) + " (" + call_kind_name(mine_.kind) + ") in time");
   }
-  failure_ = judge(peer);
+  failure_ = waited.is_ok() ? judge(peer) : waited;
   return failure_;
 }
 

@@ -31,23 +31,13 @@ Status Context::verify_all_calls() const {
 }
 
 Status Context::wait(transport::Op& op) const {
-  while (!op.finished()) {
-    GW_RETURN_IF_ERROR(check_calls());
-    if (tp.progress()) continue;
-    if (op.finished()) break;
-    if (transport::Clock::now() >= deadline) {
-      return Status(Code::kTimeout, std::string(op.is_recv ? "receive from" : "send to") + " rank " +
-                                        std::to_string(op.peer) + " timed out");
-    }
-    tp.wait_for_events(deadline);
-  }
-  const bool failed = op.current() == transport::OpState::kFailed;
-  if (check != nullptr && op.is_recv) {
-    const auto until = failed ? std::min(deadline, transport::Clock::now() + kExplainWait) : deadline;
-    const Status s = check->require(op.peer, until);
-    if (!s.is_ok() && (!failed || s.code() == Code::kInvalidUsage)) return s;
-  }
-  return failed ? op.status : Status::ok();
+  const Status waited = tp.wait(op, deadline, [this] { return check_calls(); });
+  if (!op.finished() || check == nullptr || !op.is_recv) return waited;
+  const bool failed = !waited.is_ok();
+  const auto until = failed ? std::min(deadline, transport::Clock::now() + kExplainWait) : deadline;
+  const Status s = check->require(op.peer, until);
+  if (!s.is_ok() && (!failed || s.code() == Code::kInvalidUsage)) return s;
+  return waited;
 }
 
 Status Context::wait_all(transport::Op* ops, size_t n) const {

@@ -4,8 +4,9 @@
 
 namespace gw::transport {
 
-Status Transport::wait(Op& op, Clock::time_point deadline) {
+Status Transport::wait(Op& op, Clock::time_point deadline, const std::function<Status()>& interrupt) {
   while (!op.finished()) {
+    if (interrupt) GW_RETURN_IF_ERROR(interrupt());
     if (progress()) continue;
     if (op.finished()) break;
     if (Clock::now() >= deadline) {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "gradwire/status.hpp"
@@ -81,9 +82,10 @@ class Transport {
     return Status::ok();
   }
 
-  // Waits for op until it finishes or the deadline passes. On timeout the op is still
-  // pending and the caller must abort the transport before the buffer goes away.
-  Status wait(Op& op, Clock::time_point deadline);
+  // Waits for op until it finishes or the deadline passes; interrupt, when given, is asked
+  // between rounds and ends the wait with its error. On timeout (or interrupt) the op is
+  // still pending and the caller must abort the transport before the buffer goes away.
+  Status wait(Op& op, Clock::time_point deadline, const std::function<Status()>& interrupt = nullptr);
   // Waits for all of ops[0..n); returns the first failure.
   Status wait_all(Op* ops, size_t n, Clock::time_point deadline);
 };
