@@ -76,6 +76,20 @@ Status CallCheck::require(int peer, transport::Clock::time_point deadline) {
   return failure_;
 }
 
+std::string CallCheck::not_started() const {
+  if (!active_) return "";
+  std::string ranks;
+  int n = 0;
+  for (int r = 0; r < size_; ++r) {
+    const size_t i = static_cast<size_t>(r);
+    if (judged_[i] != 0 || recvs_[i].finished()) continue;
+    ranks += (n++ == 0 ? "" : ", ") + std::to_string(r);
+  }
+  if (n == 0) return "";
+  return std::string("; rank") + (n > 1 ? "s " : " ") + ranks + (n > 1 ? " have" : " has") + " not started this call (#" +
+         std::to_string(mine_.seq) + " " + call_kind_name(mine_.kind) + "): stopped, stuck, or making fewer calls";
+}
+
 Status CallCheck::finish(transport::Clock::time_point deadline) {
   for (int r = 0; r < size_ && failure_.is_ok(); ++r) {
     if (r != rank_) GW_RETURN_IF_ERROR(require(r, deadline));

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "collectives/call_descriptor.hpp"
@@ -32,6 +33,9 @@ class CallCheck {
   Status require(int peer, transport::Clock::time_point deadline);
   // Waits for every peer's descriptor and for this rank's sends.
   Status finish(transport::Clock::time_point deadline);
+  // For a timeout's message: the ranks that have not started this call (their descriptor
+  // has not arrived), e.g. "; rank 2 has not started this call (#7 allreduce)"; "" if none.
+  std::string not_started() const;
   // Whether a call is being checked (start ran, finish has not).
   bool active() const { return active_; }
 

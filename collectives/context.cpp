@@ -32,6 +32,9 @@ Status Context::verify_all_calls() const {
 
 Status Context::wait(transport::Op& op) const {
   const Status waited = tp.wait(op, deadline, [this] { return check_calls(); });
+  if (waited.code() == Code::kTimeout && check != nullptr) {
+    return Status(Code::kTimeout, waited.message() + check->not_started());
+  }
   if (!op.finished() || check == nullptr || !op.is_recv) return waited;
   const bool failed = !waited.is_ok();
   const auto until = failed ? std::min(deadline, transport::Clock::now() + kExplainWait) : deadline;

@@ -176,6 +176,8 @@ ProcessIdentity ProcessIdentity::decode(const uint8_t in[kBytes]) {
   return id;
 }
 
+bool ProcessIdentity::alive() const { return start_ticks != 0 && start_ticks_of(pid) == start_ticks; }
+
 bool ProcessIdentity::same_host_as(const ProcessIdentity& p) const {
   static const uint8_t kZero[16] = {};
   return p.pid > 0 && p.start_ticks > 0 && pid_ns != 0 && p.pid_ns == pid_ns &&

@@ -30,6 +30,8 @@ struct ProcessIdentity {
   static ProcessIdentity decode(const uint8_t in[kBytes]);
   // Whether this process can watch p (same boot and pid namespace, a real pid).
   bool same_host_as(const ProcessIdentity& p) const;
+  // Whether the process still runs (meaningful only on its own host).
+  bool alive() const;
 };
 
 class ProcessWatch {

@@ -43,6 +43,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -249,6 +250,9 @@ class UcxTransportImpl final : public UcxTransport {
                                          v.message());
       }
     }
+    // Watched from here on, so that a peer dying while endpoints are made or during the
+    // handshake fails the init at once, naming it.
+    watch_ = ProcessWatch::start(ids, rank_, [this](int peer, const std::string& why) { report_peer_death(peer, why); });
     eps_.assign(static_cast<size_t>(size_), nullptr);
     connected_ = true;
     for (int r = 0; r < size_; ++r) {
@@ -265,7 +269,13 @@ class UcxTransportImpl final : public UcxTransport {
       const ucs_status_t s = ucp_ep_create(worker_, &ep, &eps_[i]);
       if (s != UCS_OK) {
         eps_[i] = nullptr;
-        return ucs_error("ucx transport: ucp_ep_create to rank " + std::to_string(r), s);
+        std::string why = ids[i].same_host_as(ProcessIdentity::self()) && !ids[i].alive()
+                              ? " (rank " + std::to_string(r) + ", pid " + std::to_string(ids[i].pid) + " on this host, has exited)"
+                              : " (the peer died, or its address cannot be reached from here)";
+        const Status failed(Code::kRemote, "ucx transport: cannot connect to rank " + std::to_string(r) + ": " +
+                                               ucs_status_string(s) + why);
+        fail(failed);
+        return failed;
       }
     }
     // Wire every endpoint up now: UCX connects lazily, at an endpoint's first message. Each
@@ -274,8 +284,6 @@ class UcxTransportImpl final : public UcxTransport {
     // collective, and no wireup is left in flight later, when a failure may tear endpoints
     // down (UCX 1.13 asserts in ucp_worker_destroy when it purges a wireup reply that a late
     // connection request left pending).
-    // Watched from here on, so that a peer dying during the handshake fails it at once.
-    watch_ = ProcessWatch::start(ids, rank_, [this](int peer, const std::string& why) { report_peer_death(peer, why); });
     if (Status s = handshake(deadline); !s.is_ok()) {
       fail(s);  // sticky: the destructor then drops the endpoints without a goodbye round
       return s;
@@ -391,8 +399,8 @@ class UcxTransportImpl final : public UcxTransport {
     return v != nullptr ? v : fallback;
   }
 
-  // Whether UCX_TLS lets UCX use the posix/sysv shared-memory transports.
-  static bool tls_may_use_mm() {
+  // Whether UCX_TLS lets UCX use a transport known by one of these names ("all" names every one).
+  static bool tls_may_use(std::initializer_list<const char*> names) {
     const char* tls = std::getenv("UCX_TLS");
     if (tls == nullptr || *tls == '\0') return true;
     std::string list(tls);
@@ -403,11 +411,15 @@ class UcxTransportImpl final : public UcxTransport {
     while (pos <= list.size()) {
       const size_t comma = std::min(list.find(',', pos), list.size());
       const std::string tl = list.substr(pos, comma - pos);
-      if (tl == "all" || tl == "sm" || tl == "shm" || tl == "mm" || tl == "posix" || tl == "sysv") named = true;
+      if (tl == "all") named = true;
+      for (const char* n : names) named = named || tl == n;
       pos = comma + 1;
     }
     return exclude ? !named : named;
   }
+  // The posix/sysv shared-memory transports; TCP.
+  static bool tls_may_use_mm() { return tls_may_use({"sm", "shm", "mm", "posix", "sysv"}); }
+  static bool tls_may_use_tcp() { return tls_may_use({"tcp"}); }
 
   // Defaults that differ from UCX's, applied only where the user set no UCX_* variable for
   // them (ucp_config_read has read the environment; ucp_config_modify only fills the rest):
@@ -416,6 +428,19 @@ class UcxTransportImpl final : public UcxTransport {
   //    peer-failure handling, and with UCX_TLS=sm an endpoint in UCP_ERR_HANDLING_MODE_PEER
   //    finds no transport for its messages ("no peer failure handler"). Set only when UCX_TLS
   //    lets UCX use them, since UCX warns about a transport setting that nothing used.
+  //  - ZCOPY_THRESH=inf (UCX: auto) when UCX_TLS lets UCX use TCP: eager and active-message
+  //    rendezvous data are copied (bcopy) instead of sent from the caller's buffer (am_zcopy).
+  //    UCX 1.13's TCP transport completes an am_zcopy twice when the socket send fails because
+  //    the peer died (uct_tcp_ep_sendv: the error handling purges the op, which completes it,
+  //    then sendv completes it again): an assertion (comp->count > 0) in an assert-enabled UCX
+  //    such as Debian's, else a recycled request's counter decremented, after which progress
+  //    (ours, or the failure path's drain, or the destructor's) can crash in
+  //    uct_tcp_iface_progress. In tools/stress/kill_peer.c, 2-rank all-reduces of 2M-16M
+  //    floats over TCP with the peer killed mid-call crashed 29 of 150 survivors with the UCX
+  //    default, none with this one; all-reduce bandwidth over TCP stayed within the noise
+  //    (about 10% on a shared 2-core machine). Transports without am_zcopy (shared memory,
+  //    self) are unaffected; RDMA transports send eager messages by copy too (their
+  //    rendezvous is RMA, which this threshold does not govern).
   static void apply_defaults(ucp_config_t* config) {
     struct Default {
       const char* key;    // for ucp_config_modify
@@ -425,12 +450,14 @@ class UcxTransportImpl final : public UcxTransport {
     static const Default kDefaults[] = {
         {"KEEPALIVE_INTERVAL", "1s", {"UCX_KEEPALIVE_INTERVAL", nullptr, nullptr}},
         {"MM_ERROR_HANDLING", "y", {"UCX_POSIX_ERROR_HANDLING", "UCX_SYSV_ERROR_HANDLING", "UCX_MM_ERROR_HANDLING"}},
+        {"ZCOPY_THRESH", "inf", {"UCX_ZCOPY_THRESH", nullptr, nullptr}},
     };
     for (const Default& d : kDefaults) {
       bool user_set = false;
       for (const char* env : d.env) user_set = user_set || (env != nullptr && std::getenv(env) != nullptr);
       if (user_set) continue;
       if (std::strcmp(d.key, "MM_ERROR_HANDLING") == 0 && !tls_may_use_mm()) continue;
+      if (std::strcmp(d.key, "ZCOPY_THRESH") == 0 && !tls_may_use_tcp()) continue;
       const ucs_status_t s = ucp_config_modify(config, d.key, d.value);
       if (s != UCS_OK) GW_TRACE("ucx: cannot default %s=%s: %s", d.key, d.value, ucs_status_string(s));
     }
