@@ -33,9 +33,15 @@ Status CallCheck::start(transport::Transport& tp, const CallDescriptor& mine) {
     GW_RETURN_IF_ERROR(tp.irecv(r, tag(), inbox_.data() + i * CallDescriptor::kMaxBytes, CallDescriptor::kMaxBytes,
                                 recvs_[i]));
   }
+  unsent_ = true;
+  return Status::ok();
+}
+
+Status CallCheck::send() {
+  unsent_ = false;
   for (int i = 1; i < size_; ++i) {  // starting after this rank spreads the load
     const int r = (rank_ + i) % size_;
-    GW_RETURN_IF_ERROR(tp.isend(r, tag(), mine_bytes_, mine_len_, sends_[static_cast<size_t>(r)]));
+    GW_RETURN_IF_ERROR(tp_->isend(r, tag(), mine_bytes_, mine_len_, sends_[static_cast<size_t>(r)]));
   }
   return Status::ok();
 }
@@ -54,6 +60,7 @@ Status CallCheck::judge(int peer) {
 
 Status CallCheck::poll() {
   if (!active_ || !failure_.is_ok()) return failure_;
+  if (unsent_) GW_RETURN_IF_ERROR(send());
   for (int r = 0; r < size_ && unjudged_ > 0; ++r) {
     const size_t i = static_cast<size_t>(r);
     if (judged_[i] != 0 || !recvs_[i].finished()) continue;
@@ -65,6 +72,7 @@ Status CallCheck::poll() {
 
 Status CallCheck::require(int peer, transport::Clock::time_point deadline) {
   if (!active_ || !failure_.is_ok()) return failure_;
+  if (unsent_) GW_RETURN_IF_ERROR(send());
   const size_t i = static_cast<size_t>(peer);
   if (peer < 0 || peer >= size_ || judged_[i] != 0) return Status::ok();
   const Status waited = tp_->wait(recvs_[i], deadline);
@@ -91,6 +99,7 @@ std::string CallCheck::not_started() const {
 }
 
 Status CallCheck::finish(transport::Clock::time_point deadline) {
+  if (unsent_ && failure_.is_ok()) GW_RETURN_IF_ERROR(send());
   for (int r = 0; r < size_ && failure_.is_ok(); ++r) {
     if (r != rank_) GW_RETURN_IF_ERROR(require(r, deadline));
   }

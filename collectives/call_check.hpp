@@ -25,7 +25,9 @@ class CallCheck {
   // is a call ahead or behind shows as a different call number.
   static uint64_t tag();
 
-  // Sends mine to every other rank and posts a receive for each of theirs.
+  // Posts a receive for every other rank's descriptor; mine goes out at the call's first
+  // wait (poll, require or finish), behind the call's first data messages, so that a peer
+  // woken by the data finds the descriptor in the same wake-up.
   Status start(transport::Transport& tp, const CallDescriptor& mine);
   // Judges the descriptors that have arrived; the first mismatch is returned (and kept).
   Status poll();
@@ -41,9 +43,11 @@ class CallCheck {
 
  private:
   Status judge(int peer);
+  Status send();
 
   transport::Transport* tp_ = nullptr;
   bool active_ = false;
+  bool unsent_ = false;  // this rank's descriptor is still to be sent
   int rank_ = 0;
   int size_ = 0;
   int unjudged_ = 0;

@@ -43,6 +43,16 @@ Status Context::wait(transport::Op& op) const {
   return waited;
 }
 
+Status Context::idle(const char* waiting_for, transport::Clock::time_point until) const {
+  GW_RETURN_IF_ERROR(check_calls());
+  if (transport::Clock::now() >= deadline) {
+    return Status(Code::kTimeout, std::string("waiting for ") + waiting_for + " timed out" +
+                                      (check != nullptr ? check->not_started() : std::string()));
+  }
+  tp.wait_for_events(std::min(until, deadline));
+  return Status::ok();
+}
+
 Status Context::wait_all(transport::Op* ops, size_t n) const {
   for (size_t i = 0; i < n; ++i) {
     if (ops[i].current() == transport::OpState::kIdle) continue;

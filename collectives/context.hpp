@@ -63,12 +63,20 @@ struct Context {
   // any peer's mismatch ends the wait at once (a peer making another call may never send).
   Status wait(transport::Op& op) const;
   Status wait_all(transport::Op* ops, size_t n) const;
-  // For loops that poll: false while op is pending; once it has finished, what wait() says.
+  // For loops that poll: false while op is pending (a mismatch found meanwhile is an error);
+  // once it has finished, what wait() says.
   Result<bool> ready(transport::Op& op) const {
-    if (!op.finished()) return false;
+    if (!op.finished()) {
+      GW_RETURN_IF_ERROR(check_calls());
+      return false;
+    }
     GW_RETURN_IF_ERROR(wait(op));
     return true;
   }
+  // For loops that poll, when a round made no progress: sleeps in the transport until
+  // something may have happened or `until` (at most the deadline); kTimeout naming
+  // waiting_for (and the ranks that never started the call) once the deadline has passed.
+  Status idle(const char* waiting_for, transport::Clock::time_point until) const;
   // A mismatch found so far among the peers' descriptors, else OK.
   Status check_calls() const;
   // Waits until every peer's descriptor has arrived and matched (for work that bypasses

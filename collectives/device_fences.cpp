@@ -1,7 +1,6 @@
 #include <algorithm>
 #include <string>
 
-#include "collectives/call_check.hpp"
 #include "collectives/device_algorithms.hpp"
 
 namespace gw::coll {
@@ -24,14 +23,7 @@ Status FenceQueue::run_ready(DeviceBackend& dev, bool* ran) {
 }
 
 Status idle(Context& c, bool device_pending, const char* waiting_for) {
-  GW_RETURN_IF_ERROR(c.check_calls());
-  const auto now = transport::Clock::now();
-  if (now >= c.deadline) {
-    return Status(Code::kTimeout, std::string("waiting for ") + waiting_for + " timed out" +
-                                      (c.check != nullptr ? c.check->not_started() : std::string()));
-  }
-  c.tp.wait_for_events(device_pending ? std::min(c.deadline, now + kDevicePoll) : c.deadline);
-  return Status::ok();
+  return c.idle(waiting_for, device_pending ? transport::Clock::now() + kDevicePoll : c.deadline);
 }
 
 Status wait_fence(Context& c, DeviceBackend& dev, DeviceBackend::Fence fence) {

@@ -140,10 +140,7 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
       }
     }
     if (any || left == 0 || c.tp.progress()) continue;
-    if (transport::Clock::now() >= c.deadline) {
-      return Status(Code::kTimeout, "waiting for the reduced segments timed out");
-    }
-    c.tp.wait_for_events(c.deadline);
+    GW_RETURN_IF_ERROR(c.idle("the reduced segments", c.deadline));
   }
   GW_RETURN_IF_ERROR(c.wait_all(sends, 2 * per_phase));
   if (ef != nullptr) ef->advance();
