@@ -1285,7 +1285,9 @@ TEST_P(MalformedAddress, RealRanksFailTheirInitWithRemoteNamingTheRank) {
   });
   log_outcomes(rs, kFailed, garbage_name(g));
   expect_clean(rs, {kRogue});
-  EXPECT_EQ(rs[kRogue].rep.v[0], 1) << "the rogue's rendezvous failed: it did not join with the right token";
+  // The rogue joined with the right token: the real ranks hold its blob from the table (their
+  // messages below say so). Its own table may not arrive: rank 0's process, which hosts the
+  // root, can exit first once its init has failed.
   for (int r = 0; r < 2; ++r) {
     const Outcome& o = rs[static_cast<size_t>(r)].rep.o[kFailed];
     SCOPED_TRACE("rank " + std::to_string(r));
