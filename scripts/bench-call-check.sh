@@ -8,6 +8,10 @@
 set -euo pipefail
 base=$1 new=$2 rounds=${3:-15} iters=${ITERS:-1000} nps=${NPS:-2}
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+# The UCX settings that later builds default to (ucx_transport.cpp, apply_defaults), set for
+# both builds so that only the check differs.
+export UCX_ZCOPY_THRESH=${UCX_ZCOPY_THRESH:-inf} UCX_TCP_TX_SEG_SIZE=${UCX_TCP_TX_SEG_SIZE:-32k}
+export UCX_RESOLVE_REMOTE_EP_ID=${UCX_RESOLVE_REMOTE_EP_ID:-y}
 time_of() {  # build tls np -> time(us) of the 1 MiB row
   UCX_TLS=$2,self GW_TUNE=0 "$1/perf/allreduce_perf" --np "$3" -b 1M -e 1M -n "$iters" -w 50 -c 0 2>/dev/null |
     awk '$1 == 1048576 {print $6}'
