@@ -14,21 +14,16 @@
 #include <sstream>
 #include <thread>
 
+#include "transport/bootstrap/frames.hpp"
 #include "transport/log.hpp"
 
 namespace gw::transport {
 namespace {
 
-constexpr int kPollMs = 100;  // /proc look-ups for peers without a pidfd
+using bootstrap::frames::get_u64;
+using bootstrap::frames::put_u64;
 
-void put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
+constexpr int kPollMs = 100;  // /proc look-ups for peers without a pidfd
 
 int hex_digit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -161,17 +156,17 @@ ProcessIdentity ProcessIdentity::self() {
 
 void ProcessIdentity::encode(uint8_t out[kBytes]) const {
   std::memcpy(out, boot_id, 16);
-  put64(out + 16, pid_ns);
-  put64(out + 24, start_ticks);
-  put64(out + 32, pid);
+  put_u64(out + 16, pid_ns);
+  put_u64(out + 24, start_ticks);
+  put_u64(out + 32, pid);
 }
 
 ProcessIdentity ProcessIdentity::decode(const uint8_t in[kBytes]) {
   ProcessIdentity id;
   std::memcpy(id.boot_id, in, 16);
-  id.pid_ns = get64(in + 16);
-  id.start_ticks = get64(in + 24);
-  const uint64_t pid = get64(in + 32);
+  id.pid_ns = get_u64(in + 16);
+  id.start_ticks = get_u64(in + 24);
+  const uint64_t pid = get_u64(in + 32);
   id.pid = pid <= 0x7fffffff ? static_cast<uint32_t>(pid) : 0;
   return id;
 }
