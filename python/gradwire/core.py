@@ -265,7 +265,7 @@ class Request:
 
 
 class Communicator:
-    """A group of ranks. Build it with from_env() (torchrun, mpirun, srun, GW_RANK/GW_SIZE)
+    """A group of ranks. Build it with from_env() (torchrun, mpirun, srun, GW_RANK/GW_SIZE with GW_TOKEN)
     or with init_rank() and a unique id; gradwire.torch.init_communicator() does the latter
     over a torch.distributed process group.
 
