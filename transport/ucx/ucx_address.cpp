@@ -156,23 +156,11 @@ constexpr uint8_t kSysDeviceUnknown = 0xff;
 constexpr unsigned kMaxEntries = 128;  // UCP_MAX_RESOURCES
 constexpr unsigned kMaxEpAddrs = 6;    // UCP_MAX_LANES
 
-uint64_t load_u64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-float load_f32(const uint8_t* p) {
-  float v;
+// An unaligned little-endian field (UCX packs host-endian; every host gradwire runs on is
+// little-endian).
+template <class T>
+T load(const uint8_t* p) {
+  T v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
@@ -226,7 +214,7 @@ std::string too_short(const char* what, size_t have, size_t need, const char* re
 // id whose top bit says that an 8-byte namespace id follows.
 std::string check_host_id(const char* what, const uint8_t* p, size_t n) {
   if (n < 8) return too_short(what, n, 8, "host id");
-  if ((load_u64(p) >> 63) != 0 && n < 16) return too_short(what, n, 16, "host id and namespace");
+  if ((load<uint64_t>(p) >> 63) != 0 && n < 16) return too_short(what, n, 16, "host id and namespace");
   return {};
 }
 
@@ -255,7 +243,7 @@ std::string check_ib_device(const uint8_t* p, size_t n) {
 
 std::string check_posix_iface(const uint8_t* p, size_t n) {
   if (n < 8) return too_short("interface", n, 8, "segment id");
-  const uint64_t seg_id = load_u64(p);
+  const uint64_t seg_id = load<uint64_t>(p);
   constexpr uint64_t kProcfs = 1ull << 63, kShmOpen = 1ull << 62, kPidNs = 1ull << 60;
   if ((seg_id & kPidNs) && n < 16) return too_short("interface", n, 16, "segment id and PID namespace");
   if (!(seg_id & (kProcfs | kShmOpen)) && std::memchr(p + 8, 0, n - 8) == nullptr) {
@@ -302,7 +290,7 @@ std::string check_tl_addresses(Tl tl, const uint8_t* dev, size_t dev_len, const 
       e = check_host_id("device", dev, dev_len);
       if (!e.empty()) return e;
       if (iface_len < 4) return too_short("interface", iface_len, 4, "pid");
-      if ((load_u32(iface) >> 31) != 0) return min_iface(16, "pid and PID namespace");
+      if ((load<uint32_t>(iface) >> 31) != 0) return min_iface(16, "pid and PID namespace");
       return {};
     case Tl::kKnem:
       return check_host_id("device", dev, dev_len);
@@ -477,7 +465,7 @@ class Walker {
     GW_RETURN_IF_ERROR(take(2, "transport name checksum", &p));
     mark(csum_at);
     mark(csum_at + 1);
-    const uint16_t csum = load_u16(p);
+    const uint16_t csum = load<uint16_t>(p);
     const size_t attr_at = pos_;
     GW_RETURN_IF_ERROR(take(version_ == kVersionV1 ? kAttrSizeV1 : kAttrSizeV2, "interface attributes", &p));
     GW_RETURN_IF_ERROR(version_ == kVersionV1 ? attrs_v1(p) : attrs_v2(p, attr_at));
@@ -512,7 +500,7 @@ class Walker {
   }
 
   Status attrs_v1(const uint8_t* p) {
-    const float overhead = load_f32(p), bandwidth = load_f32(p + 4), latency = load_f32(p + 8);
+    const float overhead = load<float>(p), bandwidth = load<float>(p + 4), latency = load<float>(p + 8);
     if (!std::isfinite(overhead) || !std::isfinite(bandwidth) || !std::isfinite(latency)) {
       return fail("interface attributes hold a non-finite number");
     }
@@ -522,8 +510,8 @@ class Walker {
   }
 
   Status attrs_v2(const uint8_t* p, size_t at) {
-    const size_t seg_bytes = static_cast<size_t>(load_u16(p + 4)) * kV2SegSizeUnit;
-    const uint16_t flags = load_u16(p + 6);
+    const size_t seg_bytes = static_cast<size_t>(load<uint16_t>(p + 4)) * kV2SegSizeUnit;
+    const uint16_t flags = load<uint16_t>(p + 6);
     for (size_t i = 4; i < 8; ++i) mark(at + i);
     if ((flags & kV2FlagAmSync) && seg_bytes < kMinAmSegBytes) {
       return fail("offers active messages with a segment size of " + std::to_string(seg_bytes) +
