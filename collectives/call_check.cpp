@@ -98,12 +98,15 @@ std::string CallCheck::not_started() const {
          std::to_string(mine_.seq) + " " + call_kind_name(mine_.kind) + "): stopped, stuck, or making fewer calls";
 }
 
-Status CallCheck::finish(transport::Clock::time_point deadline) {
-  if (unsent_ && failure_.is_ok()) GW_RETURN_IF_ERROR(send());
-  for (int r = 0; r < size_ && failure_.is_ok(); ++r) {
+Status CallCheck::require_all(transport::Clock::time_point deadline) {
+  for (int r = 0; r < size_; ++r) {
     if (r != rank_) GW_RETURN_IF_ERROR(require(r, deadline));
   }
-  GW_RETURN_IF_ERROR(failure_);
+  return failure_;
+}
+
+Status CallCheck::finish(transport::Clock::time_point deadline) {
+  GW_RETURN_IF_ERROR(require_all(deadline));  // sends this rank's descriptor too, if it is still unsent
   for (int r = 0; r < size_; ++r) {
     if (r != rank_) GW_RETURN_IF_ERROR(tp_->wait(sends_[static_cast<size_t>(r)], deadline));
   }

@@ -33,7 +33,9 @@ class CallCheck {
   Status poll();
   // Waits (until deadline) for peer's descriptor and judges it. kTimeout if it has not come.
   Status require(int peer, transport::Clock::time_point deadline);
-  // Waits for every peer's descriptor and for this rank's sends.
+  // require() for every peer: waits until every peer's descriptor has arrived and matched.
+  Status require_all(transport::Clock::time_point deadline);
+  // require_all(), then waits for this rank's sends.
   Status finish(transport::Clock::time_point deadline);
   // For a timeout's message: the ranks that have not started this call (their descriptor
   // has not arrived), e.g. "; rank 2 has not started this call (#7 allreduce)"; "" if none.

@@ -22,13 +22,7 @@ constexpr auto kExplainWait = std::chrono::seconds(1);
 
 Status Context::check_calls() const { return check != nullptr ? check->poll() : Status::ok(); }
 
-Status Context::verify_all_calls() const {
-  if (check == nullptr) return Status::ok();
-  for (int r = 0; r < size; ++r) {
-    if (r != rank) GW_RETURN_IF_ERROR(check->require(r, deadline));
-  }
-  return Status::ok();
-}
+Status Context::verify_all_calls() const { return check != nullptr ? check->require_all(deadline) : Status::ok(); }
 
 Status Context::wait(transport::Op& op) const {
   const Status waited = tp.wait(op, deadline, [this] { return check_calls(); });
