@@ -734,10 +734,15 @@ class UcxTransportImpl final : public UcxTransport {
                                   last_words_.size(), &p);
       if (req != nullptr && !UCS_PTR_IS_ERR(req)) reqs.push_back(req);
     }
-    const auto until = Clock::now() + kLastWordsTimeout;
+    settle_requests(reqs, Clock::now() + kLastWordsTimeout);
+  }
+
+  // Progresses until every request in reqs is done or until passes, then frees them all (one
+  // still in flight is released by UCX when it ends, or with the worker). drive_mu_ held.
+  void settle_requests(const std::vector<void*>& reqs, Clock::time_point until) {
     for (void* req : reqs) {
       while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < until) ucp_worker_progress(worker_);
-      ucp_request_free(req);  // one still in flight is released by UCX when it ends
+      ucp_request_free(req);
     }
   }
 
@@ -914,12 +919,7 @@ class UcxTransportImpl final : public UcxTransport {
       void* req = ucp_ep_close_nbx(ep, &p);
       if (req != nullptr && !UCS_PTR_IS_ERR(req)) reqs.push_back(req);
     }
-    const auto until = Clock::now() + kCloseTimeout;
-    for (void* req : reqs) {
-      while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < until) ucp_worker_progress(worker_);
-      // A close still in progress is released by UCX when it ends (or with the worker).
-      ucp_request_free(req);
-    }
+    settle_requests(reqs, Clock::now() + kCloseTimeout);
   }
 
   // Says goodbye to every peer and waits (bounded) for each to answer, say goodbye, or fail.
