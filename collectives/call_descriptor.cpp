@@ -30,13 +30,12 @@ uint64_t fnv1a(const std::string& s) {
 bool kind_valid(uint8_t k) { return k >= 1 && k <= static_cast<uint8_t>(CallKind::kNcclSetup); }
 
 std::string op_text(uint8_t op) {
-  if (op == static_cast<uint8_t>(ReduceOp::kSum)) return "sum";
-  if (op == static_cast<uint8_t>(ReduceOp::kAvg)) return "avg";
+  if (op <= static_cast<uint8_t>(ReduceOp::kMax)) return red_op_name(static_cast<ReduceOp>(op));
   return "op" + std::to_string(op);
 }
 
 std::string dtype_text(uint8_t d) {
-  return dtype_valid(d) ? dtype_name(static_cast<DType>(d)) : "dtype" + std::to_string(d);
+  return collective_dtype_valid(d) ? dtype_name(static_cast<DType>(d)) : "dtype" + std::to_string(d);
 }
 
 std::string algo_text(uint8_t a) {

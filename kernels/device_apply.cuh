@@ -55,7 +55,7 @@ decltype(auto) with_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
     case DType::kFloat16: return fn(std::integral_constant<DType, DType::kFloat16>{});
     case DType::kBFloat16: return fn(std::integral_constant<DType, DType::kBFloat16>{});
-    case DType::kFloat32: break;
+    default: break;  // float32; callers check the dtype is one codecs take
   }
   return fn(std::integral_constant<DType, DType::kFloat32>{});
 }

@@ -26,7 +26,8 @@ class Transport;
 }
 
 // Values match gw_red_op_t.
-enum class ReduceOp : uint8_t { kSum = 0, kAvg = 1 };
+enum class ReduceOp : uint8_t { kSum = 0, kAvg = 1, kProd = 2, kMin = 3, kMax = 4 };
+GW_API const char* red_op_name(ReduceOp op);
 
 // Values match gw_algo_t.
 enum class Algo : uint8_t {
@@ -66,6 +67,7 @@ struct CommStats {
 
 class GW_API Communicator {
  public:
+  class Work;  // a queued call (submit, isend, irecv); test/wait/wait_for/on_complete below
   // Takes a connected transport (the factories below build one).
   static Result<std::unique_ptr<Communicator>> create(std::unique_ptr<transport::Transport> tp,
                                                       const CommConfig& config);
@@ -97,6 +99,25 @@ class GW_API Communicator {
   Status broadcast(void* buf, size_t bytes, int root);
   Status barrier();
 
+  // Dense collectives, NCCL-shaped (gradwire.h, "dense collectives"): host buffers, every
+  // dtype and op. Counts are elements, sizes bytes. Size arrays have size() entries; displs
+  // null means packed in rank order. Called from the progress thread (inside submit) they
+  // run inline.
+  Status reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root);
+  Status reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op);
+  Status allgatherv(const void* send, size_t send_bytes, void* recv, const size_t* recv_bytes, const size_t* displs);
+  Status alltoall(const void* send, void* recv, size_t bytes);
+  Status alltoallv(const void* send, const size_t* send_bytes, const size_t* send_displs, void* recv,
+                   const size_t* recv_bytes, const size_t* recv_displs);
+  Status gather(const void* send, void* recv, size_t bytes, int root);
+  Status scatter(const void* send, void* recv, size_t bytes, int root);
+
+  // Point-to-point: posted at once (not behind queued collectives), matched by (peer, tag) in
+  // posting order; the work finishes when the bytes have moved. A receive of another size
+  // than the message fails with kInvalidUsage.
+  std::shared_ptr<Work> isend(const void* buf, size_t bytes, int peer, uint32_t tag);
+  std::shared_ptr<Work> irecv(void* buf, size_t bytes, int peer, uint32_t tag);
+
   // The collectives on device buffers (docs/architecture.md, "Device buffers"): the work is
   // ordered after what the caller queued on stream (a cudaStream_t; null: the legacy default
   // stream) and is complete on return. ef is null or a device state. The codec runs on the
@@ -125,10 +146,14 @@ class GW_API Communicator {
 
   // Runs fn on the communicator's progress thread after every earlier call; the returned
   // handle reports its status. This is how the non-blocking C calls work.
-  class Work;
   std::shared_ptr<Work> submit(std::function<Status(Communicator&)> fn);
   static bool test(Work& work, Status* status);
   static Status wait(Work& work);
+  // kTimeout (the work still pending) when it has not finished within timeout.
+  static Status wait_for(Work& work, std::chrono::milliseconds timeout);
+  // fn(status) runs once when the work finishes: on the progress thread, or at once here if
+  // it already has. It must be quick and must not call the communicator.
+  static void on_complete(Work& work, std::function<void(const Status&)> fn);
 
  private:
   struct Impl;

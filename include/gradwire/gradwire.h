@@ -56,10 +56,17 @@ typedef enum gw_result GW_ENUM_TYPE {
   GW_NUM_RESULTS = 13
 } gw_result_t;
 
+/* Codecs take the three floating-point types (lossy codecs float32 only); the dense
+ * collectives take all of them (bool travels as GW_UINT8). */
 typedef enum gw_dtype GW_ENUM_TYPE {
   GW_FLOAT32 = 1,
   GW_FLOAT16 = 2,
-  GW_BFLOAT16 = 3
+  GW_BFLOAT16 = 3,
+  GW_FLOAT64 = 4,
+  GW_INT8 = 5,
+  GW_UINT8 = 6,
+  GW_INT32 = 7,
+  GW_INT64 = 8
 } gw_dtype_t;
 
 typedef enum gw_decode_mode GW_ENUM_TYPE {
@@ -88,9 +95,15 @@ typedef struct gw_message_info_s {
   uint64_t total_bytes; /* header plus payload */
 } gw_message_info_t;
 
+/* Compressed all-reduces take GW_SUM and GW_AVG; dense reductions take every op. GW_AVG on
+ * integers is the sum divided by the rank count, rounded toward zero. Integer sums and
+ * products wrap around (two's complement), as NCCL's do. */
 typedef enum gw_red_op GW_ENUM_TYPE {
   GW_SUM = 0,
-  GW_AVG = 1
+  GW_AVG = 1,
+  GW_PROD = 2,
+  GW_MIN = 3,
+  GW_MAX = 4
 } gw_red_op_t;
 
 typedef enum gw_algo GW_ENUM_TYPE {
@@ -171,6 +184,10 @@ GW_API gw_result_t gw_ef_state_count(gw_ef_state_t ef, size_t* count);
 GW_API gw_result_t gw_ef_state_step(gw_ef_state_t ef, uint64_t* step);
 /* Copies the residual (count floats) out. */
 GW_API gw_result_t gw_ef_state_get_residual(gw_ef_state_t ef, float* out, size_t count);
+/* Restores a saved state (a resumed job): copies count floats (the state's count) into the
+ * residual, host or device, and sets the step counter. Not while a collective uses ef. */
+GW_API gw_result_t gw_ef_state_set_residual(gw_ef_state_t ef, const float* in, size_t count);
+GW_API gw_result_t gw_ef_state_set_step(gw_ef_state_t ef, uint64_t step);
 
 /* ---- codecs on CUDA device memory ----
  * The same messages as gw_encode / gw_decode, bit for bit, computed by CUDA kernels on
@@ -211,6 +228,14 @@ GW_API gw_result_t gw_get_unique_id(gw_unique_id_t* id);
 GW_API gw_result_t gw_comm_init_rank(gw_comm_t* comm, int nranks, gw_unique_id_t id, int rank,
                                      const gw_config_t* config);
 GW_API gw_result_t gw_comm_init_from_env(gw_comm_t* comm, const gw_config_t* config);
+/* Bootstrap through a channel the caller already has (a torch.distributed Store, MPI, a key
+ * value store): allgather(user, sendbuf, recvbuf, bytes) must give recvbuf (nranks * bytes)
+ * every rank's sendbuf block in rank order, with the same bytes on every rank, and return
+ * GW_SUCCESS (anything else fails the init with that code). It is called a few times, from
+ * the calling thread, before this returns; no port is opened for the rendezvous. */
+typedef gw_result_t (*gw_allgather_fn)(void* user, const void* sendbuf, void* recvbuf, size_t bytes);
+GW_API gw_result_t gw_comm_init_with_allgather(gw_comm_t* comm, int nranks, int rank, gw_allgather_fn allgather,
+                                               void* user, const gw_config_t* config);
 /* Finishes queued work (failing it if the communicator is broken) and frees everything. */
 GW_API gw_result_t gw_comm_destroy(gw_comm_t comm);
 /* Fails every pending and future call with GW_ERR_ABORTED; any thread. */
@@ -263,6 +288,15 @@ GW_API gw_result_t gw_iallreduce(gw_comm_t comm, const void* sendbuf, void* recv
 GW_API gw_result_t gw_test(gw_request_t request, int* done);
 /* Waits for the request, frees it and returns its result. */
 GW_API gw_result_t gw_wait(gw_request_t request);
+/* Waits at most timeout_s seconds: GW_ERR_TIMEOUT (the request still pending and valid, the
+ * communicator untouched) when it has not finished by then; else as gw_wait. */
+GW_API gw_result_t gw_wait_for(gw_request_t request, double timeout_s);
+/* fn(user, result, message) runs once when the request finishes, on the communicator's
+ * progress thread (or at once in this thread if it already has); message is the error's
+ * text ("" on success) and lives only during the call. fn must be quick and must not call
+ * gradwire. The request must still be freed by gw_test or gw_wait. At most one per request. */
+typedef void (*gw_complete_fn)(void* user, gw_result_t result, const char* message);
+GW_API gw_result_t gw_request_on_complete(gw_request_t request, gw_complete_fn fn, void* user);
 /* The algorithm the policy picks for these arguments on this communicator. Where the
  * static policy would compress (GW_ALGO_AUTO, no GW_ALGO), the first calls of each (codec,
  * count, dtype) time the compressed algorithm against the dense ring and later calls run
@@ -283,6 +317,66 @@ GW_API gw_result_t gw_sparse_allgather_dense(gw_comm_t comm, const void* msg, si
 GW_API gw_result_t gw_allgather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes);
 GW_API gw_result_t gw_broadcast(gw_comm_t comm, void* buf, size_t bytes, int root);
 GW_API gw_result_t gw_barrier(gw_comm_t comm);
+
+/* ---- dense collectives, NCCL-shaped ----
+ * Host buffers, any dtype, every op; sendbuf may equal recvbuf where the shapes allow (in
+ * place). Sizes are elements (count) for reductions and bytes for data movement. Calls whose
+ * arguments differ between ranks (count, dtype, op, root, sizes) fail with
+ * GW_ERR_INVALID_USAGE on every rank. Each has a non-blocking twin (gw_i...) that returns a
+ * request at once; buffers and size arrays given to it are used until it finishes (size
+ * arrays are copied at the call). */
+/* recvbuf (root only; ignored elsewhere, may be NULL) = op over ranks of sendbuf. */
+GW_API gw_result_t gw_reduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                             gw_red_op_t op, int root);
+/* recvbuf (recvcount elements) = op over ranks of block `rank` of sendbuf (nranks * recvcount
+ * elements). In place: recvbuf == sendbuf + rank * recvcount elements. */
+GW_API gw_result_t gw_reduce_scatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t recvcount,
+                                     gw_dtype_t dtype, gw_red_op_t op);
+/* Variable all-gather: rank r's sendbytes land at recvbuf + displs[r], recvbytes[r] long
+ * (recvbytes[rank] == sendbytes). displs NULL: packed in rank order. */
+GW_API gw_result_t gw_allgatherv(gw_comm_t comm, const void* sendbuf, size_t sendbytes, void* recvbuf,
+                                 const size_t* recvbytes, const size_t* displs);
+/* Block r of sendbuf (bytes each) goes to rank r; block r of recvbuf comes from rank r. */
+GW_API gw_result_t gw_alltoall(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes);
+/* Variable all-to-all: sendbytes[r] bytes at sendbuf + sdispls[r] go to rank r, which must
+ * expect exactly that many (its recvbytes[rank]); displs NULL: packed in rank order. */
+GW_API gw_result_t gw_alltoallv(gw_comm_t comm, const void* sendbuf, const size_t* sendbytes, const size_t* sdispls,
+                                void* recvbuf, const size_t* recvbytes, const size_t* rdispls);
+/* recvbuf (root: nranks * bytes; elsewhere ignored, may be NULL) = every rank's sendbuf. */
+GW_API gw_result_t gw_gather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root);
+/* recvbuf (bytes) = block `rank` of root's sendbuf (nranks * bytes; ignored elsewhere). */
+GW_API gw_result_t gw_scatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root);
+
+GW_API gw_result_t gw_ireduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                              gw_red_op_t op, int root, gw_request_t* request);
+GW_API gw_result_t gw_ireduce_scatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t recvcount,
+                                      gw_dtype_t dtype, gw_red_op_t op, gw_request_t* request);
+GW_API gw_result_t gw_iallgather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes,
+                                 gw_request_t* request);
+GW_API gw_result_t gw_iallgatherv(gw_comm_t comm, const void* sendbuf, size_t sendbytes, void* recvbuf,
+                                  const size_t* recvbytes, const size_t* displs, gw_request_t* request);
+GW_API gw_result_t gw_ibroadcast(gw_comm_t comm, void* buf, size_t bytes, int root, gw_request_t* request);
+GW_API gw_result_t gw_ialltoall(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes,
+                                gw_request_t* request);
+GW_API gw_result_t gw_ialltoallv(gw_comm_t comm, const void* sendbuf, const size_t* sendbytes, const size_t* sdispls,
+                                 void* recvbuf, const size_t* recvbytes, const size_t* rdispls, gw_request_t* request);
+GW_API gw_result_t gw_igather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root,
+                              gw_request_t* request);
+GW_API gw_result_t gw_iscatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root,
+                               gw_request_t* request);
+GW_API gw_result_t gw_ibarrier(gw_comm_t comm, gw_request_t* request);
+
+/* ---- point-to-point ----
+ * Messages between two ranks, matched by (peer, tag) in the order they were posted; they
+ * are not collective and do not wait behind other calls: a send and a receive both post at
+ * once and finish when the bytes have moved (or the timeout passes, which breaks the
+ * communicator). A receive must name the exact size: a message of another size fails it
+ * with GW_ERR_INVALID_USAGE. Any tag value is allowed. */
+GW_API gw_result_t gw_send(gw_comm_t comm, const void* buf, size_t bytes, int peer, uint32_t tag);
+GW_API gw_result_t gw_recv(gw_comm_t comm, void* buf, size_t bytes, int peer, uint32_t tag);
+GW_API gw_result_t gw_isend(gw_comm_t comm, const void* buf, size_t bytes, int peer, uint32_t tag,
+                            gw_request_t* request);
+GW_API gw_result_t gw_irecv(gw_comm_t comm, void* buf, size_t bytes, int peer, uint32_t tag, gw_request_t* request);
 
 /* ---- collectives on CUDA device buffers ----
  * gw_allreduce, gw_allreduce_ex, gw_iallreduce, gw_allgather and gw_broadcast recognise
