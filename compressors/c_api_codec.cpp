@@ -3,6 +3,8 @@
 #include <memory>
 
 #include "compressors/c_api_handles.hpp"
+#include "compressors/device_ef_state.hpp"
+#include "compressors/ef_state_blob.hpp"
 #include "compressors/device_memory.hpp"
 #include "compressors/c_api_support.hpp"
 #include "gradwire/codec.hpp"
@@ -30,6 +32,47 @@ Status check_dtype(gw_dtype_t dtype) {
                                 " is not a gw_dtype_t");
   }
   return Status::ok();
+}
+
+}  // namespace
+
+namespace {
+
+// A host or device state as the checkpoint blob sees it.
+gw::EfAccess ef_access(gw_ef_state_s& s) {
+  if (s.device) {
+    gw::DeviceEfState* d = s.device.get();
+    return gw::EfAccess{d->count(),
+                        d->step(),
+                        d->owner_count(),
+                        [d](float* out) { return d->copy_out(out, d->count()); },
+                        [d](float* out) { return d->copy_owner_out(out, d->owner_count()); },
+                        [d](const float* in) { return d->copy_in(in, d->count()); },
+                        [d](const float* in, size_t n) { return d->copy_owner_in(in, n); },
+                        [d](uint64_t step) { d->set_step(step); }};
+  }
+  gw::ErrorFeedback* e = &s.ef;
+  return gw::EfAccess{e->count(),
+                      e->step(),
+                      e->owner_count(),
+                      [e](float* out) {
+                        std::memcpy(out, e->residual(), e->count() * sizeof(float));
+                        return Status::ok();
+                      },
+                      [e](float* out) {
+                        std::memcpy(out, e->owner_residual(), e->owner_count() * sizeof(float));
+                        return Status::ok();
+                      },
+                      [e](const float* in) {
+                        std::memcpy(e->residual(), in, e->count() * sizeof(float));
+                        return Status::ok();
+                      },
+                      [e](const float* in, size_t n) {
+                        float* o = e->owner_residual(n);
+                        if (n > 0) std::memcpy(o, in, n * sizeof(float));
+                        return Status::ok();
+                      },
+                      [e](uint64_t step) { e->set_step(step); }};
 }
 
 }  // namespace
@@ -202,6 +245,55 @@ gw_result_t gw_ef_state_get_residual(gw_ef_state_t ef, float* out, size_t count)
     }
     if (count > 0) std::memcpy(out, ef->ef.residual(), count * sizeof(float));
     return Status::ok();
+  });
+}
+
+gw_result_t gw_ef_state_set_residual(gw_ef_state_t ef, const float* in, size_t count) {
+  return guard("gw_ef_state_set_residual", [&]() -> Status {
+    if (ef == nullptr) return null_arg("ef");
+    if (in == nullptr && count > 0) return null_arg("in");
+    if (ef->device) return ef->device->copy_in(in, count);
+    if (count != ef->ef.count()) {
+      return gw::invalid_argument("count " + std::to_string(count) + " differs from the state's " +
+                                  std::to_string(ef->ef.count()));
+    }
+    if (count > 0) std::memcpy(ef->ef.residual(), in, count * sizeof(float));
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_ef_state_set_step(gw_ef_state_t ef, uint64_t step) {
+  return guard("gw_ef_state_set_step", [&]() -> Status {
+    if (ef == nullptr) return null_arg("ef");
+    if (ef->device) {
+      ef->device->set_step(step);
+    } else {
+      ef->ef.set_step(step);
+    }
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_ef_state_save(gw_ef_state_t ef, void* buf, size_t capacity, size_t* bytes) {
+  return guard("gw_ef_state_save", [&]() -> Status {
+    if (ef == nullptr) return null_arg("ef");
+    if (bytes == nullptr) return null_arg("bytes");
+    *bytes = 0;
+    const gw::EfAccess access = ef_access(*ef);
+    if (buf == nullptr) {
+      GW_ASSIGN_OR_RETURN(*bytes, gw::ef_blob_bytes(access));
+      return Status::ok();
+    }
+    GW_ASSIGN_OR_RETURN(*bytes, gw::save_ef_blob(access, buf, capacity));
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_ef_state_load(gw_ef_state_t ef, const void* buf, size_t len) {
+  return guard("gw_ef_state_load", [&]() -> Status {
+    if (ef == nullptr) return null_arg("ef");
+    if (buf == nullptr) return null_arg("buf");
+    return gw::load_ef_blob(ef_access(*ef), buf, len);
   });
 }
 

@@ -18,6 +18,13 @@ class DeviceEfState {
   virtual Status reset() = 0;
   // Copies the residual (count floats) to host memory.
   virtual Status copy_out(float* host, size_t count) const = 0;
+  // Restoring a checkpoint: the residual from host memory (count floats), the step, and the
+  // owner-side residual (owner_count floats out; copy_owner_in makes it n floats).
+  virtual Status copy_in(const float* host, size_t count) = 0;
+  virtual void set_step(uint64_t step) = 0;
+  virtual size_t owner_count() const = 0;
+  virtual Status copy_owner_out(float* host, size_t n) const = 0;
+  virtual Status copy_owner_in(const float* host, size_t n) = 0;
 
   // For the device collectives (collectives/device_*.cpp): the residual (count floats of
   // device memory), the owner-side residual (n floats, zeroed when first made, as

@@ -103,6 +103,32 @@ Status DeviceResidual::copy_out(float* host, size_t count) const {
   return Status::ok();
 }
 
+Status DeviceResidual::copy_in(const float* host, size_t count) {
+  if (count != count_) {
+    return invalid_argument("count " + std::to_string(count) + " differs from the state's " + std::to_string(count_));
+  }
+  // Not a hot path: nothing may still be using the residual on any stream.
+  GW_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  if (count > 0) GW_CUDA_RETURN_IF_ERROR(cudaMemcpy(data_, host, count * sizeof(float), cudaMemcpyHostToDevice));
+  return Status::ok();
+}
+
+Status DeviceResidual::copy_owner_out(float* host, size_t n) const {
+  if (n != owner_count_) {
+    return invalid_argument("owner residual holds " + std::to_string(owner_count_) + " floats, not " + std::to_string(n));
+  }
+  GW_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  if (n > 0) GW_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, owner_, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return Status::ok();
+}
+
+Status DeviceResidual::copy_owner_in(const float* host, size_t n) {
+  GW_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  GW_ASSIGN_OR_RETURN(float* o, owner_residual(n));
+  if (n > 0) GW_CUDA_RETURN_IF_ERROR(cudaMemcpy(o, host, n * sizeof(float), cudaMemcpyHostToDevice));
+  return Status::ok();
+}
+
 Result<size_t> DeviceEncoder::encode(const void* src, size_t n, DType dtype, const EncodeContext& ctx,
                                      DeviceResidual* ef, void* out, size_t cap, cudaStream_t stream) {
   if (ef == nullptr) return run(src, nullptr, n, dtype, ctx, out, cap, stream);

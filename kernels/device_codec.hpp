@@ -44,6 +44,11 @@ class DeviceResidual final : public DeviceEfState {
   Status reset() override;
   // Copies the residual to host memory (waits for work in flight on every stream).
   Status copy_out(float* host, size_t count) const override;
+  Status copy_in(const float* host, size_t count) override;
+  void set_step(uint64_t step) override { step_ = step; }
+  size_t owner_count() const override { return owner_count_; }
+  Status copy_owner_out(float* host, size_t n) const override;
+  Status copy_owner_in(const float* host, size_t n) override;
 
  private:
   DeviceResidual(float* data, size_t count) : data_(data), count_(count) {}

@@ -94,6 +94,21 @@ class StandInEf final : public DeviceEfState {
     if (n > 0) std::memcpy(host, const_cast<DeviceVector<float>&>(res_).data(), n * sizeof(float));
     return Status::ok();
   }
+  Status copy_in(const float* host, size_t n) override {
+    if (n > 0) std::memcpy(res_.data(), host, n * sizeof(float));
+    return Status::ok();
+  }
+  void set_step(uint64_t step) override { step_ = step; }
+  size_t owner_count() const override { return owner_n_; }
+  Status copy_owner_out(float* host, size_t n) const override {
+    if (n > 0) std::memcpy(host, owner_, n * sizeof(float));
+    return Status::ok();
+  }
+  Status copy_owner_in(const float* host, size_t n) override {
+    GW_ASSIGN_OR_RETURN(float* o, owner_residual(n));
+    if (n > 0) std::memcpy(o, host, n * sizeof(float));
+    return Status::ok();
+  }
   float* residual() override { return res_.data(); }
   Result<float*> owner_residual(size_t n) override {
     if (owner_ == nullptr || owner_n_ != n) {

@@ -19,6 +19,7 @@ class GW_API ErrorFeedback {
   size_t count() const { return residual_.size(); }
   uint64_t step() const { return step_; }
   void advance() { ++step_; }
+  void set_step(uint64_t step) { step_ = step; }
   void reset();
 
   float* residual() { return residual_.data(); }
@@ -27,6 +28,7 @@ class GW_API ErrorFeedback {
   // Owner-side residual, sized on first use by the collective that needs it.
   float* owner_residual(size_t count);
   size_t owner_count() const { return owner_residual_.size(); }
+  const float* owner_residual() const { return owner_residual_.data(); }
 
  private:
   std::vector<float> residual_;

@@ -188,6 +188,13 @@ GW_API gw_result_t gw_ef_state_get_residual(gw_ef_state_t ef, float* out, size_t
  * residual, host or device, and sets the step counter. Not while a collective uses ef. */
 GW_API gw_result_t gw_ef_state_set_residual(gw_ef_state_t ef, const float* in, size_t count);
 GW_API gw_result_t gw_ef_state_set_step(gw_ef_state_t ef, uint64_t step);
+/* The whole state (residual, the owner-side residual some collectives keep, step) as one
+ * self-describing blob for a checkpoint. buf NULL: *bytes = the size it needs. A host state's
+ * blob loads into a device state of the same count and back. Loaded bytes are untrusted:
+ * GW_ERR_INVALID_MESSAGE when they are not a blob, GW_ERR_INVALID_ARGUMENT when the count
+ * differs; the state is untouched on error. */
+GW_API gw_result_t gw_ef_state_save(gw_ef_state_t ef, void* buf, size_t capacity, size_t* bytes);
+GW_API gw_result_t gw_ef_state_load(gw_ef_state_t ef, const void* buf, size_t len);
 
 /* ---- codecs on CUDA device memory ----
  * The same messages as gw_encode / gw_decode, bit for bit, computed by CUDA kernels on
