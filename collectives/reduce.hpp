@@ -5,12 +5,17 @@
 #include <cstdint>
 
 #include "gradwire/codec.hpp"
+#include "gradwire/communicator.hpp"
 
 namespace gw::coll {
 
-// dst[i] += src[i] for n elements of dtype (half types accumulate through float).
+// dst[i] = dst[i] op src[i] for n elements of dtype; kAvg reduces as kSum (divide at the end).
+// Integer sums and products wrap around; half types compute through float, float64 in
+// double; min and max of floating types give NaN when either side is NaN.
+void reduce_into(void* dst, const void* src, size_t n, DType dtype, ReduceOp op);
+// dst[i] += src[i]: reduce_into with kSum.
 void reduce_sum(void* dst, const void* src, size_t n, DType dtype);
-// dst[i] /= divisor.
-void divide(void* dst, size_t n, DType dtype, float divisor);
+// dst[i] /= divisor (divisor > 0); integers round toward zero.
+void divide(void* dst, size_t n, DType dtype, int divisor);
 
 }  // namespace gw::coll

@@ -3,6 +3,8 @@
 //
 // Step s sends segment send_seg(s) to the next rank and receives recv_seg(s) from the
 // previous one; send_seg(s + 1) == recv_seg(s), which is what lets chunks flow through.
+// Every op (reduce.hpp): each segment is reduced once, in one order, along the ring and then
+// copied to every rank, so all ranks hold the same bits (NaN payloads and signed zeros too).
 #include <cstring>
 #include <string>
 
@@ -82,10 +84,8 @@ Status ring_allreduce(Context& c, const void* send, void* recv, size_t n, DType 
       }
       if (s < rs_steps) {
         uint8_t* mine = data + (part.start(seg) + chunks.offset(k)) * es;
-        reduce_sum(mine, recv_dst(s, k), chunks.length(len, k), dtype);
-        if (s == rs_steps - 1 && op == ReduceOp::kAvg) {
-          divide(mine, chunks.length(len, k), dtype, static_cast<float>(p));
-        }
+        reduce_into(mine, recv_dst(s, k), chunks.length(len, k), dtype, op);
+        if (s == rs_steps - 1 && op == ReduceOp::kAvg) divide(mine, chunks.length(len, k), dtype, p);
       }
       if (s + 1 < steps) GW_RETURN_IF_ERROR(post_send(s + 1, k));
     }
