@@ -31,6 +31,25 @@ Status allgather(Context& c, const void* send, void* recv, size_t bytes);
 Status broadcast(Context& c, void* buf, size_t bytes, int root);
 Status barrier(Context& c);
 
+// The dense collectives of the public API (host memory, every dtype and op; sizes are
+// elements for reductions, bytes otherwise; every rank passes the same sizes unless noted).
+// out (part.length(rank) elements) = op over ranks of segment `rank` of send (part.n
+// elements); out may be that segment of send. kAvg sums here: the caller divides.
+Status ring_reduce_scatter(Context& c, const void* send, void* out, const Partition& part, DType dtype, ReduceOp op);
+// recv (recv_count elements) = op over ranks of block `rank` of send.
+Status reduce_scatter(Context& c, const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op);
+// recv (root only, n elements) = op over ranks of send.
+Status reduce(Context& c, const void* send, void* recv, size_t n, DType dtype, ReduceOp op, int root);
+// Block r (lengths[r] bytes) lands at recv + displs[r]; send is this rank's block.
+Status allgatherv(Context& c, const void* send, void* recv, const uint64_t* displs, const uint64_t* lengths);
+Status alltoall(Context& c, const void* send, void* recv, size_t bytes);
+// sbytes[r] bytes at send + soff[r] go to rank r; rbytes[r] bytes from rank r land at recv +
+// roff[r]. Sizes that differ from what the other side says fail on every rank (kInvalidUsage).
+Status alltoallv(Context& c, const void* send, const uint64_t* sbytes, const uint64_t* soff, void* recv,
+                 const uint64_t* rbytes, const uint64_t* roff);
+Status gather(Context& c, const void* send, void* recv, size_t bytes, int root);
+Status scatter(Context& c, const void* send, void* recv, size_t bytes, int root);
+
 // Shared by the lossy algorithms: acc = send (+ residual when ef), the buffer they compress
 // from. With ef the residual buffer itself is acc, so what each encode leaves behind stays
 // there as the next step's residual.

@@ -27,7 +27,13 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-bool kind_valid(uint8_t k) { return k >= 1 && k <= static_cast<uint8_t>(CallKind::kNcclSetup); }
+bool kind_valid(uint8_t k) { return k >= 1 && k <= static_cast<uint8_t>(CallKind::kScatter); }
+
+// Whether a kind's count is elements (else bytes).
+bool counts_elements(CallKind k) {
+  return k == CallKind::kAllreduce || k == CallKind::kSparseAllgatherDense || k == CallKind::kReduce ||
+         k == CallKind::kReduceScatter;
+}
 
 std::string op_text(uint8_t op) {
   if (op <= static_cast<uint8_t>(ReduceOp::kMax)) return red_op_name(static_cast<ReduceOp>(op));
@@ -49,11 +55,12 @@ std::string fields(const CallDescriptor& d, const CallDescriptor& o) {
   auto show = [&](bool differs, bool has) { return has && (other_kind || differs); };
   std::string s;
   if (d.seq != o.seq) s += " (call #" + std::to_string(d.seq) + ")";
-  const bool counted = d.kind != CallKind::kBarrier && d.kind != CallKind::kSparseAllgather;
+  const bool counted = d.kind != CallKind::kBarrier && d.kind != CallKind::kSparseAllgather && d.kind != CallKind::kAlltoallv;
   if (show(d.count != o.count, counted)) {
-    const bool bytes = d.kind != CallKind::kAllreduce && d.kind != CallKind::kSparseAllgatherDense;
-    s += std::string(bytes ? " bytes=" : " count=") + std::to_string(d.count);
+    const char* name = d.kind == CallKind::kAllgatherv ? " total bytes=" : counts_elements(d.kind) ? " count=" : " bytes=";
+    s += name + std::to_string(d.count);
   }
+  if (show(d.sizes != o.sizes, d.sizes != 0)) s += " recvbytes digest=" + std::to_string(d.sizes);
   if (show(d.dtype != o.dtype, d.dtype != kNoField)) s += " dtype=" + dtype_text(d.dtype);
   if (show(d.op != o.op, d.op != kNoField)) s += " op=" + op_text(d.op);
   if (show(d.spec != o.spec, d.kind == CallKind::kAllreduce)) s += " codec=" + (d.spec.empty() ? std::string("none") : d.spec);
@@ -65,6 +72,17 @@ std::string fields(const CallDescriptor& d, const CallDescriptor& o) {
 
 }  // namespace
 
+uint64_t size_digest(const uint64_t* sizes, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; ++i) {
+    for (int b = 0; b < 8; ++b) {
+      h ^= (sizes[i] >> (8 * b)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  }
+  return h != 0 ? h : 1;
+}
+
 const char* call_kind_name(CallKind kind) {
   switch (kind) {
     case CallKind::kAllreduce: return "allreduce";
@@ -75,6 +93,13 @@ const char* call_kind_name(CallKind kind) {
     case CallKind::kBarrier: return "barrier";
     case CallKind::kTunerAgreement: return "the tuner's agreement";
     case CallKind::kNcclSetup: return "enable_nccl";
+    case CallKind::kReduce: return "reduce";
+    case CallKind::kReduceScatter: return "reduce_scatter";
+    case CallKind::kAllgatherv: return "allgatherv";
+    case CallKind::kAlltoall: return "alltoall";
+    case CallKind::kAlltoallv: return "alltoallv";
+    case CallKind::kGather: return "gather";
+    case CallKind::kScatter: return "scatter";
   }
   return "an unknown collective";
 }
@@ -94,6 +119,7 @@ size_t encode_descriptor(const CallDescriptor& d, uint8_t* out) {
   put<uint64_t>(out + 16, d.count);
   put<uint64_t>(out + 24, d.seq);
   put<uint64_t>(out + 32, fnv1a(d.spec));
+  put<uint64_t>(out + 40, d.sizes);
   std::memcpy(out + CallDescriptor::kFixedBytes, d.spec.data(), spec_len);
   return CallDescriptor::kFixedBytes + spec_len;
 }
@@ -119,6 +145,7 @@ Result<CallDescriptor> parse_descriptor(const uint8_t* data, size_t len, int pee
   d.root = get<int32_t>(data + 12);
   d.count = get<uint64_t>(data + 16);
   d.seq = get<uint64_t>(data + 24);
+  d.sizes = get<uint64_t>(data + 40);
   const char* spec = reinterpret_cast<const char*>(data + CallDescriptor::kFixedBytes);
   for (size_t i = 0; i < spec_len; ++i) {
     const unsigned char ch = static_cast<unsigned char>(spec[i]);

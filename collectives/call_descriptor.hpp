@@ -7,7 +7,7 @@
 //   0  magic "GWCD"      4  version u8 (1)   5  kind u8   6  op u8   7  dtype u8
 //   8  algo u8           9  flags u8 (bit 0: device memory)  10  spec_len u16
 //  12  root i32         16  count u64        24  seq u64     32  codec spec hash u64 (FNV-1a)
-//  40  reserved u64 (0)
+//  40  sizes digest u64 (FNV-1a of a size array every rank passes alike; 0 when none)
 #pragma once
 
 #include <cstddef>
@@ -27,6 +27,13 @@ enum class CallKind : uint8_t {
   kBarrier = 6,
   kTunerAgreement = 7,  // the tuner's exchange of timings after its trial calls
   kNcclSetup = 8,       // one step of enable_nccl
+  kReduce = 9,
+  kReduceScatter = 10,  // count: each rank's block
+  kAllgatherv = 11,     // count: total bytes; sizes: digest of the recvbytes array
+  kAlltoall = 12,       // count: bytes per block
+  kAlltoallv = 13,      // sizes are per pair: checked by the algorithm itself
+  kGather = 14,
+  kScatter = 15,
 };
 constexpr uint8_t kNoField = 0xff;  // op, dtype or algo that a kind does not have
 
@@ -39,6 +46,7 @@ struct CallDescriptor {
   int32_t root = -1;
   uint64_t count = 0;  // elements (all-reduce, dense sparse all-gather) or bytes
   uint64_t seq = 0;    // the communicator's call number
+  uint64_t sizes = 0;  // digest of per-rank sizes every rank must pass alike (size_digest); 0: none
   std::string spec;    // canonical codec spec ("" for none), at most kMaxSpec bytes on the wire
 
   static constexpr uint8_t kDevice = 1;
@@ -48,6 +56,9 @@ struct CallDescriptor {
 };
 
 const char* call_kind_name(CallKind kind);
+
+// The digest of n sizes for CallDescriptor::sizes (never 0).
+uint64_t size_digest(const uint64_t* sizes, size_t n);
 
 // Writes d into out (kMaxBytes available); returns the length written.
 size_t encode_descriptor(const CallDescriptor& d, uint8_t* out);
