@@ -1,15 +1,16 @@
 #!/usr/bin/python3
-"""The Gloo baseline: torch.distributed's gloo all_reduce (float32, sum), timed as
+"""torch.distributed all_reduce (float32, sum) through a backend: the Gloo baseline, or
+gradwire's own torch backend (--backend gradwire, which imports gradwire.torch), timed as
 allreduce_perf times gradwire: tensors allocated once and first-touched, warm-up calls, then
 the mean time per call of the slowest rank, one row per size.
 
 Launch it like torchrun does (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; OpenMPI's
 OMPI_COMM_WORLD_RANK/SIZE also work). Inside a network namespace set GLOO_SOCKET_IFNAME
-(e.g. eth0), or gloo binds to the loopback device. Needs Debian's python3-torch: run it with
-/usr/bin/python3.
+(e.g. eth0), or gloo binds to the loopback device. Runs with any torch (Debian's 1.13 under
+/usr/bin/python3, or the project's .venv/bin/python).
 
-usage: gloo_allreduce_perf.py [-b bytes] [-e bytes] [-f factor] [-n iters] [-w warmup]
-                              [-c 0|1] [-J file.json]
+usage: gloo_allreduce_perf.py [--backend gloo|gradwire] [-b bytes] [-e bytes] [-f factor]
+                              [-n iters] [-w warmup] [-c 0|1] [-J file.json]
 """
 import argparse
 import json
@@ -31,6 +32,7 @@ def parse_size(s):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", default="gloo", help="torch.distributed backend: gloo or gradwire")
     ap.add_argument("-b", default="32M", help="smallest size in bytes (K, M, G suffixes)")
     ap.add_argument("-e", default="32M", help="largest size in bytes")
     ap.add_argument("-f", type=float, default=2.0, help="size factor between rows")
@@ -43,7 +45,10 @@ def main():
     env = os.environ
     rank = int(env.get("RANK", env.get("OMPI_COMM_WORLD_RANK", "0")))
     world = int(env.get("WORLD_SIZE", env.get("OMPI_COMM_WORLD_SIZE", "1")))
-    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+    if a.backend == "gradwire":
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+        import gradwire.torch  # noqa: F401  (registers the backend)
+    dist.init_process_group(a.backend, init_method="env://", rank=rank, world_size=world)
 
     lo, hi = parse_size(a.b), parse_size(a.e)
     max_count = hi // 4
@@ -55,7 +60,7 @@ def main():
     mine = pattern(rank)
     buf = mine.clone()  # allocated and touched once
     if rank == 0:
-        print(f"# Gloo all_reduce (torch {torch.__version__}): {world} ranks, float, sum, iters {a.n}, "
+        print(f"# {a.backend} all_reduce (torch {torch.__version__}): {world} ranks, float, sum, iters {a.n}, "
               f"warmup {a.w}, GLOO_SOCKET_IFNAME={env.get('GLOO_SOCKET_IFNAME', '(unset)')}")
         print("#\n# %12s %12s %12s %8s %8s %8s" % ("size(B)", "count", "time(us)", "algbw", "busbw", "#wrong"))
         sys.stdout.flush()
@@ -94,7 +99,7 @@ def main():
         size *= a.f
     if rank == 0 and a.J:
         with open(a.J, "w") as f:
-            json.dump({"tool": "gloo_allreduce_perf", "nranks": world, "iters": a.n, "warmup": a.w,
+            json.dump({"tool": "gloo_allreduce_perf", "backend": a.backend, "nranks": world, "iters": a.n, "warmup": a.w,
                        "torch": torch.__version__, "bus_factor": 2 * (world - 1) / world, "results": rows}, f, indent=1)
     dist.destroy_process_group()
 

@@ -14,10 +14,12 @@ import os
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 GW_SUCCESS = 0
-DTYPES = {"float32": 1, "float16": 2, "bfloat16": 3}
-DTYPE_SIZES = {"float32": 4, "float16": 2, "bfloat16": 2}
+# Codecs take the first three; the dense collectives all of them (bool travels as uint8).
+DTYPES = {"float32": 1, "float16": 2, "bfloat16": 3, "float64": 4, "int8": 5, "uint8": 6, "int32": 7, "int64": 8}
+DTYPE_SIZES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1, "int32": 4,
+               "int64": 8}
 DECODE_MODES = {"overwrite": 0, "accumulate": 1, "subtract": 2}
-OPS = {"sum": 0, "avg": 1}
+OPS = {"sum": 0, "avg": 1, "prod": 2, "min": 3, "max": 4}
 ALGOS = {"auto": 0, "ring": 1, "compressed_ring": 2, "scatter_reduce": 3, "sparse_allgather": 4}
 CODEC_IDS = {0: "none", 1: "fp16", 2: "bf16", 3: "qsgd", 4: "sign", 5: "topk", 6: "dgc", 7: "randomk"}
 RESULT_NAMES = [
@@ -148,6 +150,10 @@ _OPTIONAL = {
     "gw_broadcast_device": (_c.c_int, [_vp, _vp, _sz, _c.c_int, _vp]),
     "gw_comm_enable_nccl": (_c.c_int, [_vp]),
     "gw_comm_nccl_enabled": (_c.c_int, [_vp, _p(_c.c_int)]),
+    "gw_ef_state_set_residual": (_c.c_int, [_vp, _vp, _sz]),
+    "gw_ef_state_set_step": (_c.c_int, [_vp, _c.c_uint64]),
+    "gw_ef_state_save": (_c.c_int, [_vp, _vp, _sz, _p(_sz)]),
+    "gw_ef_state_load": (_c.c_int, [_vp, _vp, _sz]),
 }
 
 for _name, (_res, _args) in _PROTOTYPES.items():

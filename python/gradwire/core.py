@@ -38,17 +38,21 @@ def _buffer(x, what="buffer", device_ok=False):
         if not x.is_contiguous():
             raise GradwireError(_INVALID, "%s is not contiguous" % what)
         name = str(x.dtype).replace("torch.", "")
+        if name == "bool":
+            name = "uint8"
         if name not in DTYPES:
-            raise GradwireError(_INVALID, "%s dtype %s is not float32, float16 or bfloat16" % (what, name))
+            raise GradwireError(_INVALID, "%s dtype %s is not one gradwire carries (%s, bool)"
+                                % (what, name, ", ".join(DTYPES)))
         return x.data_ptr(), x.numel(), name
     if mod.startswith("numpy"):
         if not x.flags["C_CONTIGUOUS"]:
             raise GradwireError(_INVALID, "%s is not C-contiguous" % what)
         if not x.flags["WRITEABLE"]:
             raise GradwireError(_INVALID, "%s is read-only" % what)
-        name = str(x.dtype)
+        name = "uint8" if str(x.dtype) == "bool" else str(x.dtype)
         if name not in DTYPES:
-            raise GradwireError(_INVALID, "%s dtype %s is not float32 or float16" % (what, name))
+            raise GradwireError(_INVALID, "%s dtype %s is not one gradwire carries (%s, bool)"
+                                % (what, name, ", ".join(DTYPES)))
         return x.ctypes.data, x.size, name
     raise GradwireError(_INVALID, "%s: expected a numpy array or a torch tensor, got %s" % (what, type(x).__name__))
 
@@ -195,6 +199,32 @@ class ErrorFeedback:
         check(lib.gw_ef_state_get_residual(self._h, out.ctypes.data, self.count))
         return out
 
+    @step.setter
+    def step(self, value):
+        check(lib.gw_ef_state_set_step(self._h, int(value)))
+
+    def set_residual(self, values):
+        """Overwrites the residual with count float32 values (a numpy array or CPU tensor)."""
+        ptr, n, dtype = _buffer(values, "residual")
+        if dtype != "float32":
+            raise GradwireError(_INVALID, "residual must be float32, not %s" % dtype)
+        check(lib.gw_ef_state_set_residual(self._h, ptr, n))
+
+    def save(self):
+        """The whole state (residual, owner-side residual, step) as bytes, for a checkpoint."""
+        need = ctypes.c_size_t()
+        check(lib.gw_ef_state_save(self._h, None, 0, ctypes.byref(need)))
+        buf = ctypes.create_string_buffer(need.value)
+        check(lib.gw_ef_state_save(self._h, buf, need.value, ctypes.byref(need)))
+        return buf.raw[:need.value]
+
+    def load(self, blob):
+        """Restores what save() returned (from a state of the same count, host or device)."""
+        if not isinstance(blob, (bytes, bytearray)):
+            raise GradwireError(_INVALID, "blob must be the bytes save() returned, not %s" % type(blob).__name__)
+        data = bytes(blob)
+        check(lib.gw_ef_state_load(self._h, data, len(data)))
+
     def reset(self):
         check(lib.gw_ef_state_reset(self._h))
 
@@ -274,8 +304,19 @@ class Communicator:
     smaller than this go dense, GW_DENSE_THRESHOLD, default 64 KiB; 0 compresses every size).
     """
 
-    def __init__(self, handle):
+    def __init__(self, handle, owner=None):
         self._h = handle
+        # A borrowed handle (owner is what keeps it alive, e.g. the torch backend) is never
+        # destroyed here.
+        self._owner = owner
+
+    @classmethod
+    def borrow(cls, handle, owner):
+        """A Communicator over a gw_comm_t (an integer address) that owner keeps alive and
+        destroys; close() only forgets it."""
+        if not handle:
+            raise GradwireError(_INVALID, "handle is null")
+        return cls(ctypes.c_void_p(int(handle)), owner=owner)
 
     @classmethod
     def from_env(cls, timeout_s=None, chunk_bytes=None, dense_threshold_bytes=None):
@@ -445,8 +486,9 @@ class Communicator:
         """Finishes queued work and frees the communicator (idempotent)."""
         h = getattr(self, "_h", None)
         self._h = None
-        if h and lib is not None:
+        if h and lib is not None and getattr(self, "_owner", None) is None:
             lib.gw_comm_destroy(h)
+        self._owner = None
 
     def __enter__(self):
         return self

@@ -1,21 +1,24 @@
-"""PyTorch glue: a communicator built over a torch.distributed process group, and a
-DistributedDataParallel comm hook that all-reduces gradient buckets through gradwire, with a
-codec and an error-feedback state per bucket.
+"""PyTorch glue: the torch.distributed backend "gradwire", and a DistributedDataParallel comm
+hook that all-reduces gradient buckets through gradwire, with a codec and an error-feedback
+state per bucket.
 
     import torch.distributed as dist
-    import gradwire.torch as gwt
-    dist.init_process_group("gloo")                  # DDP still needs its process group
-    comm = gwt.init_communicator(dense_threshold_bytes=0)
+    import gradwire.torch as gwt                     # registers the "gradwire" backend
+    dist.init_process_group("gradwire")              # every c10d call goes through gradwire, exact
     ddp = torch.nn.parallel.DistributedDataParallel(model)
-    state = gwt.HookState(comm, codec="topk:ratio=0.01", warmup_steps=100, model=model)
-    ddp.register_comm_hook(state, gwt.comm_hook)
+    state = gwt.HookState(codec="topk:ratio=0.01", warmup_steps=100, model=model)
+    ddp.register_comm_hook(state, gwt.comm_hook)     # gradient buckets compressed, on the same connections
+
+The backend's process group can carry the default codec of its gradient buckets
+(gwt.BackendOptions(codec=..., ef=...), passed as pg_options); plain c10d calls
+(dist.all_reduce of a loss, batch-norm statistics, metrics) are never compressed.
+gwt.all_reduce(tensor, codec=..., ef=...) asks for compression explicitly.
+
+With another backend (gloo, nccl), gwt.init_communicator() builds a gradwire communicator
+beside it and the hook takes it as comm=.
 
 CUDA buckets are all-reduced on the device, ordered on the current CUDA stream, with their EF
 states in device memory; comm.enable_nccl() (every rank) sends the dense ones through NCCL.
-
-gradwire runs its own communicator beside torch.distributed's process group (its own
-connections and progress thread), so whatever else the model does with torch.distributed
-(buffers broadcast by DDP, its own all_reduce or barrier calls, other DDP models) keeps working.
 """
 import fnmatch
 import queue
@@ -25,10 +28,48 @@ import torch
 import torch.distributed as dist
 
 from . import _lib
-from ._lib import DTYPES
 from .core import Codec, Communicator, ErrorFeedback, get_unique_id
 
-__all__ = ["HookState", "comm_hook", "init_communicator"]
+try:  # the C++ backend, when it was built for this torch (scripts/build-torch-backend.sh)
+    from ._backend import BackendOptions, backend_options, get_communicator, is_gradwire_group
+    _BACKEND_ERROR = None
+except ImportError as _e:  # the hook still works over init_communicator()
+    BackendOptions = backend_options = get_communicator = None
+    _BACKEND_ERROR = _e
+
+    def is_gradwire_group(group=None):
+        return False
+
+__all__ = ["BackendOptions", "HookState", "all_reduce", "comm_hook", "get_communicator", "init_communicator"]
+
+# Bucket dtypes the hook sends through gradwire (float32 may be compressed; the rest go dense).
+_FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
+_DEFAULT_CODEC = "qsgd:bits=8"
+
+
+def _group_communicator(group):
+    """The gradwire communicator of a gradwire process group (None for other backends)."""
+    if get_communicator is None or not dist.is_initialized() or not is_gradwire_group(group):
+        return None
+    return get_communicator(group)
+
+
+def all_reduce(tensor, op="sum", codec=None, ef=None, algo="auto", group=None, async_op=False):
+    """All-reduce tensor in place over a gradwire process group, compressed with codec (a spec
+    or a gradwire.Codec; None: dense and exact) and, optionally, an ErrorFeedback state of
+    tensor.numel() elements. It runs on the group's own communicator, in order with the
+    group's other calls. async_op=True returns a gradwire Request (wait() / test())."""
+    comm = _group_communicator(group)
+    if comm is None:
+        raise RuntimeError("gradwire.torch.all_reduce needs a process group of the gradwire backend "
+                           "(init_process_group('gradwire'))" +
+                           ("" if _BACKEND_ERROR is None else "; the backend is not built: %s" % _BACKEND_ERROR))
+    if isinstance(codec, str):
+        codec = Codec(codec)
+    if async_op:
+        return comm.iallreduce(tensor, op=op, codec=codec, ef=ef, algo=algo)
+    comm.allreduce(tensor, op=op, codec=codec, ef=ef, algo=algo)
+    return None
 
 
 def init_communicator(group=None, **config):
@@ -49,8 +90,11 @@ def init_communicator(group=None, **config):
 class HookState:
     """What the hook keeps between calls.
 
-    comm: a gradwire Communicator over the same ranks as DDP's process group.
-    codec: spec (or None / "none" for dense) for buckets that compress.
+    comm: a gradwire Communicator over the same ranks as DDP's process group; None (the
+      default) takes the communicator of process_group (or the default group) when that is a
+      gradwire group: no second set of connections.
+    codec: spec (or None / "none" for dense) for buckets that compress; "default" takes the
+      process group's BackendOptions codec, else qsgd:bits=8.
     param_codecs: [(pattern, spec)] by parameter name (fnmatch, e.g. "encoder.*.weight");
       the first rule that matches any parameter of a bucket gives that bucket's codec
       (spec None or "none": dense). Needs model= (the module DDP wraps).
@@ -63,8 +107,12 @@ class HookState:
       (64 KiB by default: make the communicator with dense_threshold_bytes=0 to let min_size
       alone decide), and a library that tunes its choice by timing (GW_TUNE) may pick the
       dense ring where compression does not pay; name an algorithm to always compress.
-    process_group: torch.distributed group for buckets gradwire cannot carry (float64):
-      those are averaged there, as DDP would do without the hook.
+    process_group: DDP's process group (None: the default group). Buckets gradwire cannot
+      carry (integer dtypes) are averaged there, as DDP would do without the hook.
+
+    state_dict() / load_state_dict() save and restore the step, the statistics and every
+    bucket's error-feedback state (residuals included), so a resumed job goes on with the
+    same residuals.
 
     stats: {"dense": buckets sent dense, "compressed": buckets sent compressed,
       "algos": {bucket index: algorithm}, "wire_bytes": bytes of the messages (the codec's
@@ -73,11 +121,23 @@ class HookState:
     step: the number of optimizer steps seen (buckets flagged is_last()).
     """
 
-    def __init__(self, comm, codec="qsgd:bits=8", param_codecs=None, min_size=1024,
-                 warmup_steps=0, ef=True, algo="auto", model=None, dense_1d=True,
+    def __init__(self, comm=None, codec="default", param_codecs=None, min_size=1024,
+                 warmup_steps=0, ef="default", algo="auto", model=None, dense_1d=True,
                  process_group=None):
+        options = None
+        if comm is None:
+            comm = _group_communicator(process_group)
+            if comm is None:
+                raise ValueError("comm=None needs a gradwire process group (init_process_group('gradwire')); "
+                                 "with another backend pass comm=gradwire.torch.init_communicator()" +
+                                 ("" if _BACKEND_ERROR is None else " (the backend is not built: %s)" % _BACKEND_ERROR))
+            options = backend_options(process_group)
         if not isinstance(comm, Communicator):
             raise TypeError("comm must be a gradwire.Communicator, not %s" % type(comm).__name__)
+        if codec == "default":
+            codec = options.codec if options is not None and options.codec else _DEFAULT_CODEC
+        if ef == "default":
+            ef = options.ef if options is not None else True
         self.comm = comm
         self.default_spec = None if codec in (None, "none") else codec
         self.rules = [(p, None if s in (None, "none") else s) for p, s in (param_codecs or [])]
@@ -103,6 +163,10 @@ class HookState:
         for spec in [self.default_spec] + [s for _, s in self.rules]:
             if spec is not None:
                 self._codec(spec)
+        self._params_by_id = {}
+        self._retired = []   # states DDP's rebuild replaced, until their slices are taken
+        self._claimed = set()  # (source, parameter) slices already carried into a new state
+        self._restored = {}  # bucket index -> saved state, from load_state_dict
         self._pending = queue.Queue()
         self._waiter = threading.Thread(target=self._complete, name="gradwire-hook", daemon=True)
         self._waiter.start()
@@ -136,18 +200,112 @@ class HookState:
         return entry[2] if entry else None
 
     def _ef_state(self, bucket, spec, count):
-        # One state per bucket index. DDP rebuilds its buckets after the first iteration (and
-        # a bucket's spec may change): a state only carries on while spec, size and parameters
-        # are those it was made for, so a residual is never added to the wrong gradients.
+        # One state per bucket index, carried on while spec, size and parameters are those it
+        # was made for. When DDP rebuilds its buckets (after the first iteration) or a job
+        # resumes from a checkpoint, a new state takes each parameter's slice of residual from
+        # wherever that parameter was (never another parameter's), so no gradient is lost.
         index = bucket.index()
-        layout = tuple(id(p) for p in bucket.parameters())
+        params = list(bucket.parameters())
+        layout = tuple(id(p) for p in params)
         entry = self._ef.get(index)
         device = tensor_device(bucket.buffer())
-        if (entry is None or entry[0] != spec or entry[1] != layout or entry[2].count != count
-                or entry[2].device != device):
-            entry = (spec, layout, ErrorFeedback(count, device=device))
-            self._ef[index] = entry
-        return entry[2]
+        if (entry is not None and entry[0] == spec and entry[1] == layout and entry[2].count == count
+                and entry[2].device == device):
+            return entry[2]
+        for p in params:
+            self._params_by_id[id(p)] = p
+        ef = ErrorFeedback(count, device=device)
+        key = self._param_key(params)
+        saved = self._restored.get(index)
+        if saved is not None and saved["spec"] == spec and saved["count"] == count and saved["params"] == key:
+            ef.load(saved["ef"])  # the same bucket: everything, owner-side residual included
+            self._claimed.update((("restored", index), name) for name in key)
+        else:
+            self._carry_residual(ef, spec, params, key)
+        if entry is not None:
+            self._retired.append(entry)
+        self._ef[index] = (spec, layout, ef)
+        return ef
+
+    def _carry_residual(self, ef, spec, params, key):
+        """Fills a new state's residual from the slices its parameters had in older states of
+        the same spec: live and replaced ones, then restored ones. Each slice is taken once
+        (a parameter that moved to another bucket leaves its old bucket, which DDP then
+        rebuilds too)."""
+        import numpy as np
+        wanted = set(key)
+        slices, step = {}, 0
+        sources = [(id(old), old_layout, old) for old_spec, old_layout, old in
+                   list(self._ef.values()) + self._retired if old_spec == spec]
+        for src, old_layout, old in sources:
+            r, off = None, 0
+            for pid in old_layout:
+                p = self._params_by_id[pid]
+                name = self._param_key([p])[0]
+                if name in wanted and name not in slices and (src, name) not in self._claimed:
+                    r = old.residual() if r is None else r
+                    slices[name] = r[off:off + p.numel()]
+                    self._claimed.add((src, name))
+                    step = max(step, old.step)
+                off += p.numel()
+        for index, saved in self._restored.items():
+            if saved["spec"] != spec:
+                continue
+            full, off = None, 0
+            for name, n in zip(saved["params"], saved["numels"]):
+                src = ("restored", index)
+                if name in wanted and name not in slices and (src, name) not in self._claimed:
+                    if full is None:
+                        loaded = ErrorFeedback(saved["count"])
+                        loaded.load(saved["ef"])
+                        full, step = loaded.residual(), max(step, loaded.step)
+                    slices[name] = full[off:off + n]
+                    self._claimed.add((src, name))
+                off += n
+        if not slices:
+            return
+        res = np.zeros(ef.count, dtype=np.float32)
+        off = 0
+        for p, name in zip(params, key):
+            got = slices.get(name)
+            if got is not None and len(got) == p.numel():
+                res[off:off + p.numel()] = got
+            off += p.numel()
+        ef.set_residual(res)
+        ef.step = step
+
+    def _param_key(self, params):
+        """What identifies parameters across processes: names when the model is known, else
+        shapes (then two parameters of one shape share a key: give model= to resume exactly)."""
+        return [self.names.get(id(p)) or tuple(p.shape) for p in params]
+
+    def state_dict(self):
+        """The hook's state for a checkpoint: step, statistics and every bucket's EF state."""
+        buckets = {}
+        for index, saved in self._restored.items():  # restored but not used again yet
+            buckets[index] = saved
+        for index, (spec, layout, ef) in self._ef.items():
+            params = [self._params_by_id[pid] for pid in layout]
+            buckets[index] = {"spec": spec, "count": ef.count, "ef": ef.save(),
+                              "params": self._param_key(params), "numels": [p.numel() for p in params]}
+        stats = {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.stats.items()}
+        return {"version": 1, "step": self.step, "stats": stats, "buckets": buckets}
+
+    def load_state_dict(self, state):
+        """Restores state_dict(). A bucket of the same index, codec, size and parameters gets
+        its whole saved state back; other buckets take their parameters' residual slices."""
+        if not isinstance(state, dict) or state.get("version") != 1:
+            raise ValueError("not a gradwire HookState state_dict (version 1)")
+        self.step = int(state["step"])
+        self.stats = {k: (dict(v) if isinstance(v, dict) else v) for k, v in state["stats"].items()}
+        self._ef = {}
+        self._retired = []
+        self._claimed = set()
+        self._restored = {}
+        for i, b in state["buckets"].items():
+            b = dict(b)
+            b["params"] = [tuple(n) if isinstance(n, list) else n for n in b["params"]]
+            self._restored[int(i)] = b
 
     def _complete(self):
         while True:
@@ -185,9 +343,9 @@ def tensor_device(tensor):
 
 
 def _carried(tensor):
-    """Whether gradwire carries this bucket: float32/16/bf16 on the CPU, or on a CUDA device
-    when the library has the device collectives."""
-    if str(tensor.dtype).replace("torch.", "") not in DTYPES:
+    """Whether gradwire carries this bucket: a floating-point one on the CPU, or on a CUDA
+    device when the library has the device collectives."""
+    if str(tensor.dtype).replace("torch.", "") not in _FLOAT_DTYPES:
         return False
     if tensor.device.type == "cpu":
         return True
