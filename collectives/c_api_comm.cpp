@@ -4,8 +4,11 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "collectives/comm_init.hpp"
+#include "collectives/communicator_impl.hpp"
 #include "compressors/c_api_handles.hpp"
 #include "compressors/c_api_support.hpp"
 #include "compressors/device_memory.hpp"
@@ -20,6 +23,7 @@ struct gw_comm_s {
 
 struct gw_request_s {
   std::shared_ptr<gw::Communicator::Work> work;
+  bool has_callback = false;  // gw_request_on_complete was called (at most once)
 };
 
 namespace {
@@ -49,9 +53,19 @@ gw::Result<gw::CommConfig> merge_config(const gw_config_t* config) {
 
 Status check_comm(gw_comm_t comm) { return comm == nullptr ? null_arg("comm") : Status::ok(); }
 
+Status check_dtype_op(gw_dtype_t dtype, gw_red_op_t op) {
+  if (!gw::collective_dtype_valid(static_cast<int>(dtype))) {
+    return gw::invalid_argument("dtype " + std::to_string(static_cast<int>(dtype)) + " is not a gw_dtype_t");
+  }
+  if (static_cast<unsigned>(op) > static_cast<unsigned>(GW_MAX)) {
+    return gw::invalid_argument("op " + std::to_string(static_cast<int>(op)) + " is not a gw_red_op_t");
+  }
+  return Status::ok();
+}
+
+// Enum ranges only: which dtype and op a codec or algorithm takes is the C++ layer's check.
 Status check_enum_args(gw_dtype_t dtype, gw_red_op_t op, gw_algo_t algo) {
-  if (!gw::dtype_valid(static_cast<int>(dtype))) return gw::invalid_argument("dtype " + std::to_string(static_cast<int>(dtype)) + " is not a gw_dtype_t");
-  if (op != GW_SUM && op != GW_AVG) return gw::invalid_argument("op " + std::to_string(static_cast<int>(op)) + " is not a gw_red_op_t");
+  GW_RETURN_IF_ERROR(check_dtype_op(dtype, op));
   if (static_cast<int>(algo) < 0 || algo > GW_ALGO_SPARSE_ALLGATHER) {
     return gw::invalid_argument("algo " + std::to_string(static_cast<int>(algo)) + " is not a gw_algo_t");
   }
@@ -68,6 +82,98 @@ Status check_host_buffers(std::initializer_list<const void*> bufs) {
     }
   }
   return Status::ok();
+}
+
+// The dense collectives and point-to-point messages take host buffers only.
+Status check_host_only(std::initializer_list<const void*> bufs) {
+  for (const void* b : bufs) {
+    if (gw::is_device_memory(b)) {
+      return gw::unsupported("a buffer is CUDA device memory; this call takes host buffers (device buffers go "
+                             "through gw_allreduce, gw_allgather and gw_broadcast)");
+    }
+  }
+  return Status::ok();
+}
+
+Status check_request(gw_request_t* request) {
+  if (request == nullptr) return null_arg("request");
+  *request = nullptr;
+  return Status::ok();
+}
+
+// A size array (nranks entries) owned by a non-blocking call: copied at the call, since the
+// caller may reuse its array once the call returns. Null stays null (the C++ call names it).
+struct SizeArray {
+  std::vector<size_t> v;
+  bool null = true;
+  SizeArray(const size_t* p, int n) : null(p == nullptr) {
+    if (p != nullptr) v.assign(p, p + n);
+  }
+  const size_t* get() const { return null ? nullptr : v.data(); }
+};
+
+// A non-blocking call: fn runs on the progress thread after every earlier call.
+template <class F>
+Status submit_call(gw_comm_t comm, gw_request_t* request, F&& fn) {
+  auto work = comm->comm->submit(std::forward<F>(fn));
+  *request = new gw_request_s{std::move(work)};
+  return Status::ok();
+}
+
+gw_result_t code_of(const Status& s) { return static_cast<gw_result_t>(s.code()); }
+
+// gw_comm_init_with_allgather: the address exchange over the caller's fixed-size all-gather.
+// Two rounds: every rank's blob length (8 bytes, little-endian), then every blob padded to
+// the longest. What comes back is untrusted: every length is checked, and this rank's own
+// block must come back as it was sent.
+constexpr uint64_t kMaxBlobBytes = uint64_t{1} << 20;  // UCX worker addresses are a few KiB
+
+gw::Result<std::vector<std::string>> allgather_blobs(gw_allgather_fn fn, void* user, int rank, int nranks,
+                                                     const std::string& blob) {
+  const auto n = static_cast<size_t>(nranks);
+  auto call = [&](const void* send, void* recv, size_t bytes, const char* what) -> Status {
+    const gw_result_t r = fn(user, send, recv, bytes);
+    if (r == GW_SUCCESS) return Status::ok();
+    const int code = static_cast<int>(r);
+    const std::string text = "the allgather callback failed (" +
+                             std::string(code > 0 && code < static_cast<int>(GW_NUM_RESULTS) ? gw_get_error_string(r) : "an unknown code") +
+                             ", " + std::to_string(code) + ") while exchanging " + what;
+    if (code > 0 && code < static_cast<int>(GW_NUM_RESULTS)) return Status(static_cast<gw::Code>(code), text);
+    return Status(gw::Code::kSystem, text);
+  };
+  auto malformed = [](const std::string& what) {
+    return Status(gw::Code::kInvalidMessage, "the allgather callback returned malformed data: " + what);
+  };
+  uint8_t mine[8];
+  const uint64_t len = blob.size();
+  for (int i = 0; i < 8; ++i) mine[i] = static_cast<uint8_t>(len >> (8 * i));
+  std::vector<uint8_t> lens(8 * n);
+  GW_RETURN_IF_ERROR(call(mine, lens.data(), sizeof mine, "address lengths"));
+  std::vector<uint64_t> got(n);
+  uint64_t longest = 0;
+  for (size_t r = 0; r < n; ++r) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(lens[8 * r + static_cast<size_t>(i)]) << (8 * i);
+    if (v == 0 || v > kMaxBlobBytes) {
+      return malformed("rank " + std::to_string(r) + "'s address length " + std::to_string(v) + " is not in [1, " +
+                       std::to_string(kMaxBlobBytes) + "]");
+    }
+    got[r] = v;
+    if (v > longest) longest = v;
+  }
+  if (got[static_cast<size_t>(rank)] != len) {
+    return malformed("this rank's own block came back changed (is the rank order right?)");
+  }
+  const auto width = static_cast<size_t>(longest);
+  std::vector<char> padded(width, '\0'), all(width * n);
+  std::memcpy(padded.data(), blob.data(), blob.size());
+  GW_RETURN_IF_ERROR(call(padded.data(), all.data(), width, "addresses"));
+  if (std::memcmp(all.data() + width * static_cast<size_t>(rank), padded.data(), width) != 0) {
+    return malformed("this rank's own address came back changed (is the rank order right?)");
+  }
+  std::vector<std::string> out(n);
+  for (size_t r = 0; r < n; ++r) out[r].assign(all.data() + width * r, static_cast<size_t>(got[r]));
+  return out;
 }
 
 // The device collectives keep their residual on the device.
@@ -402,6 +508,277 @@ gw_result_t gw_barrier(gw_comm_t comm) {
   return guard("gw_barrier", [&]() -> Status {
     GW_RETURN_IF_ERROR(check_comm(comm));
     return comm->comm->barrier();
+  });
+}
+
+gw_result_t gw_comm_init_with_allgather(gw_comm_t* comm, int nranks, int rank, gw_allgather_fn allgather, void* user,
+                                        const gw_config_t* config) {
+  return guard("gw_comm_init_with_allgather", [&]() -> Status {
+    if (comm == nullptr) return null_arg("comm");
+    *comm = nullptr;
+    if (allgather == nullptr) return null_arg("allgather");
+    GW_ASSIGN_OR_RETURN(gw::CommConfig cfg, merge_config(config));
+    auto exchange = [&](const std::string& blob) { return allgather_blobs(allgather, user, rank, nranks, blob); };
+    auto made = gw::coll::init_communicator(rank, nranks, exchange, cfg);
+    if (!made.is_ok()) return made.status();
+    *comm = new gw_comm_s{std::move(made).value()};
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_wait_for(gw_request_t request, double timeout_s) {
+  return guard("gw_wait_for", [&]() -> Status {
+    if (request == nullptr) return null_arg("request");
+    if (!(timeout_s >= 0)) return gw::invalid_argument("timeout_s must be zero or more");
+    // Beyond a year is forever (and keeps the conversion in range).
+    const double capped = timeout_s < 3.2e7 ? timeout_s : 3.2e7;
+    const auto ms = std::chrono::milliseconds(static_cast<int64_t>(capped * 1000.0 + 0.5));
+    const Status waited = gw::Communicator::wait_for(*request->work, ms);
+    Status result;
+    if (!gw::Communicator::test(*request->work, &result)) {
+      return Status(gw::Code::kTimeout, "the request has not finished within " + std::to_string(timeout_s) +
+                                            " s; it is still pending (wait again, or gw_test)");
+    }
+    (void)waited;
+    delete request;
+    return result;
+  });
+}
+
+gw_result_t gw_request_on_complete(gw_request_t request, gw_complete_fn fn, void* user) {
+  return guard("gw_request_on_complete", [&]() -> Status {
+    if (request == nullptr) return null_arg("request");
+    if (fn == nullptr) return null_arg("fn");
+    if (request->has_callback) return gw::invalid_argument("the request already has a completion callback");
+    request->has_callback = true;
+    gw::Communicator::on_complete(*request->work, [fn, user](const Status& s) {
+      fn(user, code_of(s), s.is_ok() ? "" : s.message().c_str());
+    });
+    return Status::ok();
+  });
+}
+
+// ---- point-to-point ----
+
+gw_result_t gw_isend(gw_comm_t comm, const void* buf, size_t bytes, int peer, uint32_t tag, gw_request_t* request) {
+  return guard("gw_isend", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_request(request));
+    GW_RETURN_IF_ERROR(check_host_only({buf}));
+    GW_RETURN_IF_ERROR(gw::comm_detail::check_p2p_args(buf, bytes, peer, comm->comm->size()));
+    *request = new gw_request_s{comm->comm->isend(buf, bytes, peer, tag)};
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_irecv(gw_comm_t comm, void* buf, size_t bytes, int peer, uint32_t tag, gw_request_t* request) {
+  return guard("gw_irecv", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_request(request));
+    GW_RETURN_IF_ERROR(check_host_only({buf}));
+    GW_RETURN_IF_ERROR(gw::comm_detail::check_p2p_args(buf, bytes, peer, comm->comm->size()));
+    *request = new gw_request_s{comm->comm->irecv(buf, bytes, peer, tag)};
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_send(gw_comm_t comm, const void* buf, size_t bytes, int peer, uint32_t tag) {
+  return guard("gw_send", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_host_only({buf}));
+    GW_RETURN_IF_ERROR(gw::comm_detail::check_p2p_args(buf, bytes, peer, comm->comm->size()));
+    return gw::Communicator::wait(*comm->comm->isend(buf, bytes, peer, tag));
+  });
+}
+
+gw_result_t gw_recv(gw_comm_t comm, void* buf, size_t bytes, int peer, uint32_t tag) {
+  return guard("gw_recv", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_host_only({buf}));
+    GW_RETURN_IF_ERROR(gw::comm_detail::check_p2p_args(buf, bytes, peer, comm->comm->size()));
+    return gw::Communicator::wait(*comm->comm->irecv(buf, bytes, peer, tag));
+  });
+}
+
+// ---- dense collectives ----
+
+gw_result_t gw_reduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                      gw_red_op_t op, int root) {
+  return guard("gw_reduce", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_dtype_op(dtype, op));
+    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+    return comm->comm->reduce(sendbuf, recvbuf, count, static_cast<gw::DType>(dtype), static_cast<gw::ReduceOp>(op), root);
+  });
+}
+
+gw_result_t gw_reduce_scatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t recvcount, gw_dtype_t dtype,
+                              gw_red_op_t op) {
+  return guard("gw_reduce_scatter", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_dtype_op(dtype, op));
+    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+    return comm->comm->reduce_scatter(sendbuf, recvbuf, recvcount, static_cast<gw::DType>(dtype),
+                                      static_cast<gw::ReduceOp>(op));
+  });
+}
+
+gw_result_t gw_allgatherv(gw_comm_t comm, const void* sendbuf, size_t sendbytes, void* recvbuf, const size_t* recvbytes,
+                          const size_t* displs) {
+  return guard("gw_allgatherv", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+    return comm->comm->allgatherv(sendbuf, sendbytes, recvbuf, recvbytes, displs);
+  });
+}
+
+gw_result_t gw_alltoall(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes) {
+  return guard("gw_alltoall", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+    return comm->comm->alltoall(sendbuf, recvbuf, bytes);
+  });
+}
+
+gw_result_t gw_alltoallv(gw_comm_t comm, const void* sendbuf, const size_t* sendbytes, const size_t* sdispls,
+                         void* recvbuf, const size_t* recvbytes, const size_t* rdispls) {
+  return guard("gw_alltoallv", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+    return comm->comm->alltoallv(sendbuf, sendbytes, sdispls, recvbuf, recvbytes, rdispls);
+  });
+}
+
+gw_result_t gw_gather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root) {
+  return guard("gw_gather", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+    return comm->comm->gather(sendbuf, recvbuf, bytes, root);
+  });
+}
+
+gw_result_t gw_scatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root) {
+  return guard("gw_scatter", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+    return comm->comm->scatter(sendbuf, recvbuf, bytes, root);
+  });
+}
+
+// ---- their non-blocking twins: the same checks, then the call on the progress thread ----
+
+gw_result_t gw_ireduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                       gw_red_op_t op, int root, gw_request_t* request) {
+  return guard("gw_ireduce", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_request(request));
+    GW_RETURN_IF_ERROR(check_dtype_op(dtype, op));
+    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+    const auto dt = static_cast<gw::DType>(dtype);
+    const auto ro = static_cast<gw::ReduceOp>(op);
+    return submit_call(comm, request,
+                       [=](gw::Communicator& c) { return c.reduce(sendbuf, recvbuf, count, dt, ro, root); });
+  });
+}
+
+gw_result_t gw_ireduce_scatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t recvcount, gw_dtype_t dtype,
+                               gw_red_op_t op, gw_request_t* request) {
+  return guard("gw_ireduce_scatter", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_request(request));
+    GW_RETURN_IF_ERROR(check_dtype_op(dtype, op));
+    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+    const auto dt = static_cast<gw::DType>(dtype);
+    const auto ro = static_cast<gw::ReduceOp>(op);
+    return submit_call(comm, request,
+                       [=](gw::Communicator& c) { return c.reduce_scatter(sendbuf, recvbuf, recvcount, dt, ro); });
+  });
+}
+
+gw_result_t gw_iallgather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, gw_request_t* request) {
+  return guard("gw_iallgather", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_request(request));
+    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+    return submit_call(comm, request, [=](gw::Communicator& c) { return c.allgather(sendbuf, recvbuf, bytes); });
+  });
+}
+
+gw_result_t gw_iallgatherv(gw_comm_t comm, const void* sendbuf, size_t sendbytes, void* recvbuf,
+                           const size_t* recvbytes, const size_t* displs, gw_request_t* request) {
+  return guard("gw_iallgatherv", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_request(request));
+    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+    const int n = comm->comm->size();
+    auto sizes = std::make_shared<SizeArray>(recvbytes, n);
+    auto offsets = std::make_shared<SizeArray>(displs, n);
+    return submit_call(comm, request, [=](gw::Communicator& c) {
+      return c.allgatherv(sendbuf, sendbytes, recvbuf, sizes->get(), offsets->get());
+    });
+  });
+}
+
+gw_result_t gw_ibroadcast(gw_comm_t comm, void* buf, size_t bytes, int root, gw_request_t* request) {
+  return guard("gw_ibroadcast", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_request(request));
+    GW_RETURN_IF_ERROR(check_host_only({buf}));
+    return submit_call(comm, request, [=](gw::Communicator& c) { return c.broadcast(buf, bytes, root); });
+  });
+}
+
+gw_result_t gw_ialltoall(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, gw_request_t* request) {
+  return guard("gw_ialltoall", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_request(request));
+    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+    return submit_call(comm, request, [=](gw::Communicator& c) { return c.alltoall(sendbuf, recvbuf, bytes); });
+  });
+}
+
+gw_result_t gw_ialltoallv(gw_comm_t comm, const void* sendbuf, const size_t* sendbytes, const size_t* sdispls,
+                          void* recvbuf, const size_t* recvbytes, const size_t* rdispls, gw_request_t* request) {
+  return guard("gw_ialltoallv", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_request(request));
+    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+    const int n = comm->comm->size();
+    auto ss = std::make_shared<SizeArray>(sendbytes, n);
+    auto sd = std::make_shared<SizeArray>(sdispls, n);
+    auto rs = std::make_shared<SizeArray>(recvbytes, n);
+    auto rd = std::make_shared<SizeArray>(rdispls, n);
+    return submit_call(comm, request, [=](gw::Communicator& c) {
+      return c.alltoallv(sendbuf, ss->get(), sd->get(), recvbuf, rs->get(), rd->get());
+    });
+  });
+}
+
+gw_result_t gw_igather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root,
+                       gw_request_t* request) {
+  return guard("gw_igather", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_request(request));
+    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+    return submit_call(comm, request, [=](gw::Communicator& c) { return c.gather(sendbuf, recvbuf, bytes, root); });
+  });
+}
+
+gw_result_t gw_iscatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root,
+                        gw_request_t* request) {
+  return guard("gw_iscatter", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_request(request));
+    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+    return submit_call(comm, request, [=](gw::Communicator& c) { return c.scatter(sendbuf, recvbuf, bytes, root); });
+  });
+}
+
+gw_result_t gw_ibarrier(gw_comm_t comm, gw_request_t* request) {
+  return guard("gw_ibarrier", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_request(request));
+    return submit_call(comm, request, [](gw::Communicator& c) { return c.barrier(); });
   });
 }
 

@@ -29,6 +29,9 @@ namespace gw {
 
 // How often an idle progress thread drives the transport.
 constexpr std::chrono::milliseconds kIdleProgress{5};
+// The longest an idle progress thread with point-to-point messages in flight sleeps in the
+// transport (which wakes on its events) before it looks at the queue again.
+constexpr std::chrono::milliseconds kP2pNap{1};
 
 using namespace comm_detail;
 using coll::CallDescriptor;
@@ -50,6 +53,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
   std::unique_ptr<Communicator> comm(new Communicator(std::move(impl)));
   Impl* im = comm->impl_.get();
   Communicator* self = comm.get();
+  im->serving = std::make_unique<comm_detail::P2pServingTransport>(*im->counted, [im] { return im->serve_p2p(); });
   im->worker = std::thread([im, self] {
     while (true) {
       std::shared_ptr<Work> w;
@@ -58,13 +62,31 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
         // While idle, keep the transport progressing: a peer may still need this rank's
         // answers (UCX connection wire-up, acknowledgements) after this rank has moved on to
         // something else, such as a torch barrier; without them that peer's init times out.
-        while (!im->cv.wait_for(lock, kIdleProgress, [&] { return im->stopping || !im->queue.empty(); })) {
+        // Point-to-point messages are posted at once and, while any is in flight, watched in
+        // the transport's own wait (woken by its events) rather than every kIdleProgress.
+        while (!im->stopping && im->queue.empty()) {
+          if (!im->p2p_new.empty() || !im->p2p_posted.empty()) {
+            lock.unlock();
+            bool moved = im->tp->progress();
+            moved = im->serve_p2p() || moved;
+            if (!moved && !im->p2p_posted.empty()) im->tp->wait_for_events(transport::Clock::now() + kP2pNap);
+            lock.lock();
+            continue;
+          }
+          if (im->cv.wait_for(lock, kIdleProgress,
+                              [&] { return im->stopping || !im->queue.empty() || !im->p2p_new.empty(); })) {
+            continue;
+          }
           lock.unlock();
           while (im->tp->progress()) {
           }
           lock.lock();
         }
-        if (im->queue.empty()) return;
+        if (im->queue.empty()) {
+          lock.unlock();
+          im->close_p2p();
+          return;
+        }
         w = std::move(im->queue.front());
         im->queue.pop_front();
       }
@@ -88,6 +110,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
         }
       }
       w->finish(std::move(s));
+      im->serve_p2p();
     }
   });
   GW_INFO("communicator up: rank %d of %d over %s", comm->rank(), comm->size(), im->tp->name());

@@ -13,10 +13,12 @@
 #include <string>
 #include <thread>
 #include <unordered_set>
+#include <vector>
 
 #include "collectives/algorithms.hpp"
 #include "collectives/call_check.hpp"
 #include "collectives/call_descriptor.hpp"
+#include "collectives/context.hpp"
 #include "collectives/device_backend.hpp"
 #include "collectives/policy.hpp"
 #include "collectives/stats.hpp"
@@ -82,11 +84,28 @@ class Communicator::Work {
  public:
   explicit Work(std::function<Status(Communicator&)> fn) : fn_(std::move(fn)) {}
 
+  // Sets the result once (later calls are ignored), runs the completion callbacks outside the
+  // lock, and only then wakes the waiters: a caller whose wait returned sees its callback done.
   void finish(Status s) {
-    std::lock_guard<std::mutex> lock(mu_);
-    status_ = std::move(s);
-    done_ = true;
-    cv_.notify_all();
+    std::vector<std::function<void(const Status&)>> run;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (done_ || finishing_) return;
+      status_ = std::move(s);
+      finishing_ = true;
+      run.swap(callbacks_);
+    }
+    for (;;) {
+      for (auto& fn : run) fn(status_);  // status_ no longer changes
+      run.clear();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (callbacks_.empty()) {  // none was added while those ran
+        done_ = true;
+        cv_.notify_all();
+        return;
+      }
+      run.swap(callbacks_);
+    }
   }
   bool test(Status* s) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -98,15 +117,92 @@ class Communicator::Work {
     cv_.wait(lock, [&] { return done_; });
     return status_;
   }
+  // False when the work is still pending after timeout.
+  bool wait_for(std::chrono::milliseconds timeout, Status* s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return done_; })) return false;
+    *s = status_;
+    return true;
+  }
+  // fn runs once with the result: in finish(), or here at once when the work has finished.
+  void on_complete(std::function<void(const Status&)> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!done_) {
+        callbacks_.push_back(std::move(fn));
+        return;
+      }
+    }
+    fn(status_);
+  }
   std::function<Status(Communicator&)>& fn() { return fn_; }
 
  private:
   std::function<Status(Communicator&)> fn_;
   std::mutex mu_;
   std::condition_variable cv_;
+  bool finishing_ = false;  // the result is set, callbacks are running
   bool done_ = false;
   Status status_;
+  std::vector<std::function<void(const Status&)>> callbacks_;
 };
+
+namespace comm_detail {
+
+// A point-to-point message: posted by the progress thread, finished when its op is.
+struct P2pMessage {
+  bool is_recv = false;
+  void* buf = nullptr;  // the caller's (a send's is const)
+  size_t bytes = 0;     // a send's length; the exact length a receive expects
+  int peer = -1;
+  uint32_t tag = 0;
+  std::shared_ptr<Communicator::Work> work;
+  std::unique_ptr<transport::Op> op;  // on the heap: the transport holds its address
+  transport::Clock::time_point deadline;
+};
+
+// Arguments of isend/irecv that need no progress thread to check.
+inline Status check_p2p_args(const void* buf, size_t bytes, int peer, int nranks) {
+  if (peer < 0 || peer >= nranks) {
+    return invalid_argument("peer " + std::to_string(peer) + " is not a rank of this communicator (0 to " +
+                            std::to_string(nranks - 1) + ")");
+  }
+  GW_RETURN_IF_ERROR(check_size("bytes", bytes, 1, "bytes"));
+  if (bytes > 0 && buf == nullptr) return invalid_argument("buf is null");
+  return Status::ok();
+}
+
+// The transport the collectives see (the counting one): it also serves point-to-point
+// messages between its rounds (posting new ones, finishing those done), so a long collective
+// holds none of them back. serve is Communicator::Impl::serve_p2p.
+class P2pServingTransport final : public transport::Transport {
+ public:
+  P2pServingTransport(transport::Transport& inner, std::function<bool()> serve)
+      : inner_(inner), serve_(std::move(serve)) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const char* name() const override { return inner_.name(); }
+  Status isend(int peer, uint64_t tag, const void* buf, size_t len, transport::Op& op) override {
+    return inner_.isend(peer, tag, buf, len, op);
+  }
+  Status irecv(int peer, uint64_t tag, void* buf, size_t cap, transport::Op& op) override {
+    return inner_.irecv(peer, tag, buf, cap, op);
+  }
+  bool progress() override {
+    const bool moved = inner_.progress();
+    return serve_() || moved;
+  }
+  void wait_for_events(transport::Clock::time_point deadline) override { inner_.wait_for_events(deadline); }
+  void abort(const Status& reason) override { inner_.abort(reason); }
+  Status error() const override { return inner_.error(); }
+  Status register_memory(const void* buf, size_t len) override { return inner_.register_memory(buf, len); }
+
+ private:
+  transport::Transport& inner_;
+  std::function<bool()> serve_;
+};
+
+}  // namespace comm_detail
 
 struct Communicator::Impl {
   std::unique_ptr<transport::Transport> tp;
@@ -127,6 +223,7 @@ struct Communicator::Impl {
   bool collective_failed = false;
   coll::CommStats stats;                             // progress thread only
   std::unique_ptr<coll::CountingTransport> counted;  // tp, counting what collectives send
+  std::unique_ptr<comm_detail::P2pServingTransport> serving;  // counted, serving p2p between rounds
   coll::AllreduceTuner tuner;
   coll::CallCheck check;  // the peers' call descriptors of the running collective
   bool tune = true;  // GW_TUNE=0 keeps the static policy
@@ -159,6 +256,11 @@ struct Communicator::Impl {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::shared_ptr<Work>> queue;
+  // Point-to-point messages not posted yet (any thread adds, under mu), and those posted
+  // (progress thread only). Neither waits behind the queue above.
+  std::deque<std::unique_ptr<comm_detail::P2pMessage>> p2p_new;
+  std::vector<std::unique_ptr<comm_detail::P2pMessage>> p2p_posted;
+  bool serving_p2p = false;  // serve_p2p is running (progress thread only): no re-entry
   bool stopping = false;
   Status broken;  // sticky, under mu
   std::thread worker;
@@ -167,11 +269,22 @@ struct Communicator::Impl {
     std::lock_guard<std::mutex> lock(mu);
     return broken;
   }
+  // Progress thread (communicator_p2p.cpp): posts the new point-to-point messages and finishes
+  // the posted ones that are done, failed or past their deadline (the caller progresses the
+  // transport). True if anything happened.
+  bool serve_p2p();
+  // Progress thread: fails every point-to-point message, posted or not, with why (the
+  // transport must have been aborted first where any is posted: it owns their buffers).
+  void fail_p2p(const Status& why);
+  // Progress thread, at the communicator's end: finishes what has finished, then aborts the
+  // transport if anything is still posted and fails the rest.
+  void close_p2p();
+
   // Runs one collective with a fresh context (the next sequence number), counting it. Every
   // rank states the call (d) to every other, and the call succeeds only where they all match.
   template <class F>
   Status collective(F&& fn, CallDescriptor d, double* seconds = nullptr) {
-    coll::Context c{*counted, tp->rank(), tp->size(), transport::Clock::now() + config.timeout, seq++,
+    coll::Context c{*serving, tp->rank(), tp->size(), transport::Clock::now() + config.timeout, seq++,
                     config.chunk_bytes, scratch};
     c.stats = &stats;
     d.seq = c.seq;

@@ -50,6 +50,12 @@ struct Op {
   }
 };
 
+// Whether s is an irecv's "message truncated" failure (a message longer than the receive's
+// capacity; the link itself is fine): callers that expect exact sizes report it as such.
+inline bool is_truncation(const Status& s) {
+  return s.code() == Code::kRemote && s.message().rfind("message truncated", 0) == 0;
+}
+
 class Transport {
  public:
   virtual ~Transport() = default;
