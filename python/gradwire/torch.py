@@ -40,7 +40,8 @@ except ImportError as _e:  # the hook still works over init_communicator()
     def is_gradwire_group(group=None):
         return False
 
-__all__ = ["BackendOptions", "HookState", "all_reduce", "comm_hook", "get_communicator", "init_communicator"]
+__all__ = ["BackendOptions", "HookState", "all_reduce", "comm_hook", "get_communicator", "init_communicator",
+           "launcher_env"]
 
 # Bucket dtypes the hook sends through gradwire (float32 may be compressed; the rest go dense).
 _FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -52,6 +53,31 @@ def _group_communicator(group):
     if get_communicator is None or not dist.is_initialized() or not is_gradwire_group(group):
         return None
     return get_communicator(group)
+
+
+def launcher_env():
+    """Fills torch.distributed's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE)
+    from OpenMPI's or Slurm's when torchrun's are absent, and MASTER_ADDR / MASTER_PORT with
+    127.0.0.1:29500 when unset (one host; on several, export MASTER_ADDR yourself). Returns
+    (rank, world_size). Call it before init_process_group("gradwire") under mpirun or srun."""
+    import os
+    env = os.environ
+    pairs = [("RANK", ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")),
+             ("WORLD_SIZE", ("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")),
+             ("LOCAL_RANK", ("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")),
+             ("LOCAL_WORLD_SIZE", ("OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"))]
+    for name, sources in pairs:
+        if name not in env:
+            for src in sources:
+                if src in env:
+                    env[name] = env[src]
+                    break
+    if "RANK" not in env or "WORLD_SIZE" not in env:
+        raise RuntimeError("no launcher found: RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_* (mpirun) or "
+                           "SLURM_PROCID/SLURM_NTASKS (srun) must be set")
+    env.setdefault("MASTER_ADDR", "127.0.0.1")
+    env.setdefault("MASTER_PORT", "29500")
+    return int(env["RANK"]), int(env["WORLD_SIZE"])
 
 
 def all_reduce(tensor, op="sum", codec=None, ef=None, algo="auto", group=None, async_op=False):

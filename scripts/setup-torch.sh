@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Current PyTorch for gradwire's torch backend: a virtual environment in .venv (seeing the
+# system's packages, so Debian's numpy, pytest and matplotlib serve it too) with torch from
+# PyPI, then the backend built against that torch (scripts/build-torch-backend.sh). Idempotent:
+# torch is installed once; the backend is rebuilt when its sources change.
+#
+# usage: scripts/setup-torch.sh            # .venv, torch (GW_TORCH_SPEC, default "torch"), backend
+# Environment: GW_VENV (default <repo>/.venv), GW_TORCH_SPEC (a pip requirement, e.g. torch==2.15.0).
+# Afterwards: .venv/bin/python -c 'import gradwire.torch' (with python/ on PYTHONPATH) registers
+# the "gradwire" backend.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv=${GW_VENV:-$root/.venv}
+spec=${GW_TORCH_SPEC:-torch}
+
+if [ ! -x "$venv/bin/python" ]; then
+  # Debian's interpreter, so that its packages (pytest, matplotlib) are seen from the venv.
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+fi
+py=$venv/bin/python
+if ! "$py" -c 'import torch, numpy' >/dev/null 2>&1; then
+  # The wheel pulls CUDA libraries (a few GB) once; pip's cache makes a second setup quick.
+  "$py" -m pip install --quiet --disable-pip-version-check "$spec" numpy
+fi
+echo "setup-torch: $("$py" -c 'import torch; print("torch", torch.__version__)') in $venv"
+"$root/scripts/build-torch-backend.sh" "$py"
