@@ -1,8 +1,12 @@
-// Dense collectives on device buffers: NCCL when the communicator brought it up. Without it,
-// a float32 all-reduce is the device scatter-reduce with codec "none" (lossless: the sums are
-// on the device and each chunk's copy overlaps the transfers of others); half-precision
-// all-reduces, all-gathers and broadcasts run the host algorithms on a pinned copy (copied
-// down, run, copied up, without overlap).
+// Dense collectives on device buffers: NCCL when the communicator brought it up (every dtype
+// and op, except integer averages, which NCCL does not define as gradwire does). Without it,
+// a float32 sum or average is the device scatter-reduce with codec "none" (lossless: the sums
+// are on the device and each chunk's copy overlaps the transfers of others); every other
+// all-reduce (other dtypes, prod, min, max, integer averages), all-gathers and broadcasts run
+// the host algorithms on a pinned copy (copied down, run, copied up, without overlap). The
+// choice depends only on what every rank's call descriptor carries, so all ranks agree.
+#include <string>
+
 #include "collectives/algorithms.hpp"
 #include "collectives/device_algorithms.hpp"
 
@@ -24,12 +28,19 @@ Status through_nccl(Context& c, DeviceBackend& dev, Call call) {
 
 Status device_dense_allreduce(Context& c, DeviceBackend& dev, const void* send, void* recv, size_t n, DType dtype,
                               ReduceOp op) {
-  if (dev.nccl_ready()) {
+  if (!collective_dtype_valid(static_cast<int>(dtype)) || static_cast<int>(op) > static_cast<int>(ReduceOp::kMax)) {
+    return unsupported("dense device all-reduce: dtype " + std::to_string(static_cast<int>(dtype)) + " op " +
+                       std::to_string(static_cast<int>(op)) + " unknown");
+  }
+  const bool int_avg = op == ReduceOp::kAvg && dtype != DType::kFloat32 && dtype != DType::kFloat16 &&
+                       dtype != DType::kBFloat16 && dtype != DType::kFloat64;
+  if (dev.nccl_ready() && !int_avg) {
     return through_nccl(c, dev, [&](const DeviceBackend::Progress& pr) {
       return dev.nccl_allreduce(send, recv, n, dtype, op, c.deadline, pr);
     });
   }
-  if (dtype == DType::kFloat32) {
+  // The device scatter-reduce sums (and averages) only.
+  if (dtype == DType::kFloat32 && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
     static const std::unique_ptr<Codec> none = std::move(Codec::create("none")).value();
     return device_scatter_reduce_allreduce(c, dev, static_cast<const float*>(send), static_cast<float*>(recv), n, op,
                                            *none, nullptr);
