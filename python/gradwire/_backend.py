@@ -1,0 +1,181 @@
+"""torch.distributed backend "gradwire": every c10d collective runs on a gradwire communicator.
+
+    import torch.distributed as dist
+    import gradwire.torch                      # registers the backend (this module)
+    dist.init_process_group("gradwire", init_method="tcp://host:port", rank=r, world_size=n,
+                            pg_options=gradwire.torch.BackendOptions(codec="qsgd:bits=8"))
+    dist.all_reduce(t)                         # dense and exact: c10d calls never compress
+    comm = gradwire.torch.get_communicator()   # the group's own communicator, for the comm hook
+
+The backend is a C++ extension (torch_backend/, built by scripts/build-torch-backend.sh for the
+PyTorch of the Python that runs it) that opens the libgradwire this package loaded
+(gradwire._lib.path). It bootstraps through the process group's Store (no extra port), takes
+the group's timeout as the communicator's timeout_s, and returns asynchronous Works whose
+futures complete on a thread of the backend's own.
+
+Where the extension comes from, first match wins: $GRADWIRE_TORCH_BACKEND (path to the .so),
+then build-torch/_torch_backend_<major>_<minor>/ of this source tree. Without it, init_process_group
+("gradwire") fails with a message that says how to build it.
+"""
+import ctypes
+import datetime
+import importlib.util
+import inspect
+import os
+
+import torch
+import torch.distributed as dist
+
+from . import _lib
+from .core import Codec, Communicator
+
+__all__ = ["BackendOptions", "available", "get_communicator", "get_options", "register", "unavailable_reason"]
+
+NAME = "gradwire"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_ROOT = os.path.dirname(os.path.dirname(_HERE))
+
+
+def _module_name():
+    major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    return "_torch_backend_%d_%d" % (major, minor)
+
+
+def _load():
+    """(module, None) or (None, why not)."""
+    name = _module_name()
+    path = os.environ.get("GRADWIRE_TORCH_BACKEND") or os.path.join(_ROOT, "build-torch", name, name + ".so")
+    if not os.path.exists(path):
+        return None, ("the gradwire torch backend for torch %s is not built (no %s); run "
+                      "scripts/build-torch-backend.sh %s" % (torch.__version__, path, _python_hint()))
+    # The file's module name is fixed at build time; a module built for another torch would not
+    # import cleanly, so the name (which carries the torch version) must match.
+    file_name = os.path.basename(path).split(".")[0]
+    spec = importlib.util.spec_from_file_location(file_name, path)
+    try:
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    except ImportError as e:
+        return None, "cannot import the gradwire torch backend %s: %s" % (path, e)
+    if (mod.TORCH_VERSION_MAJOR, mod.TORCH_VERSION_MINOR) != tuple(int(x) for x in name.split("_")[-2:]):
+        return None, "%s was built for torch %d.%d, this is torch %s" % (
+            path, mod.TORCH_VERSION_MAJOR, mod.TORCH_VERSION_MINOR, torch.__version__)
+    mod.load_library(_lib.path)  # the very library gradwire.core uses
+    return mod, None
+
+
+def _python_hint():
+    import sys
+    return sys.executable
+
+
+_ext, _why_not = _load()
+
+
+def available():
+    """Whether the backend's extension is built and loaded for this torch."""
+    return _ext is not None
+
+
+def unavailable_reason():
+    """Why available() is False (None when it is True)."""
+    return _why_not
+
+
+class BackendOptions:
+    """Options of a gradwire process group: init_process_group("gradwire", pg_options=...)
+    (torch 2.x; torch 1.13 passes them the same way). Read them back with get_options(group).
+
+    codec: the default codec spec for compressed all-reduces that run on the group's
+      communicator (the DDP comm hook, get_communicator()); checked here. Dense c10d calls
+      (dist.all_reduce and the rest) never compress, whatever this says.
+    ef: whether compressed all-reduces keep an error-feedback state per buffer.
+    extra: more string settings for tools that read them back (get_options(group).extra).
+    """
+
+    def __init__(self, codec="none", ef=True, **extra):
+        if not isinstance(codec, str):
+            raise TypeError("codec must be a spec string, not %s" % type(codec).__name__)
+        Codec(codec).close()  # a bad spec fails now, with the library's message
+        self.codec = codec
+        self.ef = bool(ef)
+        self.extra = {str(k): str(v) for k, v in extra.items()}
+
+    def to_dict(self):
+        d = dict(self.extra)
+        d.update({"codec": self.codec, "ef": "1" if self.ef else "0"})
+        return d
+
+    @classmethod
+    def from_dict(cls, d):
+        d = dict(d)
+        codec = d.pop("codec", "none")
+        ef = d.pop("ef", "1") == "1"
+        return cls(codec=codec, ef=ef, **d)
+
+    def __eq__(self, other):
+        return isinstance(other, BackendOptions) and self.to_dict() == other.to_dict()
+
+    def __repr__(self):
+        extra = "".join(", %s=%r" % kv for kv in sorted(self.extra.items()))
+        return "BackendOptions(codec=%r, ef=%r%s)" % (self.codec, self.ef, extra)
+
+
+def _seconds(timeout):
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
+    if hasattr(timeout, "total_seconds"):
+        return timeout.total_seconds()
+    return float(timeout)
+
+
+def _create(dist_opts, backend_options):
+    """register_backend's creator (extended API): one communicator per process group."""
+    if _ext is None:
+        raise RuntimeError(_why_not)
+    opts = backend_options if backend_options is not None else BackendOptions()
+    if not isinstance(opts, BackendOptions):
+        raise TypeError("a gradwire process group takes gradwire.torch.BackendOptions as pg_options, not %s"
+                        % type(opts).__name__)
+    return _ext.create_backend(dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
+                               _seconds(dist_opts.timeout), str(dist_opts.group_id), opts.to_dict())
+
+
+def register():
+    """Registers "gradwire" with torch.distributed (idempotent); import does it."""
+    if NAME.upper() in dist.Backend._plugins:
+        return
+    kwargs = {}
+    if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
+        kwargs["devices"] = ["cpu", "cuda"]  # CUDA tensors are staged through host memory
+    dist.Backend.register_backend(NAME, _create, extended_api=True, **kwargs)
+
+
+def _backend_of(group):
+    if _ext is None:
+        raise RuntimeError(_why_not)
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    backend = pg._get_backend(torch.device("cpu")) if hasattr(pg, "_get_backend") else pg
+    if not _ext.is_gradwire(backend):
+        raise ValueError("the group's backend is %s, not gradwire" % backend.name())
+    return backend
+
+
+def get_communicator(group=None):
+    """A gradwire.Communicator over the group's own communicator (default: the default group):
+    the same ranks, connections, progress thread and call order as the group's c10d calls.
+    It is borrowed: closing it does not destroy the communicator, and it keeps the group's
+    backend alive while it exists."""
+    backend = _backend_of(group)
+    comm = Communicator(ctypes.c_void_p(_ext.comm_handle(backend)))
+    comm._owner = backend  # core.Communicator.close() leaves owned handles alone
+    return comm
+
+
+def get_options(group=None):
+    """The BackendOptions the group was created with."""
+    return BackendOptions.from_dict(_ext.backend_options(_backend_of(group)))
+
+
+if dist.is_available():
+    register()
