@@ -64,6 +64,12 @@ std::vector<int> run_np(int np, const Body& body, size_t chunk_bytes = 4096) {
       std::fprintf(stderr, "rank %d: init failed: %s\n", rank, comm.status().to_string().c_str());
       return kInitFailed;
     }
+    // Everyone is in before the test's calls: a rank still finishing its init would otherwise
+    // learn of a mismatch between the others as an init failure.
+    if (const Status s = (*comm)->barrier(); !s.is_ok()) {
+      std::fprintf(stderr, "rank %d: first barrier failed: %s\n", rank, s.to_string().c_str());
+      return kInitFailed;
+    }
     return body(**comm, rank, np);
   }, seconds(240));
 }
