@@ -20,6 +20,7 @@
 
 #include "collectives/comm_init.hpp"
 #include "compressors/half.hpp"
+#include "tests/host_device_backend.hpp"
 #include "tests/multiproc/mp_launch.hpp"
 #include "transport/bootstrap/bootstrap.hpp"
 
@@ -609,6 +610,28 @@ TEST(DenseCollectives, BadArgumentsLeaveTheCommunicatorUsable) {
       EXPECT_CALL_OK(rank, c.reduce(ones.data(), sum.data(), 5, DType::kFloat32, ReduceOp::kSum, 0));
       if (rank == 0 && sum[4] != static_cast<float>(p)) return fail(rank, "reduce after the errors gave %g", sum[4]);
       EXPECT_CALL_OK(rank, c.error());
+      return kOk;
+    }), np);
+  }
+}
+
+// Dense all-reduce on device buffers (the stand-in accelerator, no NCCL: staged through host
+// memory) with every dtype and op gives the host result: no op is silently summed.
+TEST(DenseCollectives, DeviceAllreduceEveryOpAndDtypeMatchesTheHost) {
+  for (int np : {1, 3}) {
+    expect_all_ok(run_np(np, [](Communicator& c, int rank, int p) {
+      EXPECT_CALL_OK(rank, c.use_device_backend(std::make_unique<test::HostDeviceBackend>(static_cast<uint64_t>(rank) + 5)));
+      for (DType d : kAllDtypes) {
+        for (ReduceOp op : kAllOps) {
+          const size_t n = 5003;
+          const auto send = input(d, op, n, rank, p);
+          test::DeviceVector<uint8_t> x(send.size());
+          x.upload(send);
+          EXPECT_CALL_OK(rank, c.allreduce_device(x.data(), x.data(), n, d, op, nullptr, nullptr, Algo::kAuto, nullptr));
+          const auto want = reference(d, op, n, p, all_ranks(p));
+          if (int e = compare(rank, "device allreduce", d, op, x.download().data(), want.data(), n)) return e;
+        }
+      }
       return kOk;
     }), np);
   }
