@@ -285,13 +285,15 @@ class Completer {
 // contiguous host copy (CUDA tensors are staged through the host), written back by finish().
 class Staging {
  public:
+  // Every tensor handed out is kept (a reference) until the request has finished: a caller
+  // may drop its own (dist.isend(torch.ones(3), 1)).
   at::Tensor in(const at::Tensor& t) {
-    if (t.device().is_cpu() && t.is_contiguous()) return t;
+    if (t.device().is_cpu() && t.is_contiguous()) return keep(t);
     return keep(t.to(at::kCPU).contiguous());
   }
   // An output; with contents, its current values are copied in too (in-place ops).
   at::Tensor out(const at::Tensor& t, bool contents) {
-    if (t.device().is_cpu() && t.is_contiguous()) return t;
+    if (t.device().is_cpu() && t.is_contiguous()) return keep(t);
     at::Tensor buf = contents ? t.to(at::kCPU).contiguous()
                               : at::empty(t.sizes(), t.options().device(at::kCPU).memory_format(at::MemoryFormat::Contiguous));
     if (contents && buf.data_ptr() == t.data_ptr()) buf = buf.clone();

@@ -244,16 +244,16 @@ def scenario_collectives(torch, dist, gwb, rank, size, out):
             for q in reqs:
                 q.wait()
             c.same("isend/irecv n=%d" % n, got, _values(torch, n, torch.float32, prv))
-        if rank % 2 == 0:
-            dist.send(torch.arange(5.0) + rank, nxt, tag=3)
+        if rank < 2:  # blocking send and recv between ranks 0 and 1, tagged
+            peer = 1 - rank
             got = torch.empty(5)
-            dist.recv(got, prv, tag=4)
-        else:
-            got = torch.empty(5)
-            dist.recv(got, prv, tag=3)
-            dist.send(torch.arange(5.0) + rank, nxt, tag=4)
-        if size % 2 == 0:  # with an odd ring the wrap-around pair uses mismatched tags
-            c.same("send/recv", got, torch.arange(5.0) + prv)
+            if rank == 0:
+                dist.send(torch.arange(5.0) + rank, peer, tag=3)
+                dist.recv(got, peer, tag=4)
+            else:
+                dist.recv(got, peer, tag=3)
+                dist.send(torch.arange(5.0) + rank, peer, tag=4)
+            c.same("send/recv", got, torch.arange(5.0) + peer)
 
     dist.barrier()
     work = dist.barrier(async_op=True)
