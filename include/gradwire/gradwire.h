@@ -378,7 +378,9 @@ GW_API gw_result_t gw_ibarrier(gw_comm_t comm, gw_request_t* request);
  * are not collective and do not wait behind other calls: a send and a receive both post at
  * once and finish when the bytes have moved (or the timeout passes, which breaks the
  * communicator). A receive must name the exact size: a message of another size fails it
- * with GW_ERR_INVALID_USAGE. Any tag value is allowed. */
+ * with GW_ERR_INVALID_USAGE (the message is dropped, the send succeeds and the communicator
+ * stays usable). Any tag value is allowed; peer may be the calling rank (post the receive or
+ * use gw_isend, since a blocking send to oneself waits for its receive). */
 GW_API gw_result_t gw_send(gw_comm_t comm, const void* buf, size_t bytes, int peer, uint32_t tag);
 GW_API gw_result_t gw_recv(gw_comm_t comm, void* buf, size_t bytes, int peer, uint32_t tag);
 GW_API gw_result_t gw_isend(gw_comm_t comm, const void* buf, size_t bytes, int peer, uint32_t tag,
