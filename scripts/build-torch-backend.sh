@@ -45,7 +45,7 @@ cpp_extension.load(
     name=name,
     sources=[os.path.join(root, "torch_backend", "gradwire_backend.cpp")],
     build_directory=out,
-    extra_cflags=["-O2", "-Wall", "-Wno-unused-function"],
+    extra_cflags=["-O2", "-std=c++17", "-Wall", "-Wno-unused-function"],
     extra_include_paths=[os.path.join(root, "include"), os.path.join(out, "include")],
     with_cuda=False,
     verbose=os.environ.get("VERBOSE") == "1",

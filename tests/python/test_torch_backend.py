@@ -280,6 +280,20 @@ def scenario_collectives(torch, dist, gwb, rank, size, out):
     shapes = [e.input_shapes for e in prof.events() if e.name == "gradwire:all_reduce"]
     c.true("profiler records the inputs of gradwire:all_reduce (%s)" % shapes, any([10] in s for s in shapes))
 
+    # DistributedDataParallel: its buckets go through all_reduce and the Work's future
+    torch.manual_seed(rank)  # different initial weights: DDP broadcasts rank 0's
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    optim = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    for step in range(3):
+        optim.zero_grad()
+        ddp(torch.randn(4, 8) * (rank + 1)).sum().backward()
+        optim.step()
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    everyone = [torch.empty_like(flat) for _ in range(size)]
+    dist.all_gather(everyone, flat)
+    c.true("DDP keeps every rank's parameters equal", all(torch.equal(e, flat) for e in everyone))
+
     # the group's communicator, its options, its name
     comm = gwb.get_communicator()
     c.true("communicator rank/size", (comm.rank, comm.size) == (rank, size))
