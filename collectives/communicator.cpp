@@ -46,6 +46,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
   impl->tp = std::move(tp);
   impl->config = config;
   impl->counted = std::make_unique<coll::CountingTransport>(*impl->tp, impl->stats);
+  impl->timeline = coll::Timeline(coll::Timeline::path_from_env(impl->tp->rank(), impl->tp->size()), impl->tp->rank());
   if (const char* t = std::getenv("GW_TUNE"); t != nullptr && std::strcmp(t, "0") == 0) impl->tune = false;
   if (!config.codec_override.empty()) {
     GW_ASSIGN_OR_RETURN(impl->codec_override, Codec::create(config.codec_override));
@@ -126,6 +127,7 @@ Communicator::~Communicator() {
   }
   impl_->cv.notify_all();
   if (impl_->worker.joinable()) impl_->worker.join();
+  if (const Status s = impl_->timeline.write(); !s.is_ok()) GW_WARN("%s", s.message().c_str());
 }
 
 int Communicator::rank() const { return impl_->tp->rank(); }

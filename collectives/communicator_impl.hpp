@@ -22,6 +22,7 @@
 #include "collectives/device_backend.hpp"
 #include "collectives/policy.hpp"
 #include "collectives/stats.hpp"
+#include "collectives/timeline.hpp"
 #include "gradwire/communicator.hpp"
 #include "transport/log.hpp"
 #include "transport/transport.hpp"
@@ -226,6 +227,18 @@ struct Communicator::Impl {
   std::unique_ptr<comm_detail::P2pServingTransport> serving;  // counted, serving p2p between rounds
   coll::AllreduceTuner tuner;
   coll::CallCheck check;  // the peers' call descriptors of the running collective
+  coll::Timeline timeline{std::string(), 0};  // GW_TIMELINE; set up in create()
+  static std::string timeline_args(const CallDescriptor& d, const Status& s, uint64_t sent) {
+    std::string a = "\"seq\": " + std::to_string(d.seq) + ", \"count\": " + std::to_string(d.count) +
+                    ", \"bytes_sent\": " + std::to_string(sent);
+    if (d.dtype != coll::kNoField) a += std::string(", \"dtype\": \"") + dtype_name(static_cast<DType>(d.dtype)) + "\"";
+    if (d.op != coll::kNoField) a += std::string(", \"op\": \"") + red_op_name(static_cast<ReduceOp>(d.op)) + "\"";
+    if (d.algo != coll::kNoField) a += std::string(", \"algo\": \"") + algo_name(static_cast<Algo>(d.algo)) + "\"";
+    if (d.root >= 0) a += ", \"root\": " + std::to_string(d.root);
+    if (!d.spec.empty()) a += ", \"codec\": \"" + d.spec + "\"";  // specs hold no quotes or backslashes
+    if (!s.is_ok()) a += std::string(", \"error\": \"") + code_name(s.code()) + "\"";
+    return a;
+  }
   bool tune = true;  // GW_TUNE=0 keeps the static policy
   // EF states (host or device) whose residual a compressed call filled and no dense call has
   // flushed yet.
@@ -288,7 +301,9 @@ struct Communicator::Impl {
                     config.chunk_bytes, scratch};
     c.stats = &stats;
     d.seq = c.seq;
+    const coll::Timeline::Active recording(&timeline);
     const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t sent0 = stats.bytes_sent;
     Status s;
     if (c.size > 1) {
       c.check = &check;
@@ -297,7 +312,9 @@ struct Communicator::Impl {
     if (s.is_ok()) s = fn(c);
     if (s.is_ok() && c.check != nullptr) s = check.finish(c.deadline);
     if (!s.is_ok()) collective_failed = true;
-    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto t1 = std::chrono::steady_clock::now();
+    if (timeline.enabled()) timeline.span(coll::call_kind_name(d.kind), "collective", t0, t1, timeline_args(d, s, stats.bytes_sent - sent0));
+    const double t = std::chrono::duration<double>(t1 - t0).count();
     stats.total_s += t;
     ++stats.collectives;
     if (seconds != nullptr) *seconds = t;

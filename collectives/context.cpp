@@ -4,6 +4,7 @@
 #include <string>
 
 #include "collectives/call_check.hpp"
+#include "collectives/timeline.hpp"
 
 namespace gw::coll {
 
@@ -25,7 +26,15 @@ Status Context::check_calls() const { return check != nullptr ? check->poll() : 
 Status Context::verify_all_calls() const { return check != nullptr ? check->require_all(deadline) : Status::ok(); }
 
 Status Context::wait(transport::Op& op) const {
+  // Time spent waiting on the network is the "transfer" of the timeline (GW_TIMELINE).
+  Timeline* tl = op.finished() ? nullptr : Timeline::current();
+  const auto t0 = tl != nullptr ? Timeline::Clock::now() : Timeline::Clock::time_point();
   const Status waited = tp.wait(op, deadline, [this] { return check_calls(); });
+  if (tl != nullptr) {
+    tl->span("transfer", "transfer", t0, Timeline::Clock::now(),
+             std::string("\"peer\": ") + std::to_string(op.peer) + ", \"recv\": " + (op.is_recv ? "true" : "false") +
+                 ", \"bytes\": " + std::to_string(op.bytes));
+  }
   if (waited.code() == Code::kTimeout && check != nullptr) {
     return Status(Code::kTimeout, waited.message() + check->not_started());
   }
