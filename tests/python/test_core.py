@@ -84,8 +84,15 @@ def test_single_rank_communicator_and_argument_errors():
         with pytest.raises(gradwire.GradwireError) as e:
             comm.allreduce(x, ef=gradwire.ErrorFeedback(3), codec="sign")
         assert "ef holds 3 elements" in e.value.message
-        with pytest.raises(gradwire.GradwireError):
-            comm.allreduce(np.ones(4, dtype=np.float64))
+        f64 = np.full(4, 0.5, dtype=np.float64)  # dense calls take every dtype
+        comm.allreduce(f64, op="max")
+        assert np.array_equal(f64, np.full(4, 0.5))
+        with pytest.raises(gradwire.GradwireError) as e:
+            comm.allreduce(np.ones(4, dtype=np.complex64))
+        assert "complex64" in e.value.message
+        with pytest.raises(gradwire.GradwireError) as e:
+            comm.allreduce(np.ones(1 << 15, dtype=np.float32), op="max", codec="topk:ratio=0.01")
+        assert e.value.code == 1 and "op max runs dense only" in e.value.message
         with pytest.raises(gradwire.GradwireError):
             comm.allreduce(np.ones((4, 4), dtype=np.float32)[:, ::2])  # not contiguous
         assert comm.async_error() is None  # argument errors do not break a communicator
