@@ -5,7 +5,7 @@
 namespace gw::coll {
 
 float* prepare_accumulator(Context& c, const float* send, size_t n, ErrorFeedback* ef, int slot) {
-  ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr);  // part of encoding
+  ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");  // part of encoding
   if (ef != nullptr) {
     float* acc = ef->residual();
     for (size_t i = 0; i < n; ++i) acc[i] += send[i];

@@ -58,18 +58,18 @@ float* prepare_accumulator(Context& c, const float* send, size_t n, ErrorFeedbac
 // Codec calls of the lossy algorithms, timed into the communicator's statistics.
 inline Result<size_t> timed_encode(Context& c, Codec& codec, float* acc, size_t n, const EncodeContext& ctx,
                                    void* out, size_t cap) {
-  ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr);
+  ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");
   return codec.encode_accumulated(acc, n, ctx, out, cap);
 }
 // Without error feedback nothing keeps an encode's loss: encode straight from the input,
 // without copying it or decoding the message back (the same bytes as timed_encode).
 inline Result<size_t> timed_encode_input(Context& c, Codec& codec, const float* src, size_t n,
                                          const EncodeContext& ctx, void* out, size_t cap) {
-  ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr);
+  ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");
   return codec.encode(src, n, DType::kFloat32, ctx, out, cap);
 }
 inline Status timed_decode(Context& c, const void* msg, size_t len, float* dst, size_t n, DecodeMode mode) {
-  ScopedSeconds t(c.stats != nullptr ? &c.stats->decode_s : nullptr);
+  ScopedSeconds t(c.stats != nullptr ? &c.stats->decode_s : nullptr, "decode");
   return decode(msg, len, dst, n, DType::kFloat32, mode);
 }
 

@@ -30,7 +30,7 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
   float* acc = nullptr;
   if (ef != nullptr) {
     acc = ef->residual();
-    ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr);
+    ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");
     GW_RETURN_IF_ERROR(dev.add(acc, send, n));
   } else {  // only my segment receives contributions; the others are encoded from send
     GW_ASSIGN_OR_RETURN(void* a, dev.device_scratch(0, n * sizeof(float)));
@@ -83,7 +83,7 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
       const uint64_t off = seg_off(owner, k);
       size_t len = 0;
       {
-        ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr);
+        ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");
         GW_ASSIGN_OR_RETURN(len, ef != nullptr
                                      ? dev.encode_accumulated(codec, acc + off, seg_chunk_len(owner, k), ctx,
                                                               out_dev + at, max_msg)
@@ -111,7 +111,7 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
     const EncodeContext ctx{message_step(base_step, 1, k), static_cast<uint32_t>(c.rank)};
     size_t mlen = 0;
     {
-      ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr);
+      ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");
       GW_ASSIGN_OR_RETURN(mlen, dev.encode_accumulated(codec, owner_res + chunks.offset(k), len, ctx, own_dev + at,
                                                         max_msg));
     }
@@ -131,7 +131,7 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
   // Copies a received message up (after checking it in host memory) and applies it.
   auto apply_received = [&](size_t at, size_t bytes, float* dst, uint64_t len, DecodeMode mode,
                             const std::string& what) -> Status {
-    ScopedSeconds t(c.stats != nullptr ? &c.stats->decode_s : nullptr);
+    ScopedSeconds t(c.stats != nullptr ? &c.stats->decode_s : nullptr, "decode");
     auto h = validate_staged(in_h + at, bytes, len);
     if (!h.is_ok()) return h.status().with_context(what);
     GW_RETURN_IF_ERROR(dev.copy(in_dev + at, in_h + at, bytes));

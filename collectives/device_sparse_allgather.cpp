@@ -27,7 +27,7 @@ Status device_sparse_allgather_allreduce(Context& c, DeviceBackend& dev, const f
   const EncodeContext ctx{base_step, static_cast<uint32_t>(c.rank)};
   size_t len = 0;
   {
-    ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr);
+    ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");
     if (ef != nullptr) {
       float* acc = ef->residual();
       GW_RETURN_IF_ERROR(dev.add(acc, send, n));
@@ -57,7 +57,7 @@ Status device_sparse_allgather_allreduce(Context& c, DeviceBackend& dev, const f
       }
     }
     while (next < p) {
-      ScopedSeconds t(c.stats != nullptr ? &c.stats->decode_s : nullptr);
+      ScopedSeconds t(c.stats != nullptr ? &c.stats->decode_s : nullptr, "decode");
       if (next == c.rank) {  // my own message: trusted, its header read once it landed
         if (!mine_sent) break;
         GW_ASSIGN_OR_RETURN(wire::Header h, wire::read_header(msgs_h + at(next), len));

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "collectives/timeline.hpp"
 #include "gradwire/codec.hpp"
 #include "gradwire/communicator.hpp"
 #include "transport/transport.hpp"
@@ -16,20 +17,27 @@ namespace gw::coll {
 
 using CommStats = gw::CommStats;  // declared in the public communicator.hpp
 
-// Adds the time of a scope to a counter; no-op without one.
+// Adds the time of a scope to a counter (no-op without one) and, with a name, records it as
+// a span of the timeline being recorded (GW_TIMELINE).
 class ScopedSeconds {
  public:
-  explicit ScopedSeconds(double* acc) : acc_(acc) {
-    if (acc_ != nullptr) t0_ = std::chrono::steady_clock::now();
+  explicit ScopedSeconds(double* acc, const char* span = nullptr)
+      : acc_(acc), span_(span != nullptr ? Timeline::current() : nullptr), name_(span) {
+    if (acc_ != nullptr || span_ != nullptr) t0_ = std::chrono::steady_clock::now();
   }
   ~ScopedSeconds() {
-    if (acc_ != nullptr) *acc_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    if (acc_ == nullptr && span_ == nullptr) return;
+    const auto t1 = std::chrono::steady_clock::now();
+    if (acc_ != nullptr) *acc_ += std::chrono::duration<double>(t1 - t0_).count();
+    if (span_ != nullptr) span_->span(name_, name_, t0_, t1);
   }
   ScopedSeconds(const ScopedSeconds&) = delete;
   ScopedSeconds& operator=(const ScopedSeconds&) = delete;
 
  private:
   double* acc_;
+  Timeline* span_;
+  const char* name_;
   std::chrono::steady_clock::time_point t0_;
 };
 
