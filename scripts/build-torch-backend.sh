@@ -45,7 +45,8 @@ cpp_extension.load(
     name=name,
     sources=[os.path.join(root, "torch_backend", "gradwire_backend.cpp")],
     build_directory=out,
-    extra_cflags=["-O2", "-std=c++17", "-Wall", "-Wno-unused-function"],
+    # torch 1.13's cpp_extension asks for C++14, too old for the source; 2.x picks its own (C++20).
+    extra_cflags=["-O2", "-Wall", "-Wno-unused-function"] + (["-std=c++17"] if major < 2 else []),
     extra_include_paths=[os.path.join(root, "include"), os.path.join(out, "include")],
     with_cuda=False,
     verbose=os.environ.get("VERBOSE") == "1",

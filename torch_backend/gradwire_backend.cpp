@@ -60,6 +60,7 @@ using Ms = std::chrono::milliseconds;
 
 #define GWT_FUNCTIONS(X)                                                                          \
   X(gw_get_error_string) X(gw_get_last_error) X(gw_comm_init_with_allgather) X(gw_comm_destroy)  \
+  X(gw_comm_abort)                                                                                \
   X(gw_comm_rank) X(gw_comm_size) X(gw_wait) X(gw_request_on_complete) X(gw_iallreduce)           \
   X(gw_ireduce) X(gw_ibroadcast) X(gw_iallgather) X(gw_iallgatherv) X(gw_ireduce_scatter)        \
   X(gw_ialltoall) X(gw_ialltoallv) X(gw_igather) X(gw_iscatter) X(gw_ibarrier) X(gw_isend)        \
@@ -485,6 +486,11 @@ class GradwireBackend : public BackendBase {
   const std::string getBackendName() const override { return "gradwire"; }
 
 #if TORCH_VERSION_MAJOR >= 2
+  // Fails every pending and later op (torch's abort of a group, e.g. on a peer's failure).
+  void abort() override {
+    if (comm_ != nullptr) GWT_NEED(gw_comm_abort)(comm_);
+  }
+
   c10::intrusive_ptr<Options> getBackendOptions() override {
     return c10::make_intrusive<Options>("gradwire", timeout_);
   }

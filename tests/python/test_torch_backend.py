@@ -280,6 +280,18 @@ def scenario_collectives(torch, dist, gwb, rank, size, out):
     shapes = [e.input_shapes for e in prof.events() if e.name == "gradwire:all_reduce"]
     c.true("profiler records the inputs of gradwire:all_reduce (%s)" % shapes, any([10] in s for s in shapes))
 
+    # a subgroup: its own communicator, bootstrapped through the same store
+    if size == 3:
+        sub = dist.new_group([0, 2])
+        if rank in (0, 2):
+            t = torch.full((5,), float(rank))
+            dist.all_reduce(t, group=sub)
+            c.same("all_reduce on new_group([0, 2])", t, torch.full((5,), 2.0))
+            subcomm = gwb.get_communicator(sub)
+            c.true("subgroup communicator", (subcomm.rank, subcomm.size) == (rank // 2, 2))
+            subcomm.close()
+        dist.barrier()
+
     # DistributedDataParallel: its buckets go through all_reduce and the Work's future
     torch.manual_seed(rank)  # different initial weights: DDP broadcasts rank 0's
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
