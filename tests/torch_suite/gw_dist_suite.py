@@ -9,6 +9,7 @@ here therefore depends on the environment only, which the ranks inherit from the
   BACKEND              gradwire (registered by `import gradwire.torch`) or a built-in one (gloo)
   WORLD_SIZE, TEMP_DIR what distributed_test.py reads at import time
   GW_SUITE_FEATURES    DistTestCases.backend_feature sets the backend joins (comma separated)
+  GW_SUITE_SKIP_COLLECTIVES  DistTestCases.skip_collective sets it joins (what it refuses by design)
   GW_SUITE_UNLOCK      tests to run although torch gates them by backend name (see below)
   GW_SUITE_REASONS     folder where a rank writes why it skipped a test (the suite itself only
                        says "look at subprocess log")
@@ -34,10 +35,13 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 if BACKEND == "gradwire":
-    import gradwire.torch as _gwt  # noqa: E402,F401  (registers the backend)
+    import gradwire.torch  # noqa: E402,F401  (registers the backend)
+    from gradwire import _backend  # noqa: E402
 
-    if _gwt._BACKEND_ERROR is not None:
-        raise ImportError("the gradwire torch backend is not built: %s" % _gwt._BACKEND_ERROR)
+    if not _backend.available():
+        raise ImportError(_backend.unavailable_reason())
+    if not hasattr(dist.Backend, BACKEND.upper()):
+        raise ImportError("import gradwire.torch did not register the backend %r" % BACKEND)
 
 from torch.testing._internal.common_distributed import DistTestCases, TEST_SKIPS  # noqa: E402
 
@@ -46,6 +50,12 @@ FEATURES = [f for f in os.environ.get("GW_SUITE_FEATURES", "").split(",") if f]
 if BACKEND not in _BUILTIN:
     for _feature in ["plugin"] + FEATURES:
         DistTestCases.backend_feature.setdefault(_feature, set()).add(BACKEND)
+
+# Collectives the backend refuses by design (DistTestCases.skip_collective keys: "sendrecv
+# anysource", "allgather_coalesced", "reduce", "cpu barrier"); the suite skips their tests.
+SKIP_COLLECTIVES = [c for c in os.environ.get("GW_SUITE_SKIP_COLLECTIVES", "").split(",") if c]
+for _collective in SKIP_COLLECTIVES:
+    DistTestCases.skip_collective.setdefault(_collective, set()).add(BACKEND)
 
 # Imported only now: its skip decorators read BACKEND and backend_feature at import time.
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
