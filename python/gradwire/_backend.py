@@ -29,7 +29,8 @@ import torch.distributed as dist
 from . import _lib
 from .core import Codec, Communicator
 
-__all__ = ["BackendOptions", "available", "get_communicator", "get_options", "register", "unavailable_reason"]
+__all__ = ["BackendOptions", "available", "get_communicator", "get_options", "is_gradwire_group", "register",
+           "unavailable_reason"]
 
 NAME = "gradwire"
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -86,30 +87,32 @@ class BackendOptions:
     """Options of a gradwire process group: init_process_group("gradwire", pg_options=...)
     (torch 2.x; torch 1.13 passes them the same way). Read them back with get_options(group).
 
-    codec: the default codec spec for compressed all-reduces that run on the group's
-      communicator (the DDP comm hook, get_communicator()); checked here. Dense c10d calls
+    codec: the default codec spec of the gradient buckets the DDP comm hook sends on the
+      group's communicator (gradwire.torch.HookState takes it when given no codec); None: the
+      hook's own default; "none": dense buckets. Checked here. Dense c10d calls
       (dist.all_reduce and the rest) never compress, whatever this says.
     ef: whether compressed all-reduces keep an error-feedback state per buffer.
     extra: more string settings for tools that read them back (get_options(group).extra).
     """
 
-    def __init__(self, codec="none", ef=True, **extra):
-        if not isinstance(codec, str):
-            raise TypeError("codec must be a spec string, not %s" % type(codec).__name__)
-        Codec(codec).close()  # a bad spec fails now, with the library's message
+    def __init__(self, codec=None, ef=True, **extra):
+        if codec is not None and not isinstance(codec, str):
+            raise TypeError("codec must be a spec string or None, not %s" % type(codec).__name__)
+        if codec:
+            Codec(codec).close()  # a bad spec fails now, with the library's message
         self.codec = codec
         self.ef = bool(ef)
         self.extra = {str(k): str(v) for k, v in extra.items()}
 
     def to_dict(self):
         d = dict(self.extra)
-        d.update({"codec": self.codec, "ef": "1" if self.ef else "0"})
+        d.update({"codec": self.codec or "", "ef": "1" if self.ef else "0"})
         return d
 
     @classmethod
     def from_dict(cls, d):
         d = dict(d)
-        codec = d.pop("codec", "none")
+        codec = d.pop("codec", "") or None
         ef = d.pop("ef", "1") == "1"
         return cls(codec=codec, ef=ef, **d)
 
@@ -170,6 +173,17 @@ def get_communicator(group=None):
     comm = Communicator(ctypes.c_void_p(_ext.comm_handle(backend)))
     comm._owner = backend  # core.Communicator.close() leaves owned handles alone
     return comm
+
+
+def is_gradwire_group(group=None):
+    """Whether the group (default: the default group) runs on the gradwire backend."""
+    if _ext is None or not dist.is_initialized():
+        return False
+    try:
+        _backend_of(group)
+    except (ValueError, RuntimeError):
+        return False
+    return True
 
 
 def get_options(group=None):

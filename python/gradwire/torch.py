@@ -30,18 +30,14 @@ import torch.distributed as dist
 from . import _lib
 from .core import Codec, Communicator, ErrorFeedback, get_unique_id
 
-try:  # the C++ backend, when it was built for this torch (scripts/build-torch-backend.sh)
-    from ._backend import BackendOptions, backend_options, get_communicator, is_gradwire_group
-    _BACKEND_ERROR = None
-except ImportError as _e:  # the hook still works over init_communicator()
-    BackendOptions = backend_options = get_communicator = None
-    _BACKEND_ERROR = _e
+# Importing _backend registers the "gradwire" backend with torch.distributed. Without the
+# built extension init_process_group("gradwire") says how to build it, and the hook still
+# works over init_communicator().
+from ._backend import BackendOptions, available, get_communicator, is_gradwire_group, unavailable_reason
+from ._backend import get_options as backend_options
 
-    def is_gradwire_group(group=None):
-        return False
-
-__all__ = ["BackendOptions", "HookState", "all_reduce", "comm_hook", "get_communicator", "init_communicator",
-           "launcher_env"]
+__all__ = ["BackendOptions", "HookState", "all_reduce", "available", "backend_options", "comm_hook",
+           "get_communicator", "init_communicator", "launcher_env"]
 
 # Bucket dtypes the hook sends through gradwire (float32 may be compressed; the rest go dense).
 _FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -50,7 +46,7 @@ _DEFAULT_CODEC = "qsgd:bits=8"
 
 def _group_communicator(group):
     """The gradwire communicator of a gradwire process group (None for other backends)."""
-    if get_communicator is None or not dist.is_initialized() or not is_gradwire_group(group):
+    if not available() or not dist.is_initialized() or not is_gradwire_group(group):
         return None
     return get_communicator(group)
 
@@ -89,7 +85,7 @@ def all_reduce(tensor, op="sum", codec=None, ef=None, algo="auto", group=None, a
     if comm is None:
         raise RuntimeError("gradwire.torch.all_reduce needs a process group of the gradwire backend "
                            "(init_process_group('gradwire'))" +
-                           ("" if _BACKEND_ERROR is None else "; the backend is not built: %s" % _BACKEND_ERROR))
+                           ("" if available() else "; the backend is not built: %s" % unavailable_reason()))
     if isinstance(codec, str):
         codec = Codec(codec)
     if async_op:
@@ -156,12 +152,12 @@ class HookState:
             if comm is None:
                 raise ValueError("comm=None needs a gradwire process group (init_process_group('gradwire')); "
                                  "with another backend pass comm=gradwire.torch.init_communicator()" +
-                                 ("" if _BACKEND_ERROR is None else " (the backend is not built: %s)" % _BACKEND_ERROR))
+                                 ("" if available() else " (the backend is not built: %s)" % unavailable_reason()))
             options = backend_options(process_group)
         if not isinstance(comm, Communicator):
             raise TypeError("comm must be a gradwire.Communicator, not %s" % type(comm).__name__)
         if codec == "default":
-            codec = options.codec if options is not None and options.codec else _DEFAULT_CODEC
+            codec = options.codec if options is not None and options.codec is not None else _DEFAULT_CODEC
         if ef == "default":
             ef = options.ef if options is not None else True
         self.comm = comm
@@ -243,7 +239,8 @@ class HookState:
         ef = ErrorFeedback(count, device=device)
         key = self._param_key(params)
         saved = self._restored.get(index)
-        if saved is not None and saved["spec"] == spec and saved["count"] == count and saved["params"] == key:
+        untouched = saved is not None and not any((("restored", index), n) in self._claimed for n in saved["params"])
+        if untouched and saved["spec"] == spec and saved["count"] == count and saved["params"] == key:
             ef.load(saved["ef"])  # the same bucket: everything, owner-side residual included
             self._claimed.update((("restored", index), name) for name in key)
         else:
