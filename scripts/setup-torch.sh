@@ -18,9 +18,14 @@ if [ ! -x "$venv/bin/python" ]; then
   /usr/bin/python3 -m venv --system-site-packages "$venv"
 fi
 py=$venv/bin/python
-if ! "$py" -c 'import torch, numpy' >/dev/null 2>&1; then
+if ! "$py" -c 'import torch, numpy, pytest, expecttest' >/dev/null 2>&1; then
   # The wheel pulls CUDA libraries (a few GB) once; pip's cache makes a second setup quick.
-  "$py" -m pip install --quiet --disable-pip-version-check "$spec" numpy
+  # expecttest: torch's own distributed test suite (tests/torch_suite) imports it.
+  "$py" -m pip install --quiet --disable-pip-version-check "$spec" numpy pytest expecttest
 fi
 echo "setup-torch: $("$py" -c 'import torch; print("torch", torch.__version__)') in $venv"
 "$root/scripts/build-torch-backend.sh" "$py"
+# Debian's torch 1.13 too (the same source), when its C++ headers are installed (libtorch-dev).
+if [ -x /usr/bin/python3 ] && [ -d /usr/include/torch/csrc ] && /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  "$root/scripts/build-torch-backend.sh" /usr/bin/python3
+fi

@@ -11,6 +11,9 @@ for a in "$@"; do
   esac
 done
 
+# Current torch in .venv and the torch backend built for it (and for Debian's torch), before
+# CMake looks for them. GW_SKIP_TORCH_SETUP=1 skips it (the torch tests then run on what exists).
+if [ "${GW_SKIP_TORCH_SETUP:-0}" != 1 ]; then "$root/scripts/setup-torch.sh"; fi
 GW_BUILD_DIR=$root/build "$root/scripts/build.sh" -DGW_WERROR=ON
 ctest --test-dir "$root/build" --output-on-failure -j "$(nproc)" --timeout 300
 # The CUDA kernels' own sources, run on the CPU against the host codecs (no GPU here).
