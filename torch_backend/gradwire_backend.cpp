@@ -485,6 +485,12 @@ class GradwireBackend : public BackendBase {
 
   const std::string getBackendName() const override { return "gradwire"; }
 
+  // Collectives issued on this group so far (point-to-point excluded): equal on every rank
+  // while the ranks make the same calls, which is what torch's ProcessGroupWrapper
+  // (TORCH_DISTRIBUTED_DEBUG=DETAIL) checks.
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
+
 #if TORCH_VERSION_MAJOR >= 2
   // Fails every pending and later op (torch's abort of a group, e.g. on a peer's failure).
   void abort() override {
@@ -665,17 +671,24 @@ class GradwireBackend : public BackendBase {
                   opts.timeout);
   }
 
-  // Inputs of any shapes and dtypes, packed into one all-gather; output list i gets input i
-  // of every rank (every rank must pass the same shapes).
+  // Inputs of any shapes and dtypes, packed into one all-gather. torch's layout:
+  // outputLists[r][i] receives input i of rank r (every rank passes the same shapes).
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<Tensors>& outputLists, Tensors& inputs,
                                                      const c10d::AllgatherOptions& opts) override {
     const char* name = "all_gather_coalesced";
-    TORCH_CHECK(outputLists.size() == inputs.size(), "gradwire backend: ", name, ": ", outputLists.size(),
-                " output lists for ", inputs.size(), " inputs");
-    for (size_t i = 0; i < inputs.size(); ++i) check_list(outputLists[i], inputs[i], name, "output");
-    Tensors per_rank;  // output r of input i, in the packed order
-    for (int r = 0; r < size_; ++r)
-      for (auto& list : outputLists) per_rank.push_back(list[r]);
+    TORCH_CHECK(static_cast<int>(outputLists.size()) == size_, "gradwire backend: ", name, ": ", outputLists.size(),
+                " output lists for ", size_, " ranks");
+    Tensors per_rank;  // input i of rank r, in the packed order (rank-major)
+    for (int r = 0; r < size_; ++r) {
+      TORCH_CHECK(outputLists[r].size() == inputs.size(), "gradwire backend: ", name, ": output list ", r, " has ",
+                  outputLists[r].size(), " tensors for ", inputs.size(), " inputs");
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        same_type(outputLists[r][i], inputs[i], name);
+        TORCH_CHECK(outputLists[r][i].numel() == inputs[i].numel(), "gradwire backend: ", name, ": output ", r, "/",
+                    i, " has ", outputLists[r][i].numel(), " elements, input ", i, " has ", inputs[i].numel());
+        per_rank.push_back(outputLists[r][i]);
+      }
+    }
     return gather_packed(c10d::OpType::ALLGATHER_COALESCED, "gradwire:all_gather_coalesced", name, inputs, per_rank,
                          flatten(outputLists), opts.timeout);
   }
@@ -883,6 +896,7 @@ class GradwireBackend : public BackendBase {
       std::lock_guard<std::mutex> lock(submit_mutex_);  // one call order on every rank
       r = start(&p->request);
     }
+    if (type != c10d::OpType::SEND && type != c10d::OpType::RECV) seq_.fetch_add(1);
     if (r != GW_SUCCESS) {
       const std::string message = describe(r, last_error());
       std::runtime_error e(std::string("gradwire ") + name + " failed: " + message);
@@ -994,6 +1008,7 @@ class GradwireBackend : public BackendBase {
   Ms timeout_;
   std::map<std::string, std::string> options_;
   std::mutex submit_mutex_;
+  std::atomic<uint64_t> seq_{0};
   std::unique_ptr<Completer> completer_ = std::make_unique<Completer>();
 };
 
