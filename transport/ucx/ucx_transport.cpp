@@ -428,6 +428,13 @@ class UcxTransportImpl final : public UcxTransport {
   //    peer-failure handling, and with UCX_TLS=sm an endpoint in UCP_ERR_HANDLING_MODE_PEER
   //    finds no transport for its messages ("no peer failure handler"). Set only when UCX_TLS
   //    lets UCX use them, since UCX warns about a transport setting that nothing used.
+  //  - MM_FIFO_SIZE=1024 (UCX: 64) for the same transports: a receive FIFO of 1024 8 KiB
+  //    elements (8 MiB of shared memory per transport and rank) instead of 512 KiB. With the
+  //    peer-failure mode above, UCX 1.13 offers no cma lane, so large messages cross the FIFO
+  //    in fragments, and a FIFO smaller than the data in flight (a ring step posts a whole
+  //    segment) makes sender and receiver take turns: with more ranks than cores (4 ranks on
+  //    2 here, as in a trainer whose cores are busy) every turn waits for the scheduler, and
+  //    a 4-rank 16 MiB all-reduce took 220 ms instead of 24 ms (docs/performance.md).
   //  - ZCOPY_THRESH=inf (UCX: auto) when UCX_TLS lets UCX use TCP: eager and active-message
   //    rendezvous data are copied (bcopy) instead of sent from the caller's buffer (am_zcopy).
   //    UCX 1.13's TCP transport completes an am_zcopy twice when the socket send fails because
@@ -462,6 +469,7 @@ class UcxTransportImpl final : public UcxTransport {
     static const Default kDefaults[] = {
         {"KEEPALIVE_INTERVAL", "1s", {"UCX_KEEPALIVE_INTERVAL", nullptr, nullptr}},
         {"MM_ERROR_HANDLING", "y", {"UCX_POSIX_ERROR_HANDLING", "UCX_SYSV_ERROR_HANDLING", "UCX_MM_ERROR_HANDLING"}},
+        {"MM_FIFO_SIZE", "1024", {"UCX_POSIX_FIFO_SIZE", "UCX_SYSV_FIFO_SIZE", "UCX_MM_FIFO_SIZE"}},
         {"ZCOPY_THRESH", "inf", {"UCX_ZCOPY_THRESH", nullptr, nullptr}},
         {"TX_SEG_SIZE", "32k", {"UCX_TCP_TX_SEG_SIZE", nullptr, nullptr}},
         {"RESOLVE_REMOTE_EP_ID", "y", {"UCX_RESOLVE_REMOTE_EP_ID", nullptr, nullptr}},
@@ -470,7 +478,7 @@ class UcxTransportImpl final : public UcxTransport {
       bool user_set = false;
       for (const char* env : d.env) user_set = user_set || (env != nullptr && std::getenv(env) != nullptr);
       if (user_set) continue;
-      if (std::strcmp(d.key, "MM_ERROR_HANDLING") == 0 && !tls_may_use_mm()) continue;
+      if (std::strncmp(d.key, "MM_", 3) == 0 && !tls_may_use_mm()) continue;
       const bool tcp_only = std::strcmp(d.key, "ZCOPY_THRESH") == 0 || std::strcmp(d.key, "TX_SEG_SIZE") == 0;
       if (tcp_only && !tls_may_use_tcp()) continue;
       const ucs_status_t s = ucp_config_modify(config, d.key, d.value);
