@@ -72,27 +72,26 @@ Status check_enum_args(gw_dtype_t dtype, gw_red_op_t op, gw_algo_t algo) {
   return Status::ok();
 }
 
-// The message collectives take host buffers: a device pointer would be read by the CPU, so
-// it is refused with a message instead.
-Status check_host_buffers(std::initializer_list<const void*> bufs) {
+// Calls that take host buffers only: a device pointer would be read by the CPU, so it is
+// refused with a message (hint: where device buffers can go instead).
+Status check_host_buffers(std::initializer_list<const void*> bufs, const char* hint) {
   for (const void* b : bufs) {
     if (gw::is_device_memory(b)) {
-      return gw::unsupported("a buffer is CUDA device memory; the message collectives take host buffers (encode on "
-                             "the GPU with gw_encode_device and copy the message, or use gw_allreduce on the gradient)");
+      return gw::unsupported(std::string("a buffer is CUDA device memory; this call takes host buffers (") + hint + ")");
     }
   }
   return Status::ok();
 }
 
-// The dense collectives and point-to-point messages take host buffers only.
+// The message collectives.
+Status check_host_buffers(std::initializer_list<const void*> bufs) {
+  return check_host_buffers(bufs, "encode on the GPU with gw_encode_device and copy the message, or use gw_allreduce "
+                                  "on the gradient");
+}
+
+// The dense collectives and point-to-point messages.
 Status check_host_only(std::initializer_list<const void*> bufs) {
-  for (const void* b : bufs) {
-    if (gw::is_device_memory(b)) {
-      return gw::unsupported("a buffer is CUDA device memory; this call takes host buffers (device buffers go "
-                             "through gw_allreduce, gw_allgather and gw_broadcast)");
-    }
-  }
-  return Status::ok();
+  return check_host_buffers(bufs, "device buffers go through gw_allreduce, gw_allgather and gw_broadcast");
 }
 
 Status check_request(gw_request_t* request) {

@@ -52,26 +52,19 @@ Status outcome(const P2pMessage& m, int my_rank) {
 }  // namespace
 
 std::shared_ptr<Communicator::Work> Communicator::isend(const void* buf, size_t bytes, int peer, uint32_t tag) {
-  if (Status s = comm_detail::check_p2p_args(buf, bytes, peer, size()); !s.is_ok()) return finished_work(s);
-  auto m = std::make_unique<P2pMessage>();
-  m->buf = const_cast<void*>(buf);  // only read: the transport's isend takes it as const
-  m->bytes = bytes;
-  m->peer = peer;
-  m->tag = tag;
-  m->work = std::make_shared<Work>(nullptr);
-  auto w = m->work;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->p2p_new.push_back(std::move(m));
-  }
-  impl_->cv.notify_all();
-  return w;
+  // The transport's isend only reads the buffer.
+  return post_p2p(const_cast<void*>(buf), bytes, peer, tag, /*is_recv=*/false);
 }
 
 std::shared_ptr<Communicator::Work> Communicator::irecv(void* buf, size_t bytes, int peer, uint32_t tag) {
+  return post_p2p(buf, bytes, peer, tag, /*is_recv=*/true);
+}
+
+std::shared_ptr<Communicator::Work> Communicator::post_p2p(void* buf, size_t bytes, int peer, uint32_t tag,
+                                                           bool is_recv) {
   if (Status s = comm_detail::check_p2p_args(buf, bytes, peer, size()); !s.is_ok()) return finished_work(s);
   auto m = std::make_unique<P2pMessage>();
-  m->is_recv = true;
+  m->is_recv = is_recv;
   m->buf = buf;
   m->bytes = bytes;
   m->peer = peer;

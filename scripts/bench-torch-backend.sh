@@ -49,7 +49,7 @@ run_netns() {  # backend json
 cleanup() { netns_run_kill; netns_down; }
 trap cleanup EXIT
 {
-  echo "date: $(date -Is); host: $(uname -srm), $(nproc) cores"
+  echo "date: $(date -Is); host: $(uname -srm), $(nproc --all) cores"
   echo "ranks: $np; rates: $rates; sizes: $bmin..$bmax x$factor; iters $iters, warmup $warmup, rounds $rounds"
   echo "torch: $("$py" -c 'import torch; print(torch.__version__)'); ucx: $(ucx_info -v 2>/dev/null | awk '/Version/ {print $3}')"
 } | tee "$out/meta.txt"

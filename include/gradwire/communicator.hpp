@@ -166,6 +166,8 @@ class GW_API Communicator {
   Result<AllreduceChoice> check_allreduce(const void* send, const void* recv, size_t count, DType dtype,
                                           ReduceOp op, Codec* codec, const size_t* ef_count, Algo algo) const;
   explicit Communicator(std::unique_ptr<Impl> impl);
+  // isend / irecv: queues the message for the progress thread to post.
+  std::shared_ptr<Work> post_p2p(void* buf, size_t bytes, int peer, uint32_t tag, bool is_recv);
   // Runs fn on the progress thread after every earlier call. collective: a call that every
   // rank makes (two threads doing that at once are refused and break the communicator).
   Status run(std::function<Status()> fn, bool collective = true);

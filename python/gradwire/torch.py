@@ -88,9 +88,12 @@ def all_reduce(tensor, op="sum", codec=None, ef=None, algo="auto", group=None, a
                            ("" if available() else "; the backend is not built: %s" % unavailable_reason()))
     if isinstance(codec, str):
         codec = Codec(codec)
-    if async_op:
-        return comm.iallreduce(tensor, op=op, codec=codec, ef=ef, algo=algo)
-    comm.allreduce(tensor, op=op, codec=codec, ef=ef, algo=algo)
+    name = "gradwire:all_reduce numel=%d dtype=%s codec=%s algo=%s" % (
+        tensor.numel(), str(tensor.dtype).replace("torch.", ""), codec.spec if codec is not None else "none", algo)
+    with torch.autograd.profiler.record_function(name):
+        if async_op:
+            return comm.iallreduce(tensor, op=op, codec=codec, ef=ef, algo=algo)
+        comm.allreduce(tensor, op=op, codec=codec, ef=ef, algo=algo)
     return None
 
 
@@ -422,7 +425,12 @@ def comm_hook(state, bucket):
             stats["dense"] += 1
             stats["wire_bytes"] += dense_bytes
         stats["dense_bytes"] += dense_bytes
-        request = state.comm.iallreduce(tensor, op="avg", codec=codec, ef=ef, algo=algo)
+        # Visible in torch.profiler, named with what the call carries.
+        with torch.autograd.profiler.record_function(
+                "gradwire:all_reduce bucket=%d numel=%d dtype=%s codec=%s algo=%s"
+                % (bucket.index(), n, str(tensor.dtype).replace("torch.", ""), spec or "none",
+                   stats["algos"].get(bucket.index(), "ring") if codec is not None else "ring")):
+            request = state.comm.iallreduce(tensor, op="avg", codec=codec, ef=ef, algo=algo)
         if is_last:
             state.step += 1
     except Exception as e:

@@ -111,6 +111,14 @@ def scenario_ddp():
     r["hook_dense"] = compare(a, b, gloo)
     r["hook_dense"].update({"same_comm": state.comm._h.value == gwt.get_communicator()._h.value,
                             "dense": state.stats["dense"], "compressed": state.stats["compressed"]})
+    # Both kinds of call in torch.profiler: the hook's (with codec and algorithm) and c10d's.
+    import torch.profiler
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        train(a, 1, start=10)
+        dist.all_reduce(torch.ones(3))
+    names = [e.name for e in prof.events()]
+    r["profiled_hook"] = any(n.startswith("gradwire:all_reduce bucket=") and "codec=none" in n for n in names)
+    r["profiled_c10d"] = any(n == "gradwire:all_reduce" for n in names)
     state.close()
     # Exact c10d calls beside compressed buckets: a loss all-reduced with MAX stays exact.
     v = torch.tensor([float(RANK) + 0.125])

@@ -27,6 +27,7 @@ def test_ddp_on_gradwire_equals_ddp_on_gloo():
             assert r[name]["diff"] <= 1e-6 and r[name]["in_sync"] and r[name]["moved"], (name, r[name])
         h = r["hook_dense"]
         assert h["same_comm"] and h["compressed"] == 0 and h["dense"] > 0, h
+        assert r["profiled_hook"] and r["profiled_c10d"], r
         assert r["max_exact"]
 
 
