@@ -10,6 +10,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from torch import profiler
 
 RANK = int(os.environ["RANK"])
 SIZE = int(os.environ["WORLD_SIZE"])
@@ -112,8 +113,7 @@ def scenario_ddp():
     r["hook_dense"].update({"same_comm": state.comm._h.value == gwt.get_communicator()._h.value,
                             "dense": state.stats["dense"], "compressed": state.stats["compressed"]})
     # Both kinds of call in torch.profiler: the hook's (with codec and algorithm) and c10d's.
-    import torch.profiler
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    with profiler.profile(activities=[profiler.ProfilerActivity.CPU]) as prof:
         train(a, 1, start=10)
         dist.all_reduce(torch.ones(3))
     names = [e.name for e in prof.events()]
