@@ -174,11 +174,12 @@ def scenario_collectives(torch, dist, gwb, rank, size, out):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ins = [_values(torch, 5, torch.float32, rank), _values(torch, 3, torch.float32, rank).reshape(3, 1)]
-            outl = [[torch.empty(5) for _ in range(size)], [torch.empty(3, 1) for _ in range(size)]]
+            # torch's layout (as gloo's): one list per rank, holding that rank's inputs.
+            outl = [[torch.empty(5), torch.empty(3, 1)] for _ in range(size)]
             dist.all_gather_coalesced(outl, ins)
         for r in range(size):
-            c.same("all_gather_coalesced float from %d" % r, outl[0][r], _values(torch, 5, torch.float32, r))
-            c.same("all_gather_coalesced 3x1 from %d" % r, outl[1][r], _values(torch, 3, torch.float32, r).reshape(3, 1))
+            c.same("all_gather_coalesced float from %d" % r, outl[r][0], _values(torch, 5, torch.float32, r))
+            c.same("all_gather_coalesced 3x1 from %d" % r, outl[r][1], _values(torch, 3, torch.float32, r).reshape(3, 1))
 
     # reduce_scatter (list) and reduce_scatter_tensor
     for dtype in (torch.float32, torch.bfloat16, torch.int64):
