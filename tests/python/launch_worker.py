@@ -1,5 +1,5 @@
 """A trainer's script as torchrun or mpirun starts it: init_process_group("gradwire") from the
-launcher's environment, collectives and a DDP step, then a line of JSON on stdout per rank."""
+launcher's environment, collectives and a DDP step, then OUTDIR/rank<r>.json (OUTDIR: the first argument)."""
 import json
 import os
 import sys
@@ -26,6 +26,7 @@ grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 gathered = [torch.empty_like(grads) for _ in range(size)]
 dist.all_gather(gathered, grads)
 ok = ok and all(torch.equal(gathered[0], g) for g in gathered)
-print(json.dumps({"rank": rank, "size": size, "ok": ok, "backend": dist.get_backend()}))
-sys.stdout.flush()
+# A file per rank: the launchers' merged stdout can interleave the ranks' lines.
+with open(os.path.join(sys.argv[1], "rank%d.json" % rank), "w") as f:
+    json.dump({"rank": rank, "size": size, "ok": ok, "backend": dist.get_backend()}, f)
 dist.destroy_process_group()
