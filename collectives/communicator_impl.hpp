@@ -176,30 +176,16 @@ inline Status check_p2p_args(const void* buf, size_t bytes, int peer, int nranks
 // The transport the collectives see (the counting one): it also serves point-to-point
 // messages between its rounds (posting new ones, finishing those done), so a long collective
 // holds none of them back. serve is Communicator::Impl::serve_p2p.
-class P2pServingTransport final : public transport::Transport {
+class P2pServingTransport final : public transport::ForwardingTransport {
  public:
   P2pServingTransport(transport::Transport& inner, std::function<bool()> serve)
-      : inner_(inner), serve_(std::move(serve)) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  const char* name() const override { return inner_.name(); }
-  Status isend(int peer, uint64_t tag, const void* buf, size_t len, transport::Op& op) override {
-    return inner_.isend(peer, tag, buf, len, op);
-  }
-  Status irecv(int peer, uint64_t tag, void* buf, size_t cap, transport::Op& op) override {
-    return inner_.irecv(peer, tag, buf, cap, op);
-  }
+      : ForwardingTransport(inner), serve_(std::move(serve)) {}
   bool progress() override {
     const bool moved = inner_.progress();
     return serve_() || moved;
   }
-  void wait_for_events(transport::Clock::time_point deadline) override { inner_.wait_for_events(deadline); }
-  void abort(const Status& reason) override { inner_.abort(reason); }
-  Status error() const override { return inner_.error(); }
-  Status register_memory(const void* buf, size_t len) override { return inner_.register_memory(buf, len); }
 
  private:
-  transport::Transport& inner_;
   std::function<bool()> serve_;
 };
 

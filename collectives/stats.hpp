@@ -42,29 +42,16 @@ class ScopedSeconds {
 };
 
 // A transport that counts what is sent through it and forwards everything to the real one.
-// Ops posted here live in the real transport's lists, so aborting that one fails them.
-class CountingTransport final : public transport::Transport {
+class CountingTransport final : public transport::ForwardingTransport {
  public:
-  CountingTransport(transport::Transport& inner, CommStats& stats) : inner_(inner), stats_(stats) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  const char* name() const override { return inner_.name(); }
+  CountingTransport(transport::Transport& inner, CommStats& stats) : ForwardingTransport(inner), stats_(stats) {}
   Status isend(int peer, uint64_t tag, const void* buf, size_t len, transport::Op& op) override {
     stats_.bytes_sent += len;
     ++stats_.messages_sent;
     return inner_.isend(peer, tag, buf, len, op);
   }
-  Status irecv(int peer, uint64_t tag, void* buf, size_t cap, transport::Op& op) override {
-    return inner_.irecv(peer, tag, buf, cap, op);
-  }
-  bool progress() override { return inner_.progress(); }
-  void wait_for_events(transport::Clock::time_point deadline) override { inner_.wait_for_events(deadline); }
-  void abort(const Status& reason) override { inner_.abort(reason); }
-  Status error() const override { return inner_.error(); }
-  Status register_memory(const void* buf, size_t len) override { return inner_.register_memory(buf, len); }
 
  private:
-  transport::Transport& inner_;
   CommStats& stats_;
 };
 

@@ -96,4 +96,29 @@ class Transport {
   Status wait_all(Op* ops, size_t n, Clock::time_point deadline);
 };
 
+// A transport that hands every call to another one; layers derive from it and override only
+// what they add (counting what is sent, serving other work while a collective progresses).
+// Ops posted through it live in the inner transport's lists, so aborting that one fails them.
+class ForwardingTransport : public Transport {
+ public:
+  explicit ForwardingTransport(Transport& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const char* name() const override { return inner_.name(); }
+  Status isend(int peer, uint64_t tag, const void* buf, size_t len, Op& op) override {
+    return inner_.isend(peer, tag, buf, len, op);
+  }
+  Status irecv(int peer, uint64_t tag, void* buf, size_t cap, Op& op) override {
+    return inner_.irecv(peer, tag, buf, cap, op);
+  }
+  bool progress() override { return inner_.progress(); }
+  void wait_for_events(Clock::time_point deadline) override { inner_.wait_for_events(deadline); }
+  void abort(const Status& reason) override { inner_.abort(reason); }
+  Status error() const override { return inner_.error(); }
+  Status register_memory(const void* buf, size_t len) override { return inner_.register_memory(buf, len); }
+
+ protected:
+  Transport& inner_;
+};
+
 }  // namespace gw::transport
