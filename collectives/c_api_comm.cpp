@@ -119,6 +119,103 @@ Status submit_call(gw_comm_t comm, gw_request_t* request, F&& fn) {
   return Status::ok();
 }
 
+// Whether a call is the non-blocking twin (holding its request out-pointer) or blocking.
+struct Async {
+  gw_request_t* request = nullptr;
+  bool on = false;
+  Async() = default;
+  explicit Async(gw_request_t* r) : request(r), on(true) {}
+};
+
+// The shared body of a call and its non-blocking twin, after the checks both make: the
+// non-blocking one checks its request pointer and queues fn; the blocking one runs it here.
+template <class F>
+Status run_or_submit(gw_comm_t comm, const Async& async, F&& fn) {
+  if (!async.on) return fn(*comm->comm);
+  return submit_call(comm, async.request, std::forward<F>(fn));
+}
+
+// Checks every dense call and point-to-point message makes first: comm, then (non-blocking)
+// the request pointer, then that no buffer is device memory.
+Status check_call(gw_comm_t comm, const Async& async, std::initializer_list<const void*> bufs) {
+  GW_RETURN_IF_ERROR(check_comm(comm));
+  if (async.on) GW_RETURN_IF_ERROR(check_request(async.request));
+  return check_host_only(bufs);
+}
+
+Status p2p_call(gw_comm_t comm, void* buf, size_t bytes, int peer, uint32_t tag, bool is_recv, const Async& async) {
+  GW_RETURN_IF_ERROR(check_call(comm, async, {buf}));
+  GW_RETURN_IF_ERROR(gw::comm_detail::check_p2p_args(buf, bytes, peer, comm->comm->size()));
+  auto work = is_recv ? comm->comm->irecv(buf, bytes, peer, tag) : comm->comm->isend(buf, bytes, peer, tag);
+  if (!async.on) return gw::Communicator::wait(*work);
+  *async.request = new gw_request_s{std::move(work)};
+  return Status::ok();
+}
+
+Status reduce_call(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype, gw_red_op_t op,
+                   int root, const Async& async) {
+  GW_RETURN_IF_ERROR(check_comm(comm));
+  if (async.on) GW_RETURN_IF_ERROR(check_request(async.request));
+  GW_RETURN_IF_ERROR(check_dtype_op(dtype, op));
+  GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+  const auto dt = static_cast<gw::DType>(dtype);
+  const auto ro = static_cast<gw::ReduceOp>(op);
+  return run_or_submit(comm, async,
+                       [=](gw::Communicator& c) { return c.reduce(sendbuf, recvbuf, count, dt, ro, root); });
+}
+
+Status reduce_scatter_call(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t recvcount, gw_dtype_t dtype,
+                           gw_red_op_t op, const Async& async) {
+  GW_RETURN_IF_ERROR(check_comm(comm));
+  if (async.on) GW_RETURN_IF_ERROR(check_request(async.request));
+  GW_RETURN_IF_ERROR(check_dtype_op(dtype, op));
+  GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+  const auto dt = static_cast<gw::DType>(dtype);
+  const auto ro = static_cast<gw::ReduceOp>(op);
+  return run_or_submit(comm, async,
+                       [=](gw::Communicator& c) { return c.reduce_scatter(sendbuf, recvbuf, recvcount, dt, ro); });
+}
+
+Status allgatherv_call(gw_comm_t comm, const void* sendbuf, size_t sendbytes, void* recvbuf, const size_t* recvbytes,
+                       const size_t* displs, const Async& async) {
+  GW_RETURN_IF_ERROR(check_call(comm, async, {sendbuf, recvbuf}));
+  if (!async.on) return comm->comm->allgatherv(sendbuf, sendbytes, recvbuf, recvbytes, displs);
+  const int n = comm->comm->size();
+  auto sizes = std::make_shared<SizeArray>(recvbytes, n);
+  auto offsets = std::make_shared<SizeArray>(displs, n);
+  return submit_call(comm, async.request, [=](gw::Communicator& c) {
+    return c.allgatherv(sendbuf, sendbytes, recvbuf, sizes->get(), offsets->get());
+  });
+}
+
+Status alltoall_call(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, const Async& async) {
+  GW_RETURN_IF_ERROR(check_call(comm, async, {sendbuf, recvbuf}));
+  return run_or_submit(comm, async, [=](gw::Communicator& c) { return c.alltoall(sendbuf, recvbuf, bytes); });
+}
+
+Status alltoallv_call(gw_comm_t comm, const void* sendbuf, const size_t* sendbytes, const size_t* sdispls,
+                      void* recvbuf, const size_t* recvbytes, const size_t* rdispls, const Async& async) {
+  GW_RETURN_IF_ERROR(check_call(comm, async, {sendbuf, recvbuf}));
+  if (!async.on) return comm->comm->alltoallv(sendbuf, sendbytes, sdispls, recvbuf, recvbytes, rdispls);
+  const int n = comm->comm->size();
+  auto ss = std::make_shared<SizeArray>(sendbytes, n);
+  auto sd = std::make_shared<SizeArray>(sdispls, n);
+  auto rs = std::make_shared<SizeArray>(recvbytes, n);
+  auto rd = std::make_shared<SizeArray>(rdispls, n);
+  return submit_call(comm, async.request, [=](gw::Communicator& c) {
+    return c.alltoallv(sendbuf, ss->get(), sd->get(), recvbuf, rs->get(), rd->get());
+  });
+}
+
+// gather (scatter: false) or scatter (true).
+Status gather_call(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root, bool scatter,
+                   const Async& async) {
+  GW_RETURN_IF_ERROR(check_call(comm, async, {sendbuf, recvbuf}));
+  return run_or_submit(comm, async, [=](gw::Communicator& c) {
+    return scatter ? c.scatter(sendbuf, recvbuf, bytes, root) : c.gather(sendbuf, recvbuf, bytes, root);
+  });
+}
+
 gw_result_t code_of(const Status& s) { return static_cast<gw_result_t>(s.code()); }
 
 // gw_comm_init_with_allgather: the address exchange over the caller's fixed-size all-gather.
@@ -561,138 +658,111 @@ gw_result_t gw_request_on_complete(gw_request_t request, gw_complete_fn fn, void
 
 gw_result_t gw_isend(gw_comm_t comm, const void* buf, size_t bytes, int peer, uint32_t tag, gw_request_t* request) {
   return guard("gw_isend", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_request(request));
-    GW_RETURN_IF_ERROR(check_host_only({buf}));
-    GW_RETURN_IF_ERROR(gw::comm_detail::check_p2p_args(buf, bytes, peer, comm->comm->size()));
-    *request = new gw_request_s{comm->comm->isend(buf, bytes, peer, tag)};
-    return Status::ok();
+    return p2p_call(comm, const_cast<void*>(buf), bytes, peer, tag, /*is_recv=*/false, Async{request});
   });
 }
 
 gw_result_t gw_irecv(gw_comm_t comm, void* buf, size_t bytes, int peer, uint32_t tag, gw_request_t* request) {
-  return guard("gw_irecv", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_request(request));
-    GW_RETURN_IF_ERROR(check_host_only({buf}));
-    GW_RETURN_IF_ERROR(gw::comm_detail::check_p2p_args(buf, bytes, peer, comm->comm->size()));
-    *request = new gw_request_s{comm->comm->irecv(buf, bytes, peer, tag)};
-    return Status::ok();
-  });
+  return guard("gw_irecv", [&]() -> Status { return p2p_call(comm, buf, bytes, peer, tag, /*is_recv=*/true, Async{request}); });
 }
 
 gw_result_t gw_send(gw_comm_t comm, const void* buf, size_t bytes, int peer, uint32_t tag) {
   return guard("gw_send", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_host_only({buf}));
-    GW_RETURN_IF_ERROR(gw::comm_detail::check_p2p_args(buf, bytes, peer, comm->comm->size()));
-    return gw::Communicator::wait(*comm->comm->isend(buf, bytes, peer, tag));
+    return p2p_call(comm, const_cast<void*>(buf), bytes, peer, tag, /*is_recv=*/false, Async{});
   });
 }
 
 gw_result_t gw_recv(gw_comm_t comm, void* buf, size_t bytes, int peer, uint32_t tag) {
-  return guard("gw_recv", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_host_only({buf}));
-    GW_RETURN_IF_ERROR(gw::comm_detail::check_p2p_args(buf, bytes, peer, comm->comm->size()));
-    return gw::Communicator::wait(*comm->comm->irecv(buf, bytes, peer, tag));
-  });
+  return guard("gw_recv", [&]() -> Status { return p2p_call(comm, buf, bytes, peer, tag, /*is_recv=*/true, Async{}); });
 }
 
-// ---- dense collectives ----
+// ---- dense collectives, blocking and non-blocking (one body each, in the anonymous namespace) ----
 
 gw_result_t gw_reduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
                       gw_red_op_t op, int root) {
-  return guard("gw_reduce", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_dtype_op(dtype, op));
-    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
-    return comm->comm->reduce(sendbuf, recvbuf, count, static_cast<gw::DType>(dtype), static_cast<gw::ReduceOp>(op), root);
+  return guard("gw_reduce", [&]() -> Status { return reduce_call(comm, sendbuf, recvbuf, count, dtype, op, root, Async{}); });
+}
+
+gw_result_t gw_ireduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                       gw_red_op_t op, int root, gw_request_t* request) {
+  return guard("gw_ireduce", [&]() -> Status {
+    return reduce_call(comm, sendbuf, recvbuf, count, dtype, op, root, Async{request});
   });
 }
 
 gw_result_t gw_reduce_scatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t recvcount, gw_dtype_t dtype,
                               gw_red_op_t op) {
   return guard("gw_reduce_scatter", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_dtype_op(dtype, op));
-    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
-    return comm->comm->reduce_scatter(sendbuf, recvbuf, recvcount, static_cast<gw::DType>(dtype),
-                                      static_cast<gw::ReduceOp>(op));
-  });
-}
-
-gw_result_t gw_allgatherv(gw_comm_t comm, const void* sendbuf, size_t sendbytes, void* recvbuf, const size_t* recvbytes,
-                          const size_t* displs) {
-  return guard("gw_allgatherv", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
-    return comm->comm->allgatherv(sendbuf, sendbytes, recvbuf, recvbytes, displs);
-  });
-}
-
-gw_result_t gw_alltoall(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes) {
-  return guard("gw_alltoall", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
-    return comm->comm->alltoall(sendbuf, recvbuf, bytes);
-  });
-}
-
-gw_result_t gw_alltoallv(gw_comm_t comm, const void* sendbuf, const size_t* sendbytes, const size_t* sdispls,
-                         void* recvbuf, const size_t* recvbytes, const size_t* rdispls) {
-  return guard("gw_alltoallv", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
-    return comm->comm->alltoallv(sendbuf, sendbytes, sdispls, recvbuf, recvbytes, rdispls);
-  });
-}
-
-gw_result_t gw_gather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root) {
-  return guard("gw_gather", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
-    return comm->comm->gather(sendbuf, recvbuf, bytes, root);
-  });
-}
-
-gw_result_t gw_scatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root) {
-  return guard("gw_scatter", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
-    return comm->comm->scatter(sendbuf, recvbuf, bytes, root);
-  });
-}
-
-// ---- their non-blocking twins: the same checks, then the call on the progress thread ----
-
-gw_result_t gw_ireduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
-                       gw_red_op_t op, int root, gw_request_t* request) {
-  return guard("gw_ireduce", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_request(request));
-    GW_RETURN_IF_ERROR(check_dtype_op(dtype, op));
-    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
-    const auto dt = static_cast<gw::DType>(dtype);
-    const auto ro = static_cast<gw::ReduceOp>(op);
-    return submit_call(comm, request,
-                       [=](gw::Communicator& c) { return c.reduce(sendbuf, recvbuf, count, dt, ro, root); });
+    return reduce_scatter_call(comm, sendbuf, recvbuf, recvcount, dtype, op, Async{});
   });
 }
 
 gw_result_t gw_ireduce_scatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t recvcount, gw_dtype_t dtype,
                                gw_red_op_t op, gw_request_t* request) {
   return guard("gw_ireduce_scatter", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_request(request));
-    GW_RETURN_IF_ERROR(check_dtype_op(dtype, op));
-    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
-    const auto dt = static_cast<gw::DType>(dtype);
-    const auto ro = static_cast<gw::ReduceOp>(op);
-    return submit_call(comm, request,
-                       [=](gw::Communicator& c) { return c.reduce_scatter(sendbuf, recvbuf, recvcount, dt, ro); });
+    return reduce_scatter_call(comm, sendbuf, recvbuf, recvcount, dtype, op, Async{request});
   });
 }
+
+gw_result_t gw_allgatherv(gw_comm_t comm, const void* sendbuf, size_t sendbytes, void* recvbuf, const size_t* recvbytes,
+                          const size_t* displs) {
+  return guard("gw_allgatherv", [&]() -> Status {
+    return allgatherv_call(comm, sendbuf, sendbytes, recvbuf, recvbytes, displs, Async{});
+  });
+}
+
+gw_result_t gw_iallgatherv(gw_comm_t comm, const void* sendbuf, size_t sendbytes, void* recvbuf,
+                           const size_t* recvbytes, const size_t* displs, gw_request_t* request) {
+  return guard("gw_iallgatherv", [&]() -> Status {
+    return allgatherv_call(comm, sendbuf, sendbytes, recvbuf, recvbytes, displs, Async{request});
+  });
+}
+
+gw_result_t gw_alltoall(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes) {
+  return guard("gw_alltoall", [&]() -> Status { return alltoall_call(comm, sendbuf, recvbuf, bytes, Async{}); });
+}
+
+gw_result_t gw_ialltoall(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, gw_request_t* request) {
+  return guard("gw_ialltoall", [&]() -> Status { return alltoall_call(comm, sendbuf, recvbuf, bytes, Async{request}); });
+}
+
+gw_result_t gw_alltoallv(gw_comm_t comm, const void* sendbuf, const size_t* sendbytes, const size_t* sdispls,
+                         void* recvbuf, const size_t* recvbytes, const size_t* rdispls) {
+  return guard("gw_alltoallv", [&]() -> Status {
+    return alltoallv_call(comm, sendbuf, sendbytes, sdispls, recvbuf, recvbytes, rdispls, Async{});
+  });
+}
+
+gw_result_t gw_ialltoallv(gw_comm_t comm, const void* sendbuf, const size_t* sendbytes, const size_t* sdispls,
+                          void* recvbuf, const size_t* recvbytes, const size_t* rdispls, gw_request_t* request) {
+  return guard("gw_ialltoallv", [&]() -> Status {
+    return alltoallv_call(comm, sendbuf, sendbytes, sdispls, recvbuf, recvbytes, rdispls, Async{request});
+  });
+}
+
+gw_result_t gw_gather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root) {
+  return guard("gw_gather", [&]() -> Status { return gather_call(comm, sendbuf, recvbuf, bytes, root, false, Async{}); });
+}
+
+gw_result_t gw_igather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root,
+                       gw_request_t* request) {
+  return guard("gw_igather", [&]() -> Status {
+    return gather_call(comm, sendbuf, recvbuf, bytes, root, false, Async{request});
+  });
+}
+
+gw_result_t gw_scatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root) {
+  return guard("gw_scatter", [&]() -> Status { return gather_call(comm, sendbuf, recvbuf, bytes, root, true, Async{}); });
+}
+
+gw_result_t gw_iscatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root,
+                        gw_request_t* request) {
+  return guard("gw_iscatter", [&]() -> Status {
+    return gather_call(comm, sendbuf, recvbuf, bytes, root, true, Async{request});
+  });
+}
+
+// Non-blocking twins of calls whose blocking form also takes device buffers (above).
 
 gw_result_t gw_iallgather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, gw_request_t* request) {
   return guard("gw_iallgather", [&]() -> Status {
@@ -703,73 +773,12 @@ gw_result_t gw_iallgather(gw_comm_t comm, const void* sendbuf, void* recvbuf, si
   });
 }
 
-gw_result_t gw_iallgatherv(gw_comm_t comm, const void* sendbuf, size_t sendbytes, void* recvbuf,
-                           const size_t* recvbytes, const size_t* displs, gw_request_t* request) {
-  return guard("gw_iallgatherv", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_request(request));
-    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
-    const int n = comm->comm->size();
-    auto sizes = std::make_shared<SizeArray>(recvbytes, n);
-    auto offsets = std::make_shared<SizeArray>(displs, n);
-    return submit_call(comm, request, [=](gw::Communicator& c) {
-      return c.allgatherv(sendbuf, sendbytes, recvbuf, sizes->get(), offsets->get());
-    });
-  });
-}
-
 gw_result_t gw_ibroadcast(gw_comm_t comm, void* buf, size_t bytes, int root, gw_request_t* request) {
   return guard("gw_ibroadcast", [&]() -> Status {
     GW_RETURN_IF_ERROR(check_comm(comm));
     GW_RETURN_IF_ERROR(check_request(request));
     GW_RETURN_IF_ERROR(check_host_only({buf}));
     return submit_call(comm, request, [=](gw::Communicator& c) { return c.broadcast(buf, bytes, root); });
-  });
-}
-
-gw_result_t gw_ialltoall(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, gw_request_t* request) {
-  return guard("gw_ialltoall", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_request(request));
-    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
-    return submit_call(comm, request, [=](gw::Communicator& c) { return c.alltoall(sendbuf, recvbuf, bytes); });
-  });
-}
-
-gw_result_t gw_ialltoallv(gw_comm_t comm, const void* sendbuf, const size_t* sendbytes, const size_t* sdispls,
-                          void* recvbuf, const size_t* recvbytes, const size_t* rdispls, gw_request_t* request) {
-  return guard("gw_ialltoallv", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_request(request));
-    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
-    const int n = comm->comm->size();
-    auto ss = std::make_shared<SizeArray>(sendbytes, n);
-    auto sd = std::make_shared<SizeArray>(sdispls, n);
-    auto rs = std::make_shared<SizeArray>(recvbytes, n);
-    auto rd = std::make_shared<SizeArray>(rdispls, n);
-    return submit_call(comm, request, [=](gw::Communicator& c) {
-      return c.alltoallv(sendbuf, ss->get(), sd->get(), recvbuf, rs->get(), rd->get());
-    });
-  });
-}
-
-gw_result_t gw_igather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root,
-                       gw_request_t* request) {
-  return guard("gw_igather", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_request(request));
-    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
-    return submit_call(comm, request, [=](gw::Communicator& c) { return c.gather(sendbuf, recvbuf, bytes, root); });
-  });
-}
-
-gw_result_t gw_iscatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root,
-                        gw_request_t* request) {
-  return guard("gw_iscatter", [&]() -> Status {
-    GW_RETURN_IF_ERROR(check_comm(comm));
-    GW_RETURN_IF_ERROR(check_request(request));
-    GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
-    return submit_call(comm, request, [=](gw::Communicator& c) { return c.scatter(sendbuf, recvbuf, bytes, root); });
   });
 }
 
