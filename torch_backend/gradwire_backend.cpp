@@ -222,10 +222,15 @@ class Completer {
     cv_.notify_all();
   }
 
-  // Blocks until every request handed over has been completed.
+  // Blocks until every request handed over has been completed and the thread has dropped its
+  // references to it (to the Work and the tensors it keeps).
   void drain() {
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [&] { return outstanding_ == 0; });
+  }
+  bool drain_for(Ms limit) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, limit, [&] { return outstanding_ == 0; });
   }
 
  private:
@@ -450,6 +455,34 @@ gw_result_t store_allgather(void* user, const void* sendbuf, void* recvbuf, size
 
 // ---------------------------------------------------------------- the backend
 
+class GradwireBackend;
+
+// Every backend alive in this process. At interpreter exit (an atexit handler of
+// gradwire._backend) they are shut down while Python still runs: a completion thread that
+// dropped the last reference to a Python-owned tensor during finalisation would need the GIL,
+// and a thread asking for the GIL then is ended inside a destructor (std::terminate).
+class LiveBackends {
+ public:
+  void add(GradwireBackend* b) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    backends_.push_back(b);
+  }
+  void remove(GradwireBackend* b) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    backends_.erase(std::remove(backends_.begin(), backends_.end(), b), backends_.end());
+  }
+  void shutdown_all(Ms grace);
+
+ private:
+  std::mutex mutex_;
+  std::vector<GradwireBackend*> backends_;
+};
+
+LiveBackends& live_backends() {
+  static auto* live = new LiveBackends();  // never destroyed: backends may outlive statics
+  return *live;
+}
+
 class GradwireBackend : public BackendBase {
  public:
   GradwireBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeout_s,
@@ -471,10 +504,16 @@ class GradwireBackend : public BackendBase {
       if (!g.error.empty()) message += " (" + g.error + ")";
       TORCH_CHECK(false, "gradwire backend: init of rank ", rank, " of ", size, " failed: ", describe(r, message));
     }
+    live_backends().add(this);
   }
 
   ~GradwireBackend() override {
-    // Future callbacks on the completion thread may need the GIL this thread holds.
+    live_backends().remove(this);
+    shutdown_without_gil();
+  }
+
+  // Future callbacks on the completion thread may need the GIL this thread holds.
+  void shutdown_without_gil() {
     if (Py_IsInitialized() && PyGILState_Check()) {
       pybind11::gil_scoped_release release;
       shutdown_comm();
@@ -494,8 +533,13 @@ class GradwireBackend : public BackendBase {
 #if TORCH_VERSION_MAJOR >= 2
   // Fails every pending and later op (torch's abort of a group, e.g. on a peer's failure).
   void abort() override {
+    std::lock_guard<std::mutex> lock(submit_mutex_);
     if (comm_ != nullptr) GWT_NEED(gw_comm_abort)(comm_);
   }
+
+  // destroy_process_group's normal end of the group: what is pending finishes, then the
+  // connections close (peers see no endpoint timeouts). Later calls fail with a clear error.
+  void shutdown() override { shutdown_without_gil(); }
 
   c10::intrusive_ptr<Options> getBackendOptions() override {
     return c10::make_intrusive<Options>("gradwire", timeout_);
@@ -875,7 +919,6 @@ class GradwireBackend : public BackendBase {
                                         const Tensors& outputs, const Staging& s, const Start& start, Ms op_timeout,
                                         std::function<void()> finalize = nullptr,
                                         std::shared_ptr<std::vector<size_t>> held = nullptr) {
-    TORCH_CHECK(comm_ != nullptr, "gradwire backend: the communicator is closed");
     const Ms timeout = op_timeout > Ms(0) ? op_timeout : timeout_;
     auto work = c10::make_intrusive<GradwireWork>(rank_, type, title, name, inputs, outputs, timeout);
     auto copies = s.copies();
@@ -894,6 +937,8 @@ class GradwireBackend : public BackendBase {
     gw_result_t r = GW_SUCCESS;
     {
       std::lock_guard<std::mutex> lock(submit_mutex_);  // one call order on every rank
+      TORCH_CHECK(comm_ != nullptr, "gradwire backend: ", name,
+                  ": the group was shut down (destroy_process_group or interpreter exit)");
       r = start(&p->request);
     }
     if (type != c10d::OpType::SEND && type != c10d::OpType::RECV) seq_.fetch_add(1);
@@ -907,16 +952,27 @@ class GradwireBackend : public BackendBase {
     return work;
   }
 
-  void shutdown_comm() {
-    if (completer_) {
+ public:
+  // Pending requests get `grace` to finish, then the communicator is aborted (they fail);
+  // either way the completion thread has let go of every Work before the connections close.
+  void shutdown_comm(Ms grace = Ms::max()) {
+    std::lock_guard<std::mutex> closing(close_mutex_);
+    gw_comm_t comm = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(submit_mutex_);
+      std::swap(comm, comm_);
+    }
+    if (comm == nullptr) return;
+    if (grace == Ms::max()) {
       completer_->drain();
-      completer_.reset();
+    } else if (!completer_->drain_for(grace)) {
+      GWT_NEED(gw_comm_abort)(comm);
+      completer_->drain();
     }
-    if (comm_ != nullptr) {
-      api().gw_comm_destroy(comm_);
-      comm_ = nullptr;
-    }
+    api().gw_comm_destroy(comm);
   }
+
+ private:
 
   int check_root(int64_t root, const char* op) const {
     TORCH_CHECK(root >= 0 && root < size_, "gradwire backend: ", op, ": root ", root, " is not a rank of ", size_);
@@ -1007,10 +1063,16 @@ class GradwireBackend : public BackendBase {
   gw_comm_t comm_ = nullptr;
   Ms timeout_;
   std::map<std::string, std::string> options_;
-  std::mutex submit_mutex_;
+  std::mutex submit_mutex_;  // guards comm_ too
+  std::mutex close_mutex_;
   std::atomic<uint64_t> seq_{0};
   std::unique_ptr<Completer> completer_ = std::make_unique<Completer>();
 };
+
+void LiveBackends::shutdown_all(Ms grace) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (GradwireBackend* b : backends_) b->shutdown_comm(grace);
+}
 
 GradwireBackend* as_gradwire(const c10::intrusive_ptr<BackendBase>& b) {
   auto* g = dynamic_cast<GradwireBackend*>(b.get());
@@ -1044,4 +1106,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("backend_options", [](const c10::intrusive_ptr<BackendBase>& b) { return as_gradwire(b)->options(); });
   m.def("timeout_s", [](const c10::intrusive_ptr<BackendBase>& b) { return as_gradwire(b)->timeout_s(); });
+  m.def(
+      "shutdown_all", [](double grace_s) { live_backends().shutdown_all(Ms(static_cast<int64_t>(grace_s * 1000.0))); },
+      py::arg("grace_s"), "finish (or after grace_s abort) what is pending and close every gradwire group",
+      py::call_guard<py::gil_scoped_release>());
 }

@@ -352,6 +352,32 @@ def scenario_timeout(torch, dist, gwb, rank, size, out):
     out["elapsed"] = time.monotonic() - t0
 
 
+def scenario_exit_pending(torch, dist, gwb, rank, size, out):
+    """The script ends with work in flight and without destroy_process_group: the interpreter
+    exits normally (the atexit shutdown finishes or aborts what is pending)."""
+    for i in range(20):
+        dist.all_reduce(torch.full((1000 + i,), float(rank)), async_op=True)  # temporaries, never waited
+    if rank == 0 and size > 1:
+        out["stuck"] = True
+        dist.irecv(torch.empty(4), src=1, tag=7)  # rank 1 never sends: aborted after the grace
+    out["pending"] = True
+
+
+def scenario_shutdown(torch, dist, gwb, rank, size, out):
+    """destroy_process_group closes the connections; the backend, still held, refuses later calls."""
+    group = dist.group.WORLD
+    backend = group._get_backend(torch.device("cpu"))
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    out["sum_ok"] = bool(torch.all(t == size))
+    dist.destroy_process_group()
+    try:
+        backend.allreduce([torch.ones(3)]).wait()
+        out["after"] = None
+    except RuntimeError as e:
+        out["after"] = str(e)
+
+
 def worker_main(argv):
     scenario, rank, size, init_file, outdir = argv[0], int(argv[1]), int(argv[2]), argv[3], argv[4]
     sys.path.insert(0, PYDIR)
@@ -373,6 +399,8 @@ def worker_main(argv):
     with open(os.path.join(outdir, "rank%d.json" % rank), "w") as f:
         json.dump(out, f)
     sys.stdout.flush()
+    if scenario in ("exit_pending", "shutdown"):
+        return  # the interpreter's own exit is what these test
     os._exit(0)  # a broken communicator (error scenarios) need not be torn down
 
 
@@ -396,7 +424,7 @@ if __name__ != "__main__":
     pytestmark = pytest.mark.skipif(_why is not None, reason=str(_why))
 
 
-def run(scenario, size, timeout=120):
+def run(scenario, size, timeout=120, logs_out=None):
     tmp = tempfile.mkdtemp(prefix="gw-torch-backend-")
     init_file = os.path.join(tmp, "init")
     env = dict(os.environ)
@@ -436,6 +464,8 @@ def run(scenario, size, timeout=120):
             results.append(json.load(f))
     for res in results:
         assert "exception" not in res, "rank %d raised\n%s\n%s" % (res["rank"], res["exception"], report)
+    if logs_out is not None:
+        logs_out.extend([report, [p.returncode for p in procs]])
     return results
 
 
@@ -466,6 +496,35 @@ def test_timeout_names_the_missing_rank():
     assert res["error"] is not None and "gradwire all_reduce failed" in res["error"], res
     assert "timeout" in res["error"], res["error"]
     assert res["elapsed"] < 30, res
+
+
+def _clean_exit(logs, codes):
+    report = logs
+    assert codes == [0] * len(codes), report
+    for bad in ("terminate called", "Endpoint timeout", "Aborted", "Segmentation"):
+        assert bad not in report, report
+
+
+def test_exit_with_work_pending_is_clean():
+    logs = []
+    t0 = time.monotonic()
+    res = run("exit_pending", 3, logs_out=logs)
+    elapsed = time.monotonic() - t0
+    _clean_exit(*logs)
+    assert all(r["pending"] for r in res)
+    assert elapsed < 40, "exit took %.1f s\n%s" % (elapsed, logs[0])
+
+
+def test_destroy_process_group_shuts_the_backend_down():
+    import torch
+    if int(torch.__version__.split(".")[0]) < 2:
+        pytest.skip("torch 1.13 has no Backend.shutdown; its groups close when destroyed")
+    logs = []
+    res = run("shutdown", 2, logs_out=logs)
+    _clean_exit(*logs)
+    for r in res:
+        assert r["sum_ok"], r
+        assert r["after"] is not None and "shut down" in r["after"], r
 
 
 if __name__ == "__main__":
