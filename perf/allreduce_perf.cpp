@@ -3,6 +3,12 @@
 // Timed calls send a gradient-like input (perf/data.hpp); relerr compares one fresh call
 // (error feedback reset) with the exact sum of that input. Lossless rows (codec none, fp16,
 // bf16, or any codec the policy ran dense) are also checked bit for bit on small integers.
+// With any --codec the driver adds the dense ring as a reference row ("vs dense", link
+// floor). The running-sum error (--ef-steps N) runs N more calls with the codec, each rank's
+// input at step s being its timed input plus fresh noise of the same distribution (a fixed
+// signal, as a gradient's mean, plus minibatch noise), and compares the sum of the N results
+// with the sum of the N dense results: error feedback keeps it small, without EF the
+// compression error of every step stays in the sum.
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -85,6 +91,38 @@ class Allreduce final : public gw::perf::Collective {
       }
     }
     return out;
+  }
+
+  bool dense_reference() const override { return true; }
+
+  double running_sum_error(const Case& c, int steps) override {
+    gw_codec_id_t id = GW_CODEC_NONE;
+    must(gw_codec_id(c.codec, &id), "gw_codec_id");
+    if (id == GW_CODEC_NONE || c.dtype != GW_FLOAT32 || steps <= 0) return -1;
+    const size_t n = c.count;
+    std::vector<float> in(n + 1), out(n + 1), dense(n + 1);
+    std::vector<double> diff(n, 0.0), total(n, 0.0);
+    gw_ef_state_t ef = nullptr;
+    if (c.ef) must(gw_ef_state_create(n, &ef), "gw_ef_state_create");
+    for (int s = 0; s < steps; ++s) {
+      for (size_t i = 0; i < n; ++i) {
+        in[i] = gw::perf::grad_value(i, c.rank) + gw::perf::grad_value(i, c.rank, static_cast<uint64_t>(s) + 1);
+      }
+      must(gw_allreduce_ex(c.comm, in.data(), out.data(), n, GW_FLOAT32, c.op, c.codec, ef, c.algo), "gw_allreduce");
+      must(gw_allreduce_ex(c.comm, in.data(), dense.data(), n, GW_FLOAT32, c.op, nullptr, nullptr, GW_ALGO_RING),
+           "gw_allreduce");
+      for (size_t i = 0; i < n; ++i) {
+        diff[i] += static_cast<double>(out[i]) - static_cast<double>(dense[i]);
+        total[i] += dense[i];
+      }
+    }
+    if (ef != nullptr) must(gw_ef_state_destroy(ef), "gw_ef_state_destroy");
+    double err2 = 0, ref2 = 0;
+    for (size_t i = 0; i < n; ++i) {
+      err2 += diff[i] * diff[i];
+      ref2 += total[i] * total[i];
+    }
+    return ref2 > 0 ? std::sqrt(err2 / ref2) : 0;
   }
 
   void release(const Case&) override {

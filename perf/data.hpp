@@ -25,8 +25,10 @@ inline float int_value(size_t i, int rank) {
 
 // A gradient-like value: roughly normal, scale 1e-3, with a tenth of the elements ten times
 // larger (so top-k has something to find). What is timed and what relerr is measured on.
-inline float grad_value(size_t i, int rank) {
-  uint64_t z = (static_cast<uint64_t>(rank) << 40) ^ i;
+// step > 0 gives other, independent values of the same distribution (the running-sum error's
+// per-step noise); step 0 is the timed input.
+inline float grad_value(size_t i, int rank, uint64_t step = 0) {
+  uint64_t z = (static_cast<uint64_t>(rank) << 40) ^ i ^ (step * 0xD1B54A32D192ED03ull);
   z += 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;

@@ -23,7 +23,8 @@ struct Case {
   bool ef;            // the spec says ef=1: the tool keeps an EF state per buffer
   gw_dtype_t dtype;
   gw_red_op_t op;
-  gw_algo_t algo;     // --algo (GW_ALGO_AUTO: the library's policy)
+  gw_algo_t algo;     // --algo (GW_ALGO_AUTO: the library's policy); the added dense reference: ring
+  bool reference;     // this row is the dense reference (codec none) the others are compared with
   size_t bytes;       // the size column (nccl-tests' convention for the collective)
   size_t count;       // elements in each rank's buffer
 };
@@ -69,6 +70,17 @@ class Collective {
   virtual Check check(const Case& c, gw_algo_t ran) = 0;
   // Per case, after the check.
   virtual void release(const Case& c) { (void)c; }
+  // Whether the driver adds a dense row (codec none) as the reference of "vs dense" and of
+  // the measured link rate, when any --codec is given.
+  virtual bool dense_reference() const { return false; }
+  // After the check: runs steps calls of the case's codec on a fixed sequence of inputs (with
+  // its own fresh EF state when the spec says ef=1) and returns |sum of results - sum of exact
+  // results|_2 / |sum of exact results|_2; negative when not measured. Every rank calls it.
+  virtual double running_sum_error(const Case& c, int steps) {
+    (void)c;
+    (void)steps;
+    return -1;
+  }
 };
 
 // Runs the tool; returns the process exit status (1 when a lossless row has #wrong > 0).

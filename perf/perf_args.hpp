@@ -16,13 +16,18 @@ struct Args {
   int check = 1;                 // -c
   std::string dtype = "float";   // -d float|half|bfloat16
   std::string op = "sum";        // -o sum|avg
-  std::vector<std::string> codecs;  // --codec SPEC, repeatable
+  std::vector<std::string> codecs;  // --codec SPEC, repeatable; every spec parsed by the library
+  bool codec_given = false;      // at least one --codec on the command line
   std::string algo = "auto";     // --algo
   int np = 0;                    // --np N: launch N local ranks (unique-id init)
   std::string json;              // -J FILE
+  int ef_steps = 20;             // --ef-steps N: running-sum error after N steps (0: off)
+  double link_gbps = 0;          // --link-gbps X: link rate for the floor (0: from the dense reference)
+  bool dense_reference = true;   // --no-dense-reference turns the automatic dense row off
 };
 
-// Parses argv; on error prints usage and exits 2.
+// Parses and validates argv, codec specs included (gw_codec_create), before any rank
+// exists: on a bad argument prints one line naming it and exits 2.
 Args parse_args(int argc, char** argv, const char* tool);
 std::vector<size_t> sizes(const Args& a, size_t elem_size);
 

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""ctest checks of build/perf/allreduce_perf (registered in perf/CMakeLists.txt).
+
+usage: check_allreduce_perf.py bad-codec TOOL
+       check_allreduce_perf.py ef-json TOOL WORKDIR
+
+bad-codec: a bad --codec (and other bad arguments) exits 2 at once, with one message naming
+the argument, and starts no rank (no rank prints the table header, nothing hangs).
+ef-json: a 2-rank run (--np 2) with qsgd:bits=8, topk:ratio=0.01,ef=1 and
+topk:ratio=0.01,ef=0 writes a -J record with the new keys, a dense reference row, finite
+"vs dense", link floor and running-sum error, and the running-sum error of top-k with error
+feedback is smaller than without.
+"""
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def bad_codec(tool):
+    cases = [
+        (["--codec", "bogus"], "bogus"),
+        (["--codec", "qsgd:bits=8", "--codec", "topk:ratio=7"], "topk:ratio=7"),
+        (["--codec", "qsgd:bitz=8"], "qsgd:bitz=8"),
+        (["-b", "12Q"], "12Q"),
+        (["-n", "ten"], "ten"),
+        (["--link-gbps", "0"], "--link-gbps"),
+        (["--ef-steps", "-1"], "--ef-steps"),
+        (["--algo", "fastest"], "fastest"),
+        (["-b", "8M", "-e", "1M"], "-b"),
+    ]
+    for extra, needle in cases:
+        cmd = [tool, "--np", "2", "-b", "1M", "-e", "1M", "-n", "1", "-w", "0"] + extra
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=20)
+        except subprocess.TimeoutExpired:
+            fail("%s: did not exit within 20 s (ranks started?)" % " ".join(extra))
+        dt = time.monotonic() - t0
+        out, err = p.stdout.decode(), p.stderr.decode()
+        if p.returncode != 2:
+            fail("%s: exit status %d, expected 2\nstdout: %s\nstderr: %s" % (" ".join(extra), p.returncode, out, err))
+        if needle not in err:
+            fail("%s: the message does not name %r:\n%s" % (" ".join(extra), needle, err))
+        if out.strip():
+            fail("%s: something was printed on stdout (a rank started?):\n%s" % (" ".join(extra), out))
+        if "gw_comm_init" in err or "gw_get_unique_id" in err or re.search(r"rank \d", err):
+            fail("%s: a rank or the rendezvous ran:\n%s" % (" ".join(extra), err))
+        if dt > 5:
+            fail("%s: took %.1f s" % (" ".join(extra), dt))
+        print("ok: %-40s exit 2 in %.2f s: %s" % (" ".join(extra), dt, err.strip().splitlines()[0]))
+
+
+def ef_json(tool, workdir):
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, "allreduce_perf_ef.json")
+    if os.path.exists(path):
+        os.remove(path)
+    env = dict(os.environ)
+    env.setdefault("UCX_TLS", "tcp,self")
+    env["GW_TUNE"] = "0"  # the static policy: compressed rows stay compressed
+    env.setdefault("GW_DEBUG", "WARN")
+    cmd = [tool, "--np", "2", "-b", "1M", "-e", "1M", "-n", "3", "-w", "1", "--ef-steps", "20",
+           "--codec", "qsgd:bits=8", "--codec", "topk:ratio=0.01,ef=1", "--codec", "topk:ratio=0.01,ef=0",
+           "-J", path]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, timeout=240)
+    out = p.stdout.decode()
+    print(out)
+    if p.returncode != 0:
+        fail("exit status %d" % p.returncode)
+    with open(path) as f:
+        doc = json.load(f)
+    for key in ("tool", "nranks", "iters", "warmup", "dtype", "op", "host", "ucx_tls", "bus_factor", "results",
+                "gradwire_version", "ucx_version", "transport", "date", "ef_steps", "link_floor_source",
+                "dense_reference"):
+        if key not in doc:
+            fail("JSON lacks %r" % key)
+    if doc["nranks"] != 2 or doc["ef_steps"] != 20 or doc["link_floor_source"] != "measured dense":
+        fail("header: nranks %r, ef_steps %r, link_floor_source %r" % (doc["nranks"], doc["ef_steps"],
+                                                                        doc["link_floor_source"]))
+    if not doc["gradwire_version"] or not doc["ucx_version"] or doc["transport"] != "ucx":
+        fail("versions/transport: %r %r %r" % (doc["gradwire_version"], doc["ucx_version"], doc["transport"]))
+    rows = {r["codec"]: r for r in doc["results"]}
+    want = ["none", "qsgd:bits=8", "topk:ratio=0.01,ef=1", "topk:ratio=0.01,ef=0"]
+    if [r["codec"] for r in doc["results"]] != want:
+        fail("rows %r, expected %r (dense reference first)" % ([r["codec"] for r in doc["results"]], want))
+    if not rows["none"]["dense_reference"]:
+        fail("the none row is not marked as the dense reference")
+    for codec, r in rows.items():
+        for key in ("bytes", "time_us", "busbw", "wire_bytes", "ratio", "relerr", "vs_dense", "link_floor_us",
+                    "sum_relerr", "time_min_us", "time_median_us", "time_max_us", "slowest_rank", "rank_time_us"):
+            if key not in r:
+                fail("row %s lacks %r" % (codec, key))
+        if not (r["time_min_us"] <= r["time_median_us"] <= r["time_max_us"]) or len(r["rank_time_us"]) != 2:
+            fail("row %s: bad spread %r" % (codec, r))
+        if r["slowest_rank"] not in (0, 1) or abs(r["rank_time_us"][r["slowest_rank"]] - r["time_max_us"]) > 1e-3:
+            fail("row %s: slowest_rank %r does not hold the max time" % (codec, r["slowest_rank"]))
+        if not (isinstance(r["vs_dense"], float) and r["vs_dense"] > 0 and math.isfinite(r["vs_dense"])):
+            fail("row %s: vs_dense %r" % (codec, r["vs_dense"]))
+        if not (isinstance(r["link_floor_us"], float) and r["link_floor_us"] > 0):
+            fail("row %s: link_floor_us %r" % (codec, r["link_floor_us"]))
+    if abs(rows["none"]["vs_dense"] - 1.0) > 1e-6:
+        fail("the dense row's vs_dense is %r, not 1" % rows["none"]["vs_dense"])
+    if rows["none"]["sum_relerr"] is not None:
+        fail("the dense row has a running-sum error %r" % rows["none"]["sum_relerr"])
+    for codec in want[1:]:
+        e = rows[codec]["sum_relerr"]
+        if not (isinstance(e, float) and math.isfinite(e) and e >= 0):
+            fail("row %s: sum_relerr %r is not a finite number" % (codec, e))
+    # top-k's wire must be compressed (the static policy), so the floor lies below the dense one
+    if not rows["topk:ratio=0.01,ef=1"]["ratio"] > 5:
+        fail("topk ratio %r: the row did not run compressed" % rows["topk:ratio=0.01,ef=1"]["ratio"])
+    with_ef = rows["topk:ratio=0.01,ef=1"]["sum_relerr"]
+    without = rows["topk:ratio=0.01,ef=0"]["sum_relerr"]
+    if not with_ef < without:
+        fail("running-sum error with EF %.3e is not below without EF %.3e" % (with_ef, without))
+    print("ok: running-sum error after 20 steps: topk ef=1 %.3e < ef=0 %.3e; qsgd:bits=8 %.3e" % (
+        with_ef, without, rows["qsgd:bits=8"]["sum_relerr"]))
+
+
+def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "bad-codec":
+        bad_codec(sys.argv[2])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "ef-json":
+        ef_json(sys.argv[2], sys.argv[3])
+    else:
+        print(__doc__)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
