@@ -1,13 +1,20 @@
 #!/usr/bin/python3
-"""Turns a scripts/bench-emulated.sh run into a markdown report and PNG plots.
+"""Turns perf-tool -J files into a markdown report and PNG plots.
 
-usage: report.py OUT [--ranks N] [--plots DIR] [--prefix NAME]
+usage: report.py PATH... [--ranks N] [--plots DIR] [--prefix NAME]
 
-OUT holds <rate>/<system>.r<round>.json (rate in tbf syntax: 1gbit, 10gbit; "none" for
-unshaped veth) and meta.txt. For every system, codec and size the best round is kept (each
-system at its best). Prints markdown to stdout and writes three plots into DIR (default
-OUT/plots): time against size, speedup over the best peer, and achieved time against the
-link floor 2(p-1)/p * S / (r * B), with r the measured compression ratio and B the link rate.
+Each PATH is a scripts/bench-emulated.sh output directory (<rate>/<system>.r<round>.json,
+rate in tbf syntax: 1gbit, 10gbit, "none" for unshaped veth, and meta.txt), any other
+directory (its *.json), or a -J file of allreduce_perf, mpi_allreduce_perf or
+perf/gloo_allreduce_perf.py. A loose file's system comes from its name when that is one of
+the systems below (gw_auto.json, mpi_ring.r1.json), else from its tool; its link rate from
+its "link_gbps" (allreduce_perf --link-gbps), else "link rate not given". For every system,
+codec and size the best round is kept (each system at its best). Prints markdown to stdout
+and writes plots into DIR (default OUT/plots, or ./plots for loose files): time against
+size, speedup over the best peer, and achieved time against the link floor
+2(p-1)/p * S / (r * B), with r the measured compression ratio and B the link rate. Columns
+that allreduce_perf records (vs dense, its link floor, the running-sum error) are printed
+when the files have them.
 """
 import argparse
 import glob
@@ -16,8 +23,11 @@ import os
 import re
 import sys
 
-PEERS = ["gloo", "mpi_default", "mpi_ring"]
-PEER_LABEL = {"gloo": "Gloo (torch) all_reduce", "mpi_default": "OpenMPI default", "mpi_ring": "OpenMPI ring"}
+PEERS = ["gloo", "mpi_default", "mpi_ring", "mpi"]
+PEER_LABEL = {"gloo": "Gloo (torch) all_reduce", "mpi_default": "OpenMPI default", "mpi_ring": "OpenMPI ring",
+              "mpi": "OpenMPI MPI_Allreduce"}
+SYSTEMS = PEERS + ["gw_dense", "gw_auto", "gw_forced"]
+TOOL_SYSTEM = {"mpi_allreduce_perf": "mpi", "gloo_allreduce_perf": "gloo", "allreduce_perf": "gw_auto"}
 
 
 def rate_bps(rate):
@@ -29,28 +39,91 @@ def rate_bps(rate):
 
 def rate_label(rate):
     b = rate_bps(rate)
-    return "unshaped veth" if b is None else "%g Gbit/s" % (b * 8 / 1e9)
+    if b is not None:
+        return "%g Gbit/s" % (b * 8 / 1e9)
+    return "unshaped veth" if rate == "none" else "link rate not given"
 
 
-def load(out):
-    """{rate: {series: {bytes: row}}}, series = (system, codec); best time over rounds."""
+def rate_of_doc(doc):
+    g = doc.get("link_gbps")
+    if isinstance(g, (int, float)) and g > 0:
+        mbit = g * 1e3
+        return ("%dmbit" % mbit) if mbit == int(mbit) else ("%.6fgbit" % g).rstrip("0")
+    return "unknown"
+
+
+def input_files(paths):
+    """[(rate or None, system or None, path, from_layout)]"""
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            layout = sorted(glob.glob(os.path.join(path, "*", "*.r*.json")))
+            if layout:
+                for f in layout:
+                    files.append((os.path.basename(os.path.dirname(f)),
+                                  re.sub(r"\.r\d+\.json$", "", os.path.basename(f)), f, True))
+                continue
+            found = sorted(glob.glob(os.path.join(path, "*.json")))
+            if not found:
+                print("report: no JSON files in %s" % path, file=sys.stderr)
+            files.extend((None, None, f, False) for f in found)
+        elif os.path.isfile(path):
+            files.append((None, None, path, False))
+        else:
+            sys.exit("report: %s: no such file or directory" % path)
+    return files
+
+
+def load(paths):
+    """({rate: {series: {bytes: row}}}, [nranks of each file]), series = (system, codec);
+    best time over rounds."""
     data = {}
-    for path in sorted(glob.glob(os.path.join(out, "*", "*.r*.json"))):
-        rate = os.path.basename(os.path.dirname(path))
-        system = re.sub(r"\.r\d+\.json$", "", os.path.basename(path))
-        with open(path) as f:
-            doc = json.load(f)
+    nranks = []
+    entries = []
+    for rate, system, path, from_layout in input_files(paths):
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            sys.exit("report: %s: %s" % (path, e))
+        if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+            sys.exit("report: %s: not a perf-tool -J file (no \"results\" list)" % path)
+        tool = doc.get("tool", "")
+        if tool == "sparse_allgather_perf":
+            print("report: %s: sparse all-gather results are not all-reduce results; skipped" % path, file=sys.stderr)
+            continue
+        if rate is None:
+            rate = rate_of_doc(doc)
+        if system is None:
+            name = re.sub(r"(\.r\d+)?\.json$", "", os.path.basename(path))
+            system = name if name in SYSTEMS else TOOL_SYSTEM.get(tool, tool or name)
+        if "nranks" in doc:
+            nranks.append(doc["nranks"])
+        entries.append((rate, system, doc, from_layout))
+    # Loose files that do not say their link rate join the one rate the others give, if one.
+    given = {rate for rate, _, _, from_layout in entries if not from_layout and rate != "unknown"}
+    if len(given) == 1:
+        only = given.pop()
+        entries = [(only if (rate == "unknown" and not fl) else rate, system, doc, fl) for rate, system, doc, fl in entries]
+    # A layout run with gradwire dense files takes its dense rows from them; the dense
+    # reference rows allreduce_perf adds to the codec runs are then left out.
+    dense_files = {rate for rate, system, _, from_layout in entries if system == "gw_dense" and from_layout}
+    for rate, system, doc, from_layout in entries:
         for row in doc["results"]:
             codec = row.get("codec", "none")
             if system in PEERS or system == "gw_dense":
                 key = (system, "none")
+            elif codec == "none" and system.startswith("gw_"):
+                if from_layout and rate in dense_files:
+                    continue
+                key = ("gw_dense", "none")
             else:
                 key = (system, codec)
             series = data.setdefault(rate, {}).setdefault(key, {})
             old = series.get(row["bytes"])
             if old is None or row["time_us"] < old["time_us"]:
                 series[row["bytes"]] = row
-    return data
+    return data, nranks
 
 
 def series_label(key):
@@ -67,7 +140,7 @@ def series_label(key):
 
 
 def order(keys):
-    rank = {"gloo": 0, "mpi_default": 1, "mpi_ring": 2, "gw_dense": 3, "gw_auto": 4, "gw_forced": 5}
+    rank = {"gloo": 0, "mpi_default": 1, "mpi_ring": 2, "mpi": 2.5, "gw_dense": 3, "gw_auto": 4, "gw_forced": 5}
     return sorted(keys, key=lambda k: (rank.get(k[0], 9), k[1]))
 
 
@@ -117,22 +190,36 @@ def headline(rate, series, p, out):
         out.append("Link floor (uncompressed): %s. Best peer: %s, %s." % (
             fmt_time(fl), PEER_LABEL[peer[0]] if peer else "-", fmt_time(peer[1]["time_us"]) if peer else "-"))
         out.append("")
-    out.append("| system | algorithm | time | busbw GB/s | wire/rank | ratio r | encode / transfer / decode | relerr | speedup over best peer | time / link floor(r) |")
-    out.append("|---|---|---:|---:|---:|---:|---|---:|---:|---:|")
-    for key in order(series):
-        row = series[key].get(big)
-        if row is None:
-            continue
+    rows = [(key, series[key][big]) for key in order(series) if big in series[key]]
+
+    def has(k):
+        return any(r.get(k) is not None for _, r in rows)
+
+    # allreduce_perf's own columns, when the files have them
+    extra = []
+    if has("vs_dense"):
+        extra.append(("vs dense (same run)", lambda r: "%.2fx" % r["vs_dense"] if r.get("vs_dense") is not None else "-"))
+    if has("link_floor_us"):
+        extra.append(("link floor (tool)", lambda r: fmt_time(r["link_floor_us"]) if r.get("link_floor_us") is not None else "-"))
+    if has("sum_relerr"):
+        steps = max((r.get("ef_steps") or 0) for _, r in rows)
+        extra.append(("err after %d steps (running sum)" % steps,
+                      lambda r: "%.1e" % r["sum_relerr"] if r.get("sum_relerr") is not None else "-"))
+    out.append("| system | algorithm | time | busbw GB/s | wire/rank | ratio r | encode / transfer / decode | relerr | "
+               + "".join(name + " | " for name, _ in extra) + "speedup over best peer | time / link floor(r) |")
+    out.append("|---|---|---:|---:|---:|---:|---|---:|" + "---:|" * len(extra) + "---:|---:|")
+    for key, row in rows:
         ratio = row.get("ratio", 1.0) or 1.0
         fl = floor_us(big, p, ratio, bps)
         split = "-"
         if "encode_us" in row:
             split = "%s / %s / %s" % (fmt_time(row["encode_us"]), fmt_time(row["transfer_us"]), fmt_time(row["decode_us"]))
         wire = row.get("wire_bytes")
-        out.append("| %s | %s | %s | %.3f | %s | %s | %s | %s | %s | %s |" % (
+        out.append("| %s | %s | %s | %.3f | %s | %s | %s | %s | %s%s | %s |" % (
             series_label(key), row.get("algo", "-"), fmt_time(row["time_us"]), row["busbw"],
             human(wire) if wire else "-", "%.2f" % ratio if "ratio" in row else "1", split,
             "%.1e" % row["relerr"] if "relerr" in row else "-",
+            "".join(f(row) + " | " for _, f in extra),
             "%.2fx" % (peer[1]["time_us"] / row["time_us"]) if peer else "-",
             "%.2f" % (row["time_us"] / fl) if fl else "-"))
 
@@ -249,14 +336,22 @@ def plots(data, p, pdir, prefix):
     rates = sorted(data, key=lambda r: rate_bps(r) or 1e30)
     os.makedirs(pdir, exist_ok=True)
     files = []
-    styles = {"gloo": ("tab:green", "s"), "mpi_default": ("tab:olive", "v"), "mpi_ring": ("tab:brown", "^"),
-              "gw_dense": ("black", "o")}
-    palette = ["tab:blue", "tab:orange", "tab:red", "tab:purple", "tab:cyan", "tab:pink", "tab:gray"]
+    # One colour and one marker per series, the same in every panel: tab20's dark shades,
+    # then its light ones, then evenly spaced hues when there are more than 20 series.
+    all_keys = order({k for r in rates for k in data[r]})
+    n = len(all_keys)
+    if n <= 20:
+        tab20 = plt.get_cmap("tab20")
+        colors = [tab20(i) for i in list(range(0, 20, 2)) + list(range(1, 20, 2))][:n]
+    else:
+        hsv = plt.get_cmap("hsv")
+        colors = [hsv(i / n) for i in range(n)]
+    markers = ["o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p", "d", "8", "H", "1", "2", "3", "4", "+"]
+    style_of = {k: (colors[i], markers[i % len(markers)]) for i, k in enumerate(all_keys)}
 
     def color_of(key, codecs):
-        if key[0] in styles:
-            return styles[key[0]]
-        return palette[codecs.index(key[1]) % len(palette)], "D" if key[0] == "gw_auto" else "x"
+        del codecs  # the style is per series now
+        return style_of[key]
 
     # 1. time against size
     fig, axes = plt.subplots(1, len(rates), figsize=(7 * len(rates), 5.5), squeeze=False)
@@ -288,9 +383,10 @@ def plots(data, p, pdir, prefix):
     files.append(path)
 
     # 2. speedup over the best peer (when a peer ran)
-    if any(best_peer(data[r], b) for r in rates for s in data[r].values() for b in s):
-        fig, axes = plt.subplots(1, len(rates), figsize=(7 * len(rates), 5), squeeze=False)
-        for ax, rate in zip(axes[0], rates):
+    prates = [r for r in rates if any(best_peer(data[r], b) for s in data[r].values() for b in s)]
+    if prates:
+        fig, axes = plt.subplots(1, len(prates), figsize=(7 * len(prates), 5), squeeze=False)
+        for ax, rate in zip(axes[0], prates):
             series = data[rate]
             codecs = sorted({c for s, c in series if s in ("gw_auto", "gw_forced")})
             for key in order(series):
@@ -302,6 +398,8 @@ def plots(data, p, pdir, prefix):
                     if peer:
                         xs.append(b / 2**20)
                         ys.append(peer[1]["time_us"] / r["time_us"])
+                if not xs:
+                    continue
                 color, marker = color_of(key, codecs)
                 ax.plot(xs, ys, marker=marker, color=color, linestyle="--" if key[0] == "gw_forced" else "-",
                         linewidth=1.0 if key[0] == "gw_forced" else 1.8, label=series_label(key))
@@ -362,24 +460,30 @@ def plots(data, p, pdir, prefix):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="Report of a scripts/bench-emulated.sh run")
-    ap.add_argument("out")
+    ap = argparse.ArgumentParser(description="Report of perf-tool -J files (a scripts/bench-emulated.sh run, a "
+                                 "directory of JSON files, or the files themselves)")
+    ap.add_argument("paths", nargs="+", metavar="PATH", help="bench-emulated output dir, dir of *.json, or -J files")
     ap.add_argument("--ranks", type=int, default=0)
     ap.add_argument("--plots", default="")
     ap.add_argument("--prefix", default="emulated_", help="file name prefix of the plots")
     a = ap.parse_args()
-    data = load(a.out)
+    data, nranks = load(a.paths)
     if not data:
-        sys.exit("report: no results under %s" % a.out)
+        sys.exit("report: no results in %s" % " ".join(a.paths))
     p = a.ranks
     if not p:
-        for path in glob.glob(os.path.join(a.out, "*", "*.json")):
-            with open(path) as f:
-                p = json.load(f)["nranks"]
-            break
-    out = ["## Results: %s" % os.path.basename(os.path.normpath(a.out)), ""]
-    meta = os.path.join(a.out, "meta.txt")
-    if os.path.exists(meta):
+        if not nranks:
+            sys.exit("report: the files do not say how many ranks ran: pass --ranks")
+        p = nranks[0]
+        if len(set(nranks)) > 1:
+            print("report: the files ran on %s ranks; the report assumes %d (--ranks to choose)" % (
+                sorted(set(nranks)), p), file=sys.stderr)
+    single_dir = len(a.paths) == 1 and os.path.isdir(a.paths[0])
+    title = os.path.basename(os.path.normpath(a.paths[0])) if single_dir else ", ".join(
+        os.path.basename(x) for x in a.paths)
+    out = ["## Results: %s" % title, ""]
+    meta = os.path.join(a.paths[0], "meta.txt") if single_dir else ""
+    if meta and os.path.exists(meta):
         out.append("```")
         out.extend(l.rstrip() for l in open(meta))
         out.append("```")
@@ -388,7 +492,8 @@ def main():
         all_sizes(rate, data[rate], out)
     policy_check(data, out)
     targets(data, p, out)
-    files = plots(data, p, a.plots or os.path.join(a.out, "plots"), a.prefix)
+    pdir = a.plots or (os.path.join(a.paths[0], "plots") if single_dir else "plots")
+    files = plots(data, p, pdir, a.prefix)
     out.append("")
     out.append("Plots: " + ", ".join(files))
     print("\n".join(out))
