@@ -110,8 +110,7 @@ Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, si
   const EncodeContext ctx{base_step, static_cast<uint32_t>(c.rank)};
   size_t len = 0;
   if (ef != nullptr) {
-    float* acc = prepare_accumulator(c, send, n, ef, 0);
-    GW_ASSIGN_OR_RETURN(len, timed_encode(c, codec, acc, n, ctx, slot(c.rank), cap));
+    GW_ASSIGN_OR_RETURN(len, timed_encode_adding(c, codec, ef->residual(), send, n, ctx, slot(c.rank), cap));
   } else {  // nothing keeps the loss: encode send as it is
     GW_ASSIGN_OR_RETURN(len, timed_encode_input(c, codec, send, n, ctx, slot(c.rank), cap));
   }

@@ -72,16 +72,38 @@ Result<size_t> Codec::encode_accumulated(float* acc, size_t n, const EncodeConte
   return written;
 }
 
+Result<size_t> Codec::encode_payload_adding(float* acc, const float* add, size_t n,
+                                             const EncodeContext& ctx, wire::Header& header,
+                                             uint8_t* out) {
+  for (size_t i = 0; i < n; ++i) acc[i] += add[i];
+  return encode_payload(acc, n, DType::kFloat32, ctx, header, out);
+}
+
+Result<size_t> Codec::encode_adding(float* acc, const float* add, size_t n, const EncodeContext& ctx,
+                                    void* out, size_t cap) {
+  if (acc == nullptr && n > 0) return invalid_argument("residual buffer is null");
+  GW_RETURN_IF_ERROR(check_encode_args(add, n, DType::kFloat32, out, cap));
+  wire::Header header;
+  header.codec = id();
+  header.dtype = DType::kFloat32;
+  header.count = n;
+  auto* bytes = static_cast<uint8_t*>(out);
+  GW_ASSIGN_OR_RETURN(size_t payload, encode_payload_adding(acc, add, n, ctx, header, bytes + wire::kHeaderBytes));
+  header.payload_bytes = payload;
+  wire::write_header(header, bytes);
+  const size_t written = wire::kHeaderBytes + payload;
+  GW_RETURN_IF_ERROR(decode(out, written, acc, n, DType::kFloat32, DecodeMode::kSubtract)
+                         .with_context("error feedback"));
+  return written;
+}
+
 Result<size_t> Codec::encode(const float* src, size_t n, const EncodeContext& ctx,
                              ErrorFeedback& ef, void* out, size_t cap) {
   if (ef.count() != n) {
     return invalid_argument("error-feedback state holds " + std::to_string(ef.count()) +
                             " elements but count is " + std::to_string(n));
   }
-  GW_RETURN_IF_ERROR(check_encode_args(src, n, DType::kFloat32, out, cap));
-  float* acc = ef.residual();
-  for (size_t i = 0; i < n; ++i) acc[i] += src[i];
-  GW_ASSIGN_OR_RETURN(size_t written, encode_accumulated(acc, n, ctx, out, cap));
+  GW_ASSIGN_OR_RETURN(size_t written, encode_adding(ef.residual(), src, n, ctx, out, cap));
   ef.advance();
   return written;
 }

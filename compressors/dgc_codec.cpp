@@ -17,7 +17,6 @@ namespace {
 constexpr uint64_t kMinSample = 256;
 constexpr double kOverSelect = 1.25;
 constexpr uint64_t kExactBelow = 4096;  // small inputs: exact top-k costs less than sampling
-constexpr uint64_t kScanBlock = 16;     // elements per block of the candidate pass
 constexpr uint64_t kSampleTile = 2048;  // samples drawn per tile (even: whole Philox blocks)
 
 class DgcCodec final : public IndexedSparseCodec {
@@ -31,36 +30,36 @@ class DgcCodec final : public IndexedSparseCodec {
   uint64_t choose(const float* x, uint64_t n, uint64_t k, const EncodeContext& ctx, uint64_t* idx) override {
     return choose_impl(x, n, k, ctx, idx);
   }
+  uint64_t choose_adding(float* acc, const float* add, uint64_t n, uint64_t k, const EncodeContext& ctx,
+                         uint32_t* idx) override {
+    return choose_impl(acc, n, k, ctx, idx, add);
+  }
+  uint64_t choose_adding(float* acc, const float* add, uint64_t n, uint64_t k, const EncodeContext& ctx,
+                         uint64_t* idx) override {
+    return choose_impl(acc, n, k, ctx, idx, add);
+  }
 
  private:
+  // On x, or with add on x + add, which is left in x (the addition rides on the candidate
+  // pass; x is written only then).
   template <class Idx>
-  uint64_t choose_impl(const float* x, uint64_t n, uint64_t k, const EncodeContext& ctx, Idx* idx) {
-    if (k == 0) return 0;
-    if (n < kExactBelow || k * 4 >= n) {
+  uint64_t choose_impl(const float* x, uint64_t n, uint64_t k, const EncodeContext& ctx, Idx* idx,
+                       const float* add = nullptr) {
+    if (k == 0 || n < kExactBelow || k * 4 >= n) {
+      if (add != nullptr) {
+        float* acc = const_cast<float*>(x);
+        for (uint64_t i = 0; i < n; ++i) acc[i] += add[i];
+      }
+      if (k == 0) return 0;
       select_topk(x, n, k, idx, workspace());
       return k;
     }
-    const uint32_t threshold = sampled_threshold(x, n, k, ctx);
-    // Room for 4k candidates; more means the sample misled us badly. Blocks with no key at
-    // or above the threshold cost one vectorized compare; the others append without
-    // branches, which may run up to a block past cap before the check (hence the slack).
+    const uint32_t threshold = sampled_threshold(x, add, n, k, ctx);
+    // Room for 4k candidates; more means the sample misled us badly.
     const uint64_t cap = std::min<uint64_t>(n, 4 * k + 1024);
-    Idx* cand = workspace().get<Idx>(1, cap + kScanBlock + 1);
-    uint64_t c = 0;
-    auto append = [&](uint64_t i) {
-      cand[c] = static_cast<Idx>(i);
-      c += hd::magnitude_key(x[i]) >= threshold ? 1 : 0;
-    };
-    uint64_t i = 0;
-    for (; i + kScanBlock <= n; i += kScanBlock) {
-      uint32_t hit = 0;
-      for (uint64_t j = 0; j < kScanBlock; ++j)
-        hit |= hd::magnitude_key(x[i + j]) >= threshold ? 1u : 0u;
-      if (hit == 0) continue;
-      for (uint64_t j = 0; j < kScanBlock; ++j) append(i + j);
-      if (c > cap) break;
-    }
-    for (; i < n && c <= cap; ++i) append(i);
+    Idx* cand = workspace().get<Idx>(1, cap + kCollectSlack);
+    const uint64_t c = add != nullptr ? add_and_collect_at_least(const_cast<float*>(x), add, n, threshold, cand, cap)
+                                      : collect_at_least(x, n, threshold, cand, cap);
     if (c > cap) {
       select_topk(x, n, k, idx, workspace());
       return k;
@@ -73,7 +72,7 @@ class DgcCodec final : public IndexedSparseCodec {
     return k;
   }
 
-  uint32_t sampled_threshold(const float* x, uint64_t n, uint64_t k, const EncodeContext& ctx) {
+  uint32_t sampled_threshold(const float* x, const float* add, uint64_t n, uint64_t k, const EncodeContext& ctx) {
     const uint64_t m = std::min<uint64_t>(
         n, std::max<uint64_t>(kMinSample, static_cast<uint64_t>(std::ceil(spec().sample * static_cast<double>(n)))));
     uint32_t* keys = workspace().get<uint32_t>(2, m);
@@ -95,7 +94,11 @@ class DgcCodec final : public IndexedSparseCodec {
         const uint64_t word = (static_cast<uint64_t>(words[2 * t + 1]) << 32) | words[2 * t];
         pos[t] = start + hd::mulhi64(word, width);
       }
-      for (uint64_t t = 0; t < len; ++t) keys[j0 + t] = hd::magnitude_key(x[pos[t]]);
+      if (add != nullptr) {
+        for (uint64_t t = 0; t < len; ++t) keys[j0 + t] = hd::magnitude_key(x[pos[t]] + add[pos[t]]);
+      } else {
+        for (uint64_t t = 0; t < len; ++t) keys[j0 + t] = hd::magnitude_key(x[pos[t]]);
+      }
     }
     const double want = kOverSelect * static_cast<double>(k) * static_cast<double>(m) / static_cast<double>(n);
     const uint64_t rank = std::clamp<uint64_t>(static_cast<uint64_t>(std::ceil(want)), 1, m);

@@ -11,11 +11,21 @@ class TopkCodec final : public IndexedSparseCodec {
 
  protected:
   uint64_t choose(const float* x, uint64_t n, uint64_t k, const EncodeContext&, uint32_t* idx) override {
-    select_topk(x, n, k, idx, workspace());
+    select_topk_sampled(x, n, k, idx, workspace());
     return k;
   }
   uint64_t choose(const float* x, uint64_t n, uint64_t k, const EncodeContext&, uint64_t* idx) override {
-    select_topk(x, n, k, idx, workspace());
+    select_topk_sampled(x, n, k, idx, workspace());
+    return k;
+  }
+  uint64_t choose_adding(float* acc, const float* add, uint64_t n, uint64_t k, const EncodeContext&,
+                         uint32_t* idx) override {
+    select_topk_sampled(acc, add, n, k, idx, workspace());
+    return k;
+  }
+  uint64_t choose_adding(float* acc, const float* add, uint64_t n, uint64_t k, const EncodeContext&,
+                         uint64_t* idx) override {
+    select_topk_sampled(acc, add, n, k, idx, workspace());
     return k;
   }
 };

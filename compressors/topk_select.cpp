@@ -1,9 +1,12 @@
 #include "compressors/topk_select.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <cstring>
 
 #include "compressors/hd.hpp"
+#include "compressors/host_simd.hpp"
 
 namespace gw::detail {
 namespace {
@@ -177,6 +180,234 @@ void select_topk_among(const float* x, const Idx* cand, uint64_t c, uint64_t k, 
   merge_sorted(winners, nw, bin, nb, out);
 }
 
+namespace {
+
+// The collecting pass, written once and built per instruction set (host_simd.hpp). Blocks of
+// kScanBlock with no key at or above lo (most, when the guess is near the threshold) cost one
+// vectorized compare; the others append without branches.
+// The last elements, one at a time, from position i with c already collected.
+template <class Idx>
+GW_INLINE_HOT uint64_t append_tail(const float* x, uint64_t i, uint64_t n, uint32_t lo, Idx* cand, uint64_t c,
+                                   uint64_t cap) {
+  for (; i < n; ++i) {
+    cand[c] = static_cast<Idx>(i);
+    c += hd::magnitude_key(x[i]) >= lo ? 1 : 0;
+    if (c > cap) return c;
+  }
+  return c;
+}
+
+// acc += add over [i, n), one element at a time, collecting from the sums as append_tail does
+// until there are more than cap (then only adding).
+template <class Idx>
+GW_INLINE_HOT uint64_t add_tail(float* acc, const float* add, uint64_t i, uint64_t n, uint32_t lo, Idx* cand,
+                                uint64_t c, uint64_t cap) {
+  for (; i < n; ++i) {
+    const float v = acc[i] + add[i];
+    acc[i] = v;
+    if (c <= cap) {
+      cand[c] = static_cast<Idx>(i);
+      c += hd::magnitude_key(v) >= lo ? 1 : 0;
+    }
+  }
+  return c;
+}
+
+template <class Idx>
+GW_INLINE_HOT uint64_t add_collect_generic(float* acc, const float* add, uint64_t n, uint32_t lo, Idx* cand,
+                                           uint64_t cap) {
+  return add_tail(acc, add, 0, n, lo, cand, 0, cap);
+}
+
+template <class Idx>
+GW_INLINE_HOT uint64_t collect_block_scan(const float* x, uint64_t n, uint32_t lo, Idx* cand, uint64_t cap) {
+  uint64_t c = 0;
+  uint64_t i = 0;
+  for (; i + kScanBlock <= n; i += kScanBlock) {
+    uint32_t hit = 0;
+    for (uint64_t j = 0; j < kScanBlock; ++j) hit |= hd::magnitude_key(x[i + j]) >= lo ? 1u : 0u;
+    if (hit == 0) continue;
+    for (uint64_t j = 0; j < kScanBlock; ++j) {
+      cand[c] = static_cast<Idx>(i + j);
+      c += hd::magnitude_key(x[i + j]) >= lo ? 1 : 0;
+    }
+    if (c > cap) return c;
+  }
+  return append_tail(x, i, n, lo, cand, c, cap);
+}
+
+#if defined(GW_HOST_X86_SIMD)
+// The same pass with explicit vectors (the compiler keeps the generic one scalar): a compare
+// of 8 or 16 keys, and the positions that pass appended in order.
+template <class Idx>
+inline uint64_t append_bits(uint32_t bits, uint64_t base, Idx* cand, uint64_t c) {
+  while (bits != 0) {
+    cand[c++] = static_cast<Idx>(base + static_cast<uint64_t>(__builtin_ctz(bits)));
+    bits &= bits - 1;
+  }
+  return c;
+}
+
+template <class Idx>
+GW_TARGET_AVX2 uint64_t collect_avx2(const float* x, uint64_t n, uint32_t lo, Idx* cand, uint64_t cap) {
+  // Keys are below 2^31, so a signed compare with lo - 1 is key >= lo (lo = 0: all pass).
+  const __m256i below = _mm256_set1_epi32(static_cast<int>(lo) - 1);
+  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
+  uint64_t c = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i keys = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), magnitude);
+    const uint32_t bits = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(keys, below))));
+    if (bits == 0) continue;
+    c = append_bits(bits, i, cand, c);
+    if (c > cap) return c;
+  }
+  return append_tail(x, i, n, lo, cand, c, cap);
+}
+
+template <class Idx>
+GW_TARGET_AVX512 uint64_t collect_avx512(const float* x, uint64_t n, uint32_t lo, Idx* cand, uint64_t cap) {
+  const __m512i lov = _mm512_set1_epi32(static_cast<int>(lo));
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  uint64_t c = 0, i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i keys = _mm512_and_si512(_mm512_loadu_si512(x + i), magnitude);
+    const __mmask16 m = _mm512_cmpge_epu32_mask(keys, lov);
+    if (m == 0) continue;
+    if constexpr (sizeof(Idx) == 4) {
+      // Idx is 32-bit only for n <= 2^32, so i + 15 fits.
+      const __m512i pos = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(i)), iota);
+      _mm512_mask_compressstoreu_epi32(cand + c, m, pos);
+      c += static_cast<uint64_t>(__builtin_popcount(m));
+    } else {
+      c = append_bits(m, i, cand, c);
+    }
+    if (c > cap) return c;
+  }
+  return append_tail(x, i, n, lo, cand, c, cap);
+}
+
+template <class Idx>
+GW_TARGET_AVX2 uint64_t add_collect_avx2(float* acc, const float* add, uint64_t n, uint32_t lo, Idx* cand,
+                                         uint64_t cap) {
+  const __m256i below = _mm256_set1_epi32(static_cast<int>(lo) - 1);
+  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
+  uint64_t c = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_loadu_ps(add + i));
+    _mm256_storeu_ps(acc + i, v);
+    if (c > cap) continue;
+    const __m256i keys = _mm256_and_si256(_mm256_castps_si256(v), magnitude);
+    const uint32_t bits = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(keys, below))));
+    if (bits != 0) c = append_bits(bits, i, cand, c);
+  }
+  return add_tail(acc, add, i, n, lo, cand, c, cap);
+}
+
+template <class Idx>
+GW_TARGET_AVX512 uint64_t add_collect_avx512(float* acc, const float* add, uint64_t n, uint32_t lo, Idx* cand,
+                                             uint64_t cap) {
+  const __m512i lov = _mm512_set1_epi32(static_cast<int>(lo));
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  uint64_t c = 0, i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_add_ps(_mm512_loadu_ps(acc + i), _mm512_loadu_ps(add + i));
+    _mm512_storeu_ps(acc + i, v);
+    if (c > cap) continue;
+    const __mmask16 m = _mm512_cmpge_epu32_mask(_mm512_and_si512(_mm512_castps_si512(v), magnitude), lov);
+    if (m == 0) continue;
+    if constexpr (sizeof(Idx) == 4) {
+      const __m512i pos = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(i)), iota);
+      _mm512_mask_compressstoreu_epi32(cand + c, m, pos);
+      c += static_cast<uint64_t>(__builtin_popcount(m));
+    } else {
+      c = append_bits(m, i, cand, c);
+    }
+  }
+  return add_tail(acc, add, i, n, lo, cand, c, cap);
+}
+#endif
+
+}  // namespace
+
+template <class Idx>
+uint64_t collect_at_least(const float* x, uint64_t n, uint32_t lo, Idx* cand, uint64_t cap) {
+#if defined(GW_HOST_X86_SIMD)
+  switch (host_simd()) {
+    case HostSimd::kAvx512: return collect_avx512(x, n, lo, cand, cap);
+    case HostSimd::kAvx2: return collect_avx2(x, n, lo, cand, cap);
+    case HostSimd::kBaseline: break;
+  }
+#endif
+  return collect_block_scan(x, n, lo, cand, cap);
+}
+
+template <class Idx>
+uint64_t add_and_collect_at_least(float* acc, const float* add, uint64_t n, uint32_t lo, Idx* cand, uint64_t cap) {
+#if defined(GW_HOST_X86_SIMD)
+  switch (host_simd()) {
+    case HostSimd::kAvx512: return add_collect_avx512(acc, add, n, lo, cand, cap);
+    case HostSimd::kAvx2: return add_collect_avx2(acc, add, n, lo, cand, cap);
+    case HostSimd::kBaseline: break;
+  }
+#endif
+  return add_collect_generic(acc, add, n, lo, cand, cap);
+}
+
+template <class Idx>
+void select_topk_sampled(float* x, const float* add, uint64_t n, uint64_t k, Idx* out, Workspace& ws) {
+  constexpr uint64_t kMaxSample = 1u << 16;
+  constexpr double kWantHits = 64.0;  // expected sample elements above the threshold
+  auto exact = [&] {
+    if (add != nullptr) {
+      for (uint64_t i = 0; i < n; ++i) x[i] += add[i];
+    }
+    select_topk(x, n, k, out, ws);
+  };
+  if (k == 0 || k * 8 > n) return exact();
+  const double frac = static_cast<double>(k) / static_cast<double>(n);
+  const uint64_t m = std::min<uint64_t>({n / 8, kMaxSample, static_cast<uint64_t>(kWantHits / frac) + 1});
+  const double hits = frac * static_cast<double>(m);
+  if (hits < 8.0) return exact();  // too few winners for a sample this size to place the threshold
+  // Sample j from stride j, at an offset that varies with j (a periodic gradient layout
+  // must not line up with the samples); deterministic, so the time is reproducible. With
+  // add, the sampled value is the sum the pass below will store.
+  uint32_t* keys = ws.get<uint32_t>(5, m);
+  const uint64_t stride = n / m;
+  for (uint64_t j = 0; j < m; ++j) {
+    const uint64_t at = j * stride + (j * 2654435761u) % stride;
+    keys[j] = hd::magnitude_key(add != nullptr ? x[at] + add[at] : x[at]);
+  }
+  // Rank of the key to collect from: 1.25x the expected winners plus 3 standard deviations,
+  // so that fewer than k reach it only about once in a thousand calls.
+  const uint64_t r = std::min<uint64_t>(m, static_cast<uint64_t>(std::ceil(1.25 * hits + 3.0 * std::sqrt(hits))));
+  std::nth_element(keys, keys + (r - 1), keys + m, std::greater<uint32_t>());
+  const uint32_t lo = keys[r - 1];
+  const uint64_t cap = 4 * k + 1024;
+  Idx* cand = ws.get<Idx>(4, cap + kCollectSlack);
+  const uint64_t c = add != nullptr ? add_and_collect_at_least(x, add, n, lo, cand, cap)
+                                    : collect_at_least(x, n, lo, cand, cap);
+  if (c >= k && c <= cap) {
+    select_topk_among(x, cand, c, k, out, ws);
+  } else {
+    select_topk(x, n, k, out, ws);  // x holds the sums by now
+  }
+}
+
+template <class Idx>
+void select_topk_sampled(const float* x, uint64_t n, uint64_t k, Idx* out, Workspace& ws) {
+  select_topk_sampled(const_cast<float*>(x), nullptr, n, k, out, ws);  // x is only read without add
+}
+
+template uint64_t collect_at_least<uint32_t>(const float*, uint64_t, uint32_t, uint32_t*, uint64_t);
+template uint64_t collect_at_least<uint64_t>(const float*, uint64_t, uint32_t, uint64_t*, uint64_t);
+template uint64_t add_and_collect_at_least<uint32_t>(float*, const float*, uint64_t, uint32_t, uint32_t*, uint64_t);
+template uint64_t add_and_collect_at_least<uint64_t>(float*, const float*, uint64_t, uint32_t, uint64_t*, uint64_t);
+template void select_topk_sampled<uint32_t>(const float*, uint64_t, uint64_t, uint32_t*, Workspace&);
+template void select_topk_sampled<uint64_t>(const float*, uint64_t, uint64_t, uint64_t*, Workspace&);
+template void select_topk_sampled<uint32_t>(float*, const float*, uint64_t, uint64_t, uint32_t*, Workspace&);
+template void select_topk_sampled<uint64_t>(float*, const float*, uint64_t, uint64_t, uint64_t*, Workspace&);
 template void select_topk<uint32_t>(const float*, uint64_t, uint64_t, uint32_t*, Workspace&);
 template void select_topk<uint64_t>(const float*, uint64_t, uint64_t, uint64_t*, Workspace&);
 template void select_topk_among<uint32_t>(const float*, const uint32_t*, uint64_t, uint64_t,

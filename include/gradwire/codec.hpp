@@ -116,6 +116,10 @@ class GW_API Codec {
   // in it what the message failed to carry. Used by collectives that add into the residual.
   Result<size_t> encode_accumulated(float* acc, size_t n, const EncodeContext& ctx, void* out,
                                     size_t cap);
+  // acc += add, then encode_accumulated(acc): the same bytes and the same acc afterwards, in
+  // fewer passes over memory where the codec folds the addition into its own first pass.
+  Result<size_t> encode_adding(float* acc, const float* add, size_t n, const EncodeContext& ctx,
+                               void* out, size_t cap);
 
  protected:
   explicit Codec(const CodecSpec& spec);
@@ -124,6 +128,10 @@ class GW_API Codec {
   virtual Result<size_t> encode_payload(const void* src, size_t n, DType dtype,
                                         const EncodeContext& ctx, wire::Header& header,
                                         uint8_t* out) = 0;
+  // encode_payload of acc + add, leaving the sum in acc. The default adds, then encodes.
+  virtual Result<size_t> encode_payload_adding(float* acc, const float* add, size_t n,
+                                               const EncodeContext& ctx, wire::Header& header,
+                                               uint8_t* out);
   Workspace& workspace() { return *workspace_; }
 
  private:
