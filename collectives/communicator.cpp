@@ -12,6 +12,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "collectives/algorithms.hpp"
@@ -48,6 +49,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
   impl->counted = std::make_unique<coll::CountingTransport>(*impl->tp, impl->stats);
   impl->timeline = coll::Timeline(coll::Timeline::path_from_env(impl->tp->rank(), impl->tp->size()), impl->tp->rank());
   if (const char* t = std::getenv("GW_TUNE"); t != nullptr && std::strcmp(t, "0") == 0) impl->tune = false;
+  if (impl->tune) impl->link_gbps = coll::link_gbps_from_env();
   if (!config.codec_override.empty()) {
     GW_ASSIGN_OR_RETURN(impl->codec_override, Codec::create(config.codec_override));
   }
@@ -205,15 +207,48 @@ bool tunable(bool tune, Algo static_choice, Algo requested, Algo configured, con
          codec != nullptr && nranks > 1;
 }
 
+// The segment whose owner residual this rank keeps in a compressed all-reduce that has one:
+// scatter-reduce owns segment rank, the compressed ring segment rank + 1.
+uint64_t owner_segment(Algo a, int rank, int p) {
+  return static_cast<uint64_t>(a == Algo::kCompressedRing ? (rank + 1) % p : rank);
+}
+
+// Before a compressed ring or scatter-reduce with ef: an owner residual the other one left
+// belongs to another segment (the tuner weighs the two against each other). It is the error
+// of the sum this rank encoded for that segment, so it goes into this rank's own residual at
+// that segment, and reaches the sum with this rank's next contribution: nothing is lost or
+// applied to the wrong elements. last: which of the two filled ef's owner residual (progress
+// thread only).
+void rehome_owner_residual(ErrorFeedback& ef, std::unordered_map<const void*, Algo>& last, Algo next, size_t n,
+                           int rank, int p) {
+  Algo& was = last[&ef];
+  if (was != Algo::kAuto && was != next && ef.owner_count() > 0) {
+    const coll::Partition part{n, static_cast<uint64_t>(p)};
+    const uint64_t seg = owner_segment(was, rank, p);
+    const size_t len = ef.owner_count();
+    if (ef.count() == n && len == part.length(seg)) {
+      float* res = ef.residual() + part.start(seg);
+      float* own = ef.owner_residual(len);
+      for (size_t i = 0; i < len; ++i) res[i] += own[i];
+      std::memset(own, 0, len * sizeof(float));
+    }
+  }
+  was = next;
+}
+
 }  // namespace
 
 Algo Communicator::choose_algo(size_t count, DType dtype, const Codec* codec, Algo requested) const {
   codec = impl_->effective_codec(const_cast<Codec*>(codec), dtype);  // only read here
-  const Algo a = coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, size(), requested, impl_->config.algo,
-                                                          impl_->config.dense_threshold_bytes});
+  const coll::PolicyInput in{count, dtype, codec, size(), requested, impl_->config.algo,
+                             impl_->config.dense_threshold_bytes};
+  const Algo a = coll::choose_allreduce(in);
   if (tunable(impl_->tune, a, requested, impl_->config.algo, codec, size())) {
     const Algo d = impl_->tuner.decided(coll::AllreduceTuner::key(count, dtype, *codec));
     if (d != Algo::kAuto) return d;
+    // Before the tuner's first decision: its seed where GW_LINK_GBPS gave one.
+    const coll::AllreduceTuner::Candidates c = coll::allreduce_candidates(in, a, false, impl_->link_gbps);
+    return c.algo[c.seed];
   }
   return a;
 }
@@ -282,6 +317,9 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
   return run([=]() -> Status {
     return impl_->allreduce_planned(count, dtype, op, codec, ef, chosen, tuned, false,
                                     [&](coll::Context& c, Algo ran, bool flush) -> Status {
+      if (ef != nullptr && (ran == Algo::kCompressedRing || ran == Algo::kScatterReduce)) {
+        rehome_owner_residual(*ef, impl_->ef_owner_algo, ran, count, c.rank, c.size);
+      }
       switch (ran) {
         case Algo::kCompressedRing: return coll::compressed_ring_allreduce(c, s, r, count, op, *codec, ef);
         case Algo::kScatterReduce: return coll::scatter_reduce_allreduce(c, s, r, count, op, *codec, ef);
@@ -307,7 +345,9 @@ Status Communicator::Impl::allreduce_planned(size_t count, DType dtype, ReduceOp
   std::string key;
   if (tuned) {
     key = (on_device ? "device|" : "") + coll::AllreduceTuner::key(count, dtype, *codec);
-    plan = im.tuner.plan(key, chosen);
+    const coll::PolicyInput in{count, dtype, codec, im.tp->size(), Algo::kAuto, Algo::kAuto,
+                               im.config.dense_threshold_bytes};
+    plan = im.tuner.plan(key, coll::allreduce_candidates(in, chosen, on_device, im.link_gbps));
     ran = plan.algo;
   }
   // A dense call decided by the tuner first sends what a compressed call left in the EF
@@ -325,14 +365,15 @@ Status Communicator::Impl::allreduce_planned(size_t count, DType dtype, ReduceOp
   if (!st.is_ok() || !tuned) return st;
   if (plan.timed) im.tuner.record(key, ran, seconds);
   if (plan.agree_after) {
-    double mine[2];
-    im.tuner.local_best(key, mine);
-    std::vector<double> all(2 * static_cast<size_t>(im.tp->size()));
+    // Every rank reaches this call at the same index of the key's schedule: the exchange has
+    // the same size everywhere, and the decision is computed from the same numbers.
+    double mine[coll::AllreduceTuner::kExchange];
+    im.tuner.local_stats(key, mine);
+    std::vector<double> all(coll::AllreduceTuner::kExchange * static_cast<size_t>(im.tp->size()));
     GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, mine, all.data(), sizeof mine); },
                                      call(CallKind::kTunerAgreement, sizeof mine)));
-    const Algo pick = im.tuner.decide(key, chosen, all.data(), im.tp->size());
-    GW_INFO("allreduce %s: %s %.3f ms, ring %.3f ms on this rank: runs %s", key.c_str(), algo_name(chosen),
-            mine[0] * 1e3, mine[1] * 1e3, algo_name(pick));
+    const coll::AllreduceTuner::Verdict v = im.tuner.decide(key, all.data(), im.tp->size());
+    GW_INFO("allreduce %s: %s", key.c_str(), v.describe().c_str());
   }
   return Status::ok();
 }

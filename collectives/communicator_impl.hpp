@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -226,9 +227,13 @@ struct Communicator::Impl {
     return a;
   }
   bool tune = true;  // GW_TUNE=0 keeps the static policy
+  double link_gbps = 0;  // GW_LINK_GBPS (0: unset): seeds the tuner's first choice
   // EF states (host or device) whose residual a compressed call filled and no dense call has
   // flushed yet.
   std::unordered_set<const void*> ef_unflushed;  // progress thread only
+  // Host EF states whose owner residual the compressed ring or scatter-reduce last filled
+  // (they own different segments; see rehome_owner_residual in communicator.cpp).
+  std::unordered_map<const void*, Algo> ef_owner_algo;  // progress thread only
 
   // The accelerator of the device collectives: made on first use by a caller's thread, then
   // used by the progress thread only.

@@ -1,9 +1,16 @@
 // Which all-reduce algorithm runs: the caller's choice, else GW_ALGO, else by codec, size
-// and rank count; where that says "compress", the measured choice between it and the dense
-// ring (AllreduceTuner, policy.hpp), unless GW_TUNE=0.
+// and rank count; where that says "compress", the measured choice among it, the other
+// compressed algorithm that fits and the dense ring (AllreduceTuner, policy.hpp), seeded by
+// GW_LINK_GBPS where set, unless GW_TUNE=0.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "collectives/policy.hpp"
+#include "transport/log.hpp"
 
 namespace gw {
 
@@ -64,44 +71,251 @@ std::string AllreduceTuner::key(size_t count, DType dtype, const Codec& codec) {
   return codec.spec().to_string() + "|" + std::to_string(count) + "|" + dtype_name(dtype);
 }
 
-AllreduceTuner::Plan AllreduceTuner::plan(const std::string& key, Algo candidate) {
+double AllreduceTuner::median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 == 1 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+int AllreduceTuner::slot(const Entry& e, Algo a) const {
+  for (int j = 0; j < e.cand.n; ++j) {
+    if (e.cand.algo[j] == a) return j;
+  }
+  return -1;
+}
+
+AllreduceTuner::Plan AllreduceTuner::plan(const std::string& key, const Candidates& c) {
   std::lock_guard<std::mutex> lock(mu_);
-  Entry& e = entries_[key];
-  if (e.decision != Algo::kAuto) return Plan{e.decision, false, false, false};
-  const int i = e.calls++;
-  const bool dense = i % 2 == 1;
-  return Plan{dense ? Algo::kRing : candidate, i >= 2, i == 2 * kRounds - 1, true};
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    Entry e;
+    e.cand = c;
+    if (e.cand.n < 1) e.cand.n = 1;  // the ring alone: nothing to weigh
+    if (e.cand.seed < 0 || e.cand.seed >= e.cand.n) e.cand.seed = 0;
+    // Before the first decision the incumbent is the seed when a link speed gave one, else
+    // the dense ring: compression has to earn its cost in accuracy.
+    e.current = c.seeded || slot(e, Algo::kRing) < 0 ? e.cand.algo[e.cand.seed] : Algo::kRing;
+    it = entries_.emplace(key, std::move(e)).first;
+  }
+  Entry& e = it->second;
+  const int n = e.cand.n;
+  if (e.trial_calls < kRounds * n) {
+    const int i = e.trial_calls++;
+    return Plan{e.cand.algo[(e.cand.seed + i) % n], i >= n, i == kRounds * n - 1, true};
+  }
+  if (n == 1) return Plan{e.current, false, false, false};
+  if (e.until_refresh > 0) {
+    --e.until_refresh;
+    return Plan{e.current, true, false, false};
+  }
+  // A refresh round: every candidate but the incumbent once, in slot order.
+  const int k = e.refresh_pos++;
+  int seen = 0;
+  for (int j = 0; j < n; ++j) {
+    if (e.cand.algo[j] == e.current) continue;
+    if (seen++ == k) {
+      const bool last = seen == n - 1;
+      if (last) e.refresh_pos = 0;
+      return Plan{e.cand.algo[j], true, last, true};
+    }
+  }
+  e.refresh_pos = 0;  // not reached: the incumbent is always a candidate
+  return Plan{e.current, true, false, false};
 }
 
 void AllreduceTuner::record(const std::string& key, Algo ran, double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
-  Entry& e = entries_[key];
-  double& b = e.best[ran == Algo::kRing ? 1 : 0];
-  if (b < 0 || seconds < b) b = seconds;
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  const int j = slot(it->second, ran);
+  if (j < 0) return;
+  std::vector<double>& t = it->second.times[j];
+  t.push_back(seconds);
+  if (t.size() > static_cast<size_t>(kWindow)) t.erase(t.begin());
 }
 
-void AllreduceTuner::local_best(const std::string& key, double out[2]) {
+void AllreduceTuner::local_stats(const std::string& key, double out[kExchange]) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const Entry& e = entries_[key];
-  out[0] = e.best[0];
-  out[1] = e.best[1];
-}
-
-Algo AllreduceTuner::decide(const std::string& key, Algo candidate, const double* all, int nranks) {
-  double slowest[2] = {0, 0};
-  for (int r = 0; r < nranks; ++r) {
-    for (int j = 0; j < 2; ++j) slowest[j] = all[2 * r + j] > slowest[j] ? all[2 * r + j] : slowest[j];
+  for (int j = 0; j < kMaxCandidates; ++j) {
+    out[2 * j] = -1;
+    out[2 * j + 1] = 0;
   }
-  const Algo pick = slowest[0] * (1.0 + kMargin) < slowest[1] ? candidate : Algo::kRing;
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  for (int j = 0; j < it->second.cand.n; ++j) {
+    out[2 * j] = median(it->second.times[j]);
+    out[2 * j + 1] = static_cast<double>(it->second.times[j].size());
+  }
+}
+
+AllreduceTuner::Verdict AllreduceTuner::decide(const std::string& key, const double* all, int nranks) {
   std::lock_guard<std::mutex> lock(mu_);
-  entries_[key].decision = pick;
-  return pick;
+  Entry& e = entries_[key];
+  Verdict v;
+  v.n = e.cand.n;
+  for (int j = 0; j < v.n; ++j) {
+    v.algo[j] = e.cand.algo[j];
+    double slowest = -1;
+    int fewest = nranks > 0 ? kWindow : 0;
+    for (int r = 0; r < nranks; ++r) {
+      const double m = all[static_cast<size_t>(r) * kExchange + 2 * j];
+      const int s = static_cast<int>(all[static_cast<size_t>(r) * kExchange + 2 * j + 1]);
+      if (m < 0 || s <= 0) fewest = 0;
+      if (s < fewest) fewest = s;
+      if (m > slowest) slowest = m;
+    }
+    v.slowest[j] = fewest > 0 ? slowest : -1;
+    v.samples[j] = fewest;
+  }
+  v.before = e.current;
+  const int inc = slot(e, e.current);
+  // The fastest candidate with enough samples; it replaces the incumbent only by the margin
+  // (and only where the incumbent has enough samples to be compared at all).
+  int best = -1;
+  for (int j = 0; j < v.n; ++j) {
+    if (v.samples[j] < kMinSamples) continue;
+    if (best < 0 || v.slowest[j] < v.slowest[best]) best = j;
+  }
+  int pick = inc;
+  if (best >= 0 && best != inc) {
+    const bool inc_known = inc >= 0 && v.samples[inc] >= kMinSamples;
+    if (!inc_known || v.slowest[best] * (1.0 + kMargin) < v.slowest[inc]) pick = best;
+  }
+  v.pick = pick >= 0 ? e.cand.algo[pick] : e.current;
+  v.switched = v.pick != e.current;
+  const bool first = !e.decided;
+  // Back off while the decision holds and is measured fastest; a new decision, or one that
+  // holds only by the margin (measured slower, not by enough), is checked again soon.
+  if (first || v.switched || best != pick) {
+    e.interval = kRefresh;
+  } else {
+    e.interval = std::min(2 * e.interval, kRefreshMax);
+  }
+  e.current = v.pick;
+  e.decided = true;
+  e.until_refresh = e.interval;
+  e.refresh_pos = 0;
+  v.agreement = ++e.agreements;
+  v.next_refresh = e.interval;
+  return v;
 }
 
 Algo AllreduceTuner::decided(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(key);
-  return it == entries_.end() ? Algo::kAuto : it->second.decision;
+  return it == entries_.end() || !it->second.decided ? Algo::kAuto : it->second.current;
 }
+
+std::string AllreduceTuner::Verdict::describe() const {
+  std::string s = "agreement " + std::to_string(agreement) + ":";
+  for (int j = 0; j < n; ++j) {
+    char buf[96];
+    if (slowest[j] >= 0) {
+      std::snprintf(buf, sizeof buf, " %s %.3f ms (%d samples)%s", algo_name(algo[j]), slowest[j] * 1e3, samples[j],
+                    j + 1 < n ? "," : "");
+    } else {
+      std::snprintf(buf, sizeof buf, " %s unmeasured%s", algo_name(algo[j]), j + 1 < n ? "," : "");
+    }
+    s += buf;
+  }
+  s += std::string(" (slowest rank's median): runs ") + algo_name(pick);
+  s += switched ? std::string(", switched from ") + algo_name(before) : std::string(", kept");
+  s += ", next check in " + std::to_string(next_refresh) + " calls";
+  return s;
+}
+
+namespace {
+
+// The codec work model: encode and decode rates in fp32 input bytes per second, and the rate
+// at which sparse messages are summed, in message bytes per second (docs/performance.md
+// measures one core at 2.5-20 GB/s encode and 11-60 GB/s decode; these are on the slow side,
+// since the ranks share cores with the trainer).
+constexpr double kEncodeBps = 2e9;
+constexpr double kDecodeBps = 10e9;
+constexpr double kSparseSumBps = 1e9;
+
+}  // namespace
+
+double model_seconds(const PolicyInput& in, Algo algo, double link_gbps) {
+  const double p = in.nranks > 0 ? in.nranks : 1;
+  const double bytes = static_cast<double>(in.count) * static_cast<double>(dtype_size(in.dtype));
+  const double link = link_gbps * 1e9 / 8;  // bytes per second
+  double enc = bytes;
+  if (in.codec != nullptr && algo != Algo::kRing) {
+    enc = static_cast<double>(in.codec->max_encoded_bytes(in.count, in.dtype));
+  }
+  double wire = 0, work = 0;
+  switch (algo) {
+    case Algo::kRing:
+    case Algo::kAuto:
+      wire = 2 * (p - 1) / p * bytes;
+      break;
+    case Algo::kScatterReduce:
+      // All-to-all of encoded segments, then the owner's encoded segment to everyone. Every
+      // rank encodes its buffer and its segment, decodes p - 1 segments and the whole result.
+      wire = 2 * (p - 1) / p * enc;
+      work = (bytes + bytes / p) / kEncodeBps + ((p - 1) / p * bytes + bytes) / kDecodeBps;
+      break;
+    case Algo::kCompressedRing:
+      wire = 2 * (p - 1) / p * enc;
+      work = bytes / kEncodeBps + 2 * bytes / kDecodeBps;
+      return wire / link + work;  // each hop waits for the previous one's decode and encode
+    case Algo::kSparseAllgather:
+      wire = (p - 1) * enc;
+      work = bytes / kEncodeBps + p * enc / kSparseSumBps;
+      break;
+  }
+  return std::max(wire / link, work);
+}
+
+AllreduceTuner::Candidates allreduce_candidates(const PolicyInput& in, Algo static_choice, bool on_device,
+                                                double link_gbps) {
+  AllreduceTuner::Candidates c;
+  auto add = [&](Algo a) {
+    for (int j = 0; j < c.n; ++j) {
+      if (c.algo[j] == a) return;
+    }
+    if (c.n < AllreduceTuner::kMaxCandidates) c.algo[c.n++] = a;
+  };
+  add(static_choice);
+  const bool sparse = in.codec != nullptr && in.codec->spec().is_sparse();
+  if (sparse) {
+    // The static rule picks sparse all-gather while k p < n; there scatter-reduce is the
+    // alternative. Past it, all-gather moves more than a dense buffer and is not tried.
+    if (static_choice == Algo::kSparseAllgather) add(Algo::kScatterReduce);
+  } else if (in.nranks > 2 && !on_device) {
+    add(Algo::kCompressedRing);  // with 2 ranks it is scatter-reduce's twin
+  }
+  add(Algo::kRing);
+  c.seed = 0;
+  c.seeded = link_gbps > 0;
+  if (link_gbps > 0) {
+    double best = -1;
+    for (int j = 0; j < c.n; ++j) {
+      const double t = model_seconds(in, c.algo[j], link_gbps);
+      if (best < 0 || t < best) {
+        best = t;
+        c.seed = j;
+      }
+    }
+  }
+  return c;
+}
+
+double parse_link_gbps(const char* text) {
+  if (text == nullptr || *text == '\0') return 0;
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (end != text && *end == '\0' && std::isfinite(v) && v > 0) return v;
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) {
+    GW_WARN("GW_LINK_GBPS='%s' is not a positive number of Gbit/s; ignored (the tuner starts from the static choice)",
+            text);
+  }
+  return 0;
+}
+
+double link_gbps_from_env() { return parse_link_gbps(std::getenv("GW_LINK_GBPS")); }
 
 }  // namespace gw::coll

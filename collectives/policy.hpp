@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "gradwire/codec.hpp"
 #include "gradwire/communicator.hpp"
@@ -24,49 +25,121 @@ struct PolicyInput {
 Algo choose_allreduce(const PolicyInput& in);
 
 // The measured choice. Where the static policy would compress and nobody asked for an
-// algorithm, whether compression pays depends on the link and the CPU (at 1 Gbit/s it pays
-// many times over; at 10 Gbit/s on a busy host the encode can cost more than the bytes it
-// saves). So the first calls of each (codec, count, dtype) alternate between the
-// compressed algorithm and the dense ring, the ranks agree on the slower rank's best time
-// of each, and every later call runs the faster one. Every rank makes the same calls in the
-// same order, so every rank runs the same schedule and reaches the same decision.
+// algorithm, which algorithm is fastest depends on the link and the CPU (at 1 Gbit/s
+// compression pays many times over; at 10 Gbit/s on a busy host the encode can cost more than
+// the bytes it saves), so each (codec, count, dtype) chooses among a few candidates by timing
+// them, and keeps timing:
+//
+// - Trials: the first kRounds rounds run every candidate in turn (the seed first); the first
+//   round warms up and is not timed. Then the ranks exchange their per-candidate estimates
+//   (median of the last kWindow times) and decide.
+// - Steady state: every call runs the decision and is timed. After `interval` calls (kRefresh
+//   at first, doubled up to kRefreshMax while the decision holds and is measured fastest) a
+//   refresh round runs every other candidate once, the ranks exchange estimates again and
+//   decide again.
+// - A decision compares slowest-rank medians over at least kMinSamples samples per candidate:
+//   the incumbent (the seed before the first decision, else the dense ring, since compression
+//   costs accuracy) is replaced only by a candidate that beats it by kMargin, so near-equal
+//   timings never flip it; a candidate measured slower by the margin is dropped at the next
+//   agreement.
+//
+// The schedule (which candidate runs at which call, when the ranks exchange) depends only on
+// the call sequence and on decisions taken from exchanged numbers, so every rank makes the
+// same calls in the same order and reaches the same decisions.
 class AllreduceTuner {
  public:
-  // Calls per key before the decision: kRounds rounds of (compressed, dense); the first
+  static constexpr int kMaxCandidates = 3;
+  // Rounds of trials (every candidate once a round) before the first decision; the first
   // round warms up (scratch, page faults) and is not counted.
   static constexpr int kRounds = 4;
-  // Compression must beat the dense ring by this fraction to be chosen: it costs accuracy,
-  // and a choice between two near-equal timings is a coin toss on a noisy host.
+  // A challenger must beat the incumbent's slowest-rank median by this fraction: a choice
+  // between near-equal timings is a coin toss on a noisy host, and compression costs accuracy.
   static constexpr double kMargin = 0.10;
+  // Times kept per candidate (the estimate is their median) and the fewest a decision uses.
+  static constexpr int kWindow = 5;
+  static constexpr int kMinSamples = 3;
+  // Calls of the decision between refresh rounds: first, and at most (exponential back-off).
+  static constexpr int kRefresh = 64;
+  static constexpr int kRefreshMax = 1024;
+  // Doubles per rank in the agreement: (median seconds or -1, samples) per candidate slot.
+  static constexpr int kExchange = 2 * kMaxCandidates;
+
+  // The algorithms one key weighs (the static choice first, the dense ring last) and the one
+  // to start with (index into algo).
+  struct Candidates {
+    Algo algo[kMaxCandidates] = {Algo::kRing, Algo::kRing, Algo::kRing};
+    int n = 0;
+    int seed = 0;
+    bool seeded = false;  // seed came from a link speed (GW_LINK_GBPS), not the static rule
+  };
 
   struct Plan {
     Algo algo;         // what this call runs
     bool timed;        // record() its time
-    bool agree_after;  // then exchange times and decide (a collective on every rank)
-    bool trial;        // no decision yet
+    bool agree_after;  // then exchange estimates and decide (a collective on every rank)
+    bool trial;        // runs something other than a decision (no decision yet, or a refresh)
   };
 
-  // Progress thread: the algorithm for this call of key, whose static choice is candidate.
-  Plan plan(const std::string& key, Algo candidate);
+  // The outcome of one agreement, for the log and the tests.
+  struct Verdict {
+    int n = 0;
+    Algo algo[kMaxCandidates] = {Algo::kRing, Algo::kRing, Algo::kRing};
+    double slowest[kMaxCandidates] = {-1, -1, -1};  // slowest rank's median, seconds (-1: none)
+    int samples[kMaxCandidates] = {0, 0, 0};        // fewest samples on any rank
+    Algo before = Algo::kAuto;  // the incumbent
+    Algo pick = Algo::kAuto;
+    bool switched = false;
+    int agreement = 0;      // 1 for the first decision of the key
+    int next_refresh = 0;   // calls of pick before the next refresh round
+    std::string describe() const;
+  };
+
+  // Progress thread: the algorithm for this call of key (c: the key's candidates, read on its
+  // first call only).
+  Plan plan(const std::string& key, const Candidates& c);
   void record(const std::string& key, Algo ran, double seconds);
-  // This rank's best times (compressed, dense) for key, to be exchanged.
-  void local_best(const std::string& key, double out[2]);
-  // Decides from every rank's local_best (nranks pairs): compression when its slowest rank
-  // beat the dense ring's slowest rank by kMargin, else the dense ring. Returns it.
-  Algo decide(const std::string& key, Algo candidate, const double* all, int nranks);
+  // This rank's estimates for key, to be exchanged (kExchange doubles).
+  void local_stats(const std::string& key, double out[kExchange]) const;
+  // Decides from every rank's local_stats (nranks * kExchange doubles, rank-major).
+  Verdict decide(const std::string& key, const double* all, int nranks);
   // Any thread: the decision for key, or kAuto while there is none.
   Algo decided(const std::string& key) const;
 
   static std::string key(size_t count, DType dtype, const Codec& codec);
+  static double median(std::vector<double> v);
 
  private:
   struct Entry {
-    int calls = 0;
-    double best[2] = {-1, -1};  // compressed, dense; -1 until timed
-    Algo decision = Algo::kAuto;
+    Candidates cand;
+    int trial_calls = 0;         // calls of the initial trials so far
+    Algo current = Algo::kRing;  // incumbent: the seed, then each decision
+    bool decided = false;
+    int agreements = 0;
+    int until_refresh = 0;  // steady calls left before the next refresh round
+    int interval = kRefresh;
+    int refresh_pos = 0;    // calls of the running refresh round so far
+    std::vector<double> times[kMaxCandidates];  // the last kWindow times of each candidate
   };
+  int slot(const Entry& e, Algo a) const;
   mutable std::mutex mu_;  // decisions are read from callers' threads
   std::map<std::string, Entry> entries_;
 };
+
+// The candidates of a tunable call whose static choice is static_choice (not the ring): for
+// dense codecs scatter_reduce, compressed_ring (more than 2 ranks, host buffers) and the ring;
+// for sparse codecs sparse_allgather (where the static rule allows it, k p < n), scatter_reduce
+// and the ring. With link_gbps > 0 the seed is the candidate model_seconds rates fastest, else
+// the static choice.
+AllreduceTuner::Candidates allreduce_candidates(const PolicyInput& in, Algo static_choice, bool on_device,
+                                                double link_gbps);
+// A rough time for one all-reduce of in by algo over a link of link_gbps: the larger of the
+// bytes each rank puts on the wire over the link and its encode + decode work (serial for
+// compressed_ring, whose hops wait on each other), with the codec's encoded size from
+// max_encoded_bytes. Good enough to start right, not to decide: the trials decide.
+double model_seconds(const PolicyInput& in, Algo algo, double link_gbps);
+// GW_LINK_GBPS: the link speed in Gbit/s, or 0 when unset or not a positive number (warned
+// about once per process).
+double link_gbps_from_env();
+double parse_link_gbps(const char* text);  // the same for a given text (null: unset)
 
 }  // namespace gw::coll
