@@ -56,27 +56,28 @@ Status scatter(Context& c, const void* send, void* recv, size_t bytes, int root)
 float* prepare_accumulator(Context& c, const float* send, size_t n, ErrorFeedback* ef, int slot);
 
 // Codec calls of the lossy algorithms, timed into the communicator's statistics.
+inline double* hidden_counter(Context& c) { return c.stats != nullptr ? &c.stats->hidden_s : nullptr; }
 inline Result<size_t> timed_encode(Context& c, Codec& codec, float* acc, size_t n, const EncodeContext& ctx,
                                    void* out, size_t cap) {
-  ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");
+  ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode", hidden_counter(c), &c.tp);
   return codec.encode_accumulated(acc, n, ctx, out, cap);
 }
 // residual += g and its encode in one: the same bytes and residual as prepare_accumulator
 // then timed_encode, in fewer passes over memory for codecs that fold the addition in.
 inline Result<size_t> timed_encode_adding(Context& c, Codec& codec, float* residual, const float* g, size_t n,
                                           const EncodeContext& ctx, void* out, size_t cap) {
-  ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");
+  ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode", hidden_counter(c), &c.tp);
   return codec.encode_adding(residual, g, n, ctx, out, cap);
 }
 // Without error feedback nothing keeps an encode's loss: encode straight from the input,
 // without copying it or decoding the message back (the same bytes as timed_encode).
 inline Result<size_t> timed_encode_input(Context& c, Codec& codec, const float* src, size_t n,
                                          const EncodeContext& ctx, void* out, size_t cap) {
-  ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");
+  ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode", hidden_counter(c), &c.tp);
   return codec.encode(src, n, DType::kFloat32, ctx, out, cap);
 }
 inline Status timed_decode(Context& c, const void* msg, size_t len, float* dst, size_t n, DecodeMode mode) {
-  ScopedSeconds t(c.stats != nullptr ? &c.stats->decode_s : nullptr, "decode");
+  ScopedSeconds t(c.stats != nullptr ? &c.stats->decode_s : nullptr, "decode", hidden_counter(c), &c.tp);
   return decode(msg, len, dst, n, DType::kFloat32, mode);
 }
 

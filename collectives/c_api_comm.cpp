@@ -443,6 +443,7 @@ gw_result_t gw_comm_get_stats(gw_comm_t comm, gw_comm_stats_t* stats) {
     out.decode_s = s.decode_s;
     out.total_s = s.total_s;
     out.last_algo = static_cast<gw_algo_t>(s.last_algo);
+    out.hidden_s = s.hidden_s;
     std::memcpy(stats, &out, stats->size < sizeof out ? stats->size : sizeof out);
     return Status::ok();
   });

@@ -19,16 +19,22 @@ using CommStats = gw::CommStats;  // declared in the public communicator.hpp
 
 // Adds the time of a scope to a counter (no-op without one) and, with a name, records it as
 // a span of the timeline being recorded (GW_TIMELINE).
+// With hidden and tp, the time also goes to *hidden when tp had sends in flight both when the
+// scope began and when it ended (compute that the link did not wait for).
 class ScopedSeconds {
  public:
-  explicit ScopedSeconds(double* acc, const char* span = nullptr)
-      : acc_(acc), span_(span != nullptr ? Timeline::current() : nullptr), name_(span) {
+  explicit ScopedSeconds(double* acc, const char* span = nullptr, double* hidden = nullptr,
+                         const transport::Transport* tp = nullptr)
+      : acc_(acc), span_(span != nullptr ? Timeline::current() : nullptr), name_(span), hidden_(hidden), tp_(tp) {
     if (acc_ != nullptr || span_ != nullptr) t0_ = std::chrono::steady_clock::now();
+    if (hidden_ != nullptr && tp_ != nullptr) sending_at_start_ = tp_->sends_in_flight();
   }
   ~ScopedSeconds() {
     if (acc_ == nullptr && span_ == nullptr) return;
     const auto t1 = std::chrono::steady_clock::now();
-    if (acc_ != nullptr) *acc_ += std::chrono::duration<double>(t1 - t0_).count();
+    const double dt = std::chrono::duration<double>(t1 - t0_).count();
+    if (acc_ != nullptr) *acc_ += dt;
+    if (sending_at_start_ && tp_->sends_in_flight()) *hidden_ += dt;
     if (span_ != nullptr) span_->span(name_, name_, t0_, t1);
   }
   ScopedSeconds(const ScopedSeconds&) = delete;
@@ -38,6 +44,9 @@ class ScopedSeconds {
   double* acc_;
   Timeline* span_;
   const char* name_;
+  double* hidden_;
+  const transport::Transport* tp_;
+  bool sending_at_start_ = false;
   std::chrono::steady_clock::time_point t0_;
 };
 

@@ -56,6 +56,7 @@ struct RankResult {
   double relerr;
   double wrong;
   double sum_relerr;  // running_sum_error; negative: not measured
+  double hidden_s;    // of encode + decode per call, while this rank's sends were on the wire
 };
 
 // A --codec of the run; the dense reference the driver adds is marked.
@@ -177,6 +178,7 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
     std::printf("# time: mean per call, slowest rank; algbw = size / time, busbw = algbw * %.3f (GB/s = 1e9 B/s);\n"
                 "# wire: bytes each rank sent per call (mean of ranks); ratio = busbw bytes / wire bytes;\n"
                 "# enc, xfer, dec: the time split (encode and decode from the library, mean of ranks; xfer the rest);\n"
+                "# hid: of enc + dec, the time the rank's own sends were on the wire meanwhile (overlap; mean of ranks);\n"
                 "# relerr: one fresh call against the exact sum; %s: err after %d steps (running sum), |sum of\n"
                 "#   results - sum of dense results| / |sum of dense results| over %d calls (off with --ef-steps 0);\n",
                 coll.bus_factor(nranks), sum_col, args.ef_steps, args.ef_steps);
@@ -189,9 +191,9 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
                   args.link_gbps > 0 ? "" : ", the rate being the dense row's wire / time at the same size");
     }
     std::printf("# with --algo auto and a codec, warm-up is at least 8 calls: the policy times its first 8\n");
-    std::printf("#\n# %11s %10s %6s %-24s %8s %11s %7s %7s %11s %6s %9s %9s %9s %9s %11s %7s %8s %10s\n", "size(B)",
-                "count", "type", "codec", "algo", "time(us)", "algbw", "busbw", "wire(B)", "ratio", "enc(us)",
-                "xfer(us)", "dec(us)", "relerr", sum_col, "#wrong", "vs dense", "floor(us)");
+    std::printf("#\n# %11s %10s %6s %-24s %8s %11s %7s %7s %11s %6s %9s %9s %9s %9s %9s %11s %7s %8s %10s\n",
+                "size(B)", "count", "type", "codec", "algo", "time(us)", "algbw", "busbw", "wire(B)", "ratio", "enc(us)",
+                "xfer(us)", "dec(us)", "hid(us)", "relerr", sum_col, "#wrong", "vs dense", "floor(us)");
     if (!args.json.empty()) {
       json = std::fopen(args.json.c_str(), "w");
       if (json == nullptr) {
@@ -284,10 +286,10 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
 
       RankResult mine{local, st.encode_s / args.iters, st.decode_s / args.iters,
                       static_cast<double>(st.bytes_sent) / args.iters, static_cast<double>(ran), chk.relerr,
-                      static_cast<double>(chk.wrong), sum_err};
+                      static_cast<double>(chk.wrong), sum_err, st.hidden_s / args.iters};
       std::vector<RankResult> all(static_cast<size_t>(nranks));
       check(gw_allgather(comm, &mine, all.data(), sizeof mine), "gw_allgather");
-      double t = 0, enc = 0, dec = 0, wire = 0, relerr = 0, sum_relerr = -1;
+      double t = 0, enc = 0, dec = 0, hid = 0, wire = 0, relerr = 0, sum_relerr = -1;
       long long wrong = -1;
       int slowest = 0;
       std::vector<double> times;
@@ -297,6 +299,7 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
         times.push_back(rr.time_s);
         enc += rr.encode_s / nranks;
         dec += rr.decode_s / nranks;
+        hid += rr.hidden_s / nranks;
         wire += rr.bytes_sent / nranks;
         relerr = std::max(relerr, rr.relerr);
         sum_relerr = std::max(sum_relerr, rr.sum_relerr);
@@ -331,9 +334,9 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
         if (floor_s >= 0) std::snprintf(floor_s_txt, sizeof floor_s_txt, "%.1f", floor_s * 1e6);
         else std::snprintf(floor_s_txt, sizeof floor_s_txt, "-");
         const char* algo = coll.fixed_algo() != nullptr ? coll.fixed_algo() : algo_label(ran);
-        std::printf("  %11zu %10zu %6s %-24s %8s %11.1f %7.3f %7.3f %11.0f %6.2f %9.1f %9.1f %9.1f %9.2e %11s %7s %8s %10s\n",
+        std::printf("  %11zu %10zu %6s %-24s %8s %11.1f %7.3f %7.3f %11.0f %6.2f %9.1f %9.1f %9.1f %9.1f %9.2e %11s %7s %8s %10s\n",
                     bytes, c.count, args.dtype.c_str(), spec.c_str(), algo, t * 1e6, algbw, busbw, wire, ratio,
-                    enc * 1e6, xfer * 1e6, dec * 1e6, relerr, sum_s, wrong_s, vs_s, floor_s_txt);
+                    enc * 1e6, xfer * 1e6, dec * 1e6, hid * 1e6, relerr, sum_s, wrong_s, vs_s, floor_s_txt);
         std::fflush(stdout);
         if (json != nullptr) {
           std::string rank_times;
@@ -345,12 +348,12 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
           std::fprintf(json,
                        "%s  {\"bytes\": %zu, \"count\": %zu, \"type\": \"%s\", \"codec\": \"%s\", \"algo\": \"%s\", "
                        "\"time_us\": %.3f, \"algbw\": %.6f, \"busbw\": %.6f, \"wire_bytes\": %.1f, \"ratio\": %.4f, "
-                       "\"encode_us\": %.3f, \"transfer_us\": %.3f, \"decode_us\": %.3f, \"relerr\": %.6e, \"wrong\": %lld, "
+                       "\"encode_us\": %.3f, \"transfer_us\": %.3f, \"decode_us\": %.3f, \"hidden_us\": %.3f, \"relerr\": %.6e, \"wrong\": %lld, "
                        "\"warmup\": %d, \"dense_reference\": %s, \"vs_dense\": %s, \"link_floor_us\": %s, "
                        "\"ef_steps\": %d, \"sum_relerr\": %s, \"time_min_us\": %.3f, \"time_median_us\": %.3f, "
                        "\"time_max_us\": %.3f, \"slowest_rank\": %d, \"rank_time_us\": [%s]}",
                        rows > 1 ? ",\n" : "", bytes, c.count, args.dtype.c_str(), json_escape(spec).c_str(), algo, t * 1e6,
-                       algbw, busbw, wire, ratio, enc * 1e6, xfer * 1e6, dec * 1e6, relerr, wrong, warmup,
+                       algbw, busbw, wire, ratio, enc * 1e6, xfer * 1e6, dec * 1e6, hid * 1e6, relerr, wrong, warmup,
                        is_reference ? "true" : "false", num_or_null(vs_dense, "%.4f").c_str(),
                        num_or_null(floor_s * 1e6, "%.3f").c_str(), args.ef_steps,
                        num_or_null(sum_relerr, "%.6e").c_str(), sorted.front() * 1e6, median * 1e6, sorted.back() * 1e6,

@@ -23,6 +23,8 @@
 #   -s "SYSTEMS"  subset of the systems above
 #   -o OUT        output directory (default build/bench/emulated-<date>)
 #   -p DIR        where report.py puts the plots (default OUT/plots)
+#   -u            also pass the hand tuning older versions needed (UCX_RNDV_THRESH=inf, TCP
+#                 segment sizes), for comparison; by default gradwire runs as a user gets it
 # Needs root (ip netns), OpenMPI, /usr/bin/python3 with torch, and a build in build/
 # (scripts/build.sh; GW_BUILD_DIR overrides).
 set -euo pipefail
@@ -37,7 +39,8 @@ codecs="fp16 qsgd:bits=8 qsgd:bits=4 topk:ratio=0.01,ef=1 dgc:ratio=0.01,ef=1"
 systems="gloo mpi_default mpi_ring gw_dense gw_auto gw_forced"
 out=""
 plots=""
-while getopts "n:r:b:e:f:i:w:R:c:s:o:p:h" opt; do
+hand_tuned=0
+while getopts "n:r:b:e:f:i:w:R:c:s:o:p:uh" opt; do
   case "$opt" in
     n) np=$OPTARG ;;
     r) rates=$OPTARG ;;
@@ -51,6 +54,7 @@ while getopts "n:r:b:e:f:i:w:R:c:s:o:p:h" opt; do
     s) systems=$OPTARG ;;
     o) out=$OPTARG ;;
     p) plots=$OPTARG ;;
+    u) hand_tuned=1 ;;
     *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
   esac
 done
@@ -74,12 +78,12 @@ trap 'echo "bench-emulated: interrupted" >&2; exit 130' INT TERM
 codec_args=()
 for c in $codecs; do codec_args+=(--codec "$c"); done
 sizes=(-b "$bmin" -e "$bmax" -f "$factor")
-# UCX over TCP, kept off shared memory (which crosses namespaces) and off loopback. Eager
-# messages of every size (no rendezvous round trip, which on a loaded link waits behind the
-# queue of the reverse direction) and larger TCP segments (fewer system calls): see
-# docs/performance.md.
-gw_env=(env UCX_TLS=tcp,self UCX_NET_DEVICES=eth0 UCX_RNDV_THRESH=inf UCX_TCP_TX_SEG_SIZE=64K
-        UCX_TCP_RX_SEG_SIZE=256K GW_DEBUG=WARN)
+# UCX over TCP, kept off shared memory (which crosses namespaces) and off loopback: the
+# only UCX variables set. The library picks its own transport settings (docs/configuration.md).
+gw_env=(env UCX_TLS=tcp,self UCX_NET_DEVICES=eth0 GW_DEBUG=WARN)
+if [ "$hand_tuned" = 1 ]; then
+  gw_env+=(UCX_RNDV_THRESH=inf UCX_TCP_TX_SEG_SIZE=64K UCX_TCP_RX_SEG_SIZE=256K)
+fi
 mpi_args=(--mca btl self,tcp --mca pml ob1 -x MALLOC_MMAP_THRESHOLD_=4294967296)
 
 run_system() {  # system json
@@ -98,10 +102,10 @@ run_system() {  # system json
         --codec none -J "$json" ;;
     gw_auto)
       netns_run "$np" "${gw_env[@]}" "$build/perf/allreduce_perf" "${sizes[@]}" -n "$iters" -w "$warmup" \
-        "${codec_args[@]}" -J "$json" ;;
+        "${codec_args[@]}" --no-dense-reference -J "$json" ;;
     gw_forced)
       netns_run "$np" "${gw_env[@]}" GW_TUNE=0 "$build/perf/allreduce_perf" "${sizes[@]}" -n "$iters" -w "$warmup" \
-        "${codec_args[@]}" -J "$json" ;;
+        "${codec_args[@]}" --no-dense-reference -J "$json" ;;
     *) echo "bench-emulated: unknown system $sys" >&2; return 2 ;;
   esac
 }
@@ -112,6 +116,7 @@ run_system() {  # system json
   echo "cpu: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
   echo "ranks: $np; rates: $rates; sizes: $bmin..$bmax x$factor; iters $iters, warmup $warmup, rounds $rounds"
   echo "systems: $systems"
+  echo "gradwire environment: ${gw_env[*]:1}"
   echo "codecs: $codecs"
   echo "ucx: $(ucx_info -v 2>/dev/null | awk '/Version/ {print $3}'); openmpi: $(ompi_info --version 2>/dev/null | awk '/Open MPI/ {print $NF; exit}'); torch: $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"

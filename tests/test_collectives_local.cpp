@@ -325,6 +325,8 @@ TEST(Stats, CountBytesAndCodecTimeAndReset) {
     EXPECT_GT(st->encode_s, 0.0);
     EXPECT_GT(st->decode_s, 0.0);
     EXPECT_GE(st->total_s, st->encode_s + st->decode_s);
+    EXPECT_GE(st->hidden_s, 0.0);  // the overlapped part of encode + decode
+    EXPECT_LE(st->hidden_s, st->encode_s + st->decode_s);
     ASSERT_TRUE(c.allreduce(g.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).is_ok());
     st = c.stats();
     ASSERT_TRUE(st.is_ok());
@@ -336,6 +338,7 @@ TEST(Stats, CountBytesAndCodecTimeAndReset) {
     EXPECT_EQ(st->bytes_sent, 0u);
     EXPECT_EQ(st->allreduces, 0u);
     EXPECT_EQ(st->encode_s, 0.0);
+    EXPECT_EQ(st->hidden_s, 0.0);
   });
 }
 

@@ -71,6 +71,9 @@ class Transport {
   virtual Status irecv(int peer, uint64_t tag, void* buf, size_t cap, Op& op) = 0;
   // Advances outstanding operations; returns true if anything happened.
   virtual bool progress() = 0;
+  // Whether sends posted here have not finished yet (bytes still on their way): what the
+  // communicator's statistics count as compute overlapped with transfer.
+  virtual bool sends_in_flight() const { return false; }
   // Blocks (without spinning a core for long) until something may have happened or
   // the deadline passes.
   virtual void wait_for_events(Clock::time_point deadline) = 0;
@@ -112,6 +115,7 @@ class ForwardingTransport : public Transport {
     return inner_.irecv(peer, tag, buf, cap, op);
   }
   bool progress() override { return inner_.progress(); }
+  bool sends_in_flight() const override { return inner_.sends_in_flight(); }
   void wait_for_events(Clock::time_point deadline) override { inner_.wait_for_events(deadline); }
   void abort(const Status& reason) override { inner_.abort(reason); }
   Status error() const override { return inner_.error(); }

@@ -330,6 +330,8 @@ class UcxTransportImpl final : public UcxTransport {
     return adopt(req, op, 0);
   }
 
+  bool sends_in_flight() const override { return sends_pending_ > 0; }
+
   bool progress() override {
     std::lock_guard<std::mutex> lock(drive_mu_);
     return drive();
