@@ -79,14 +79,21 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
     uint8_t* msg = own_msgs + static_cast<size_t>(k) * max_msg;
     const EncodeContext ctx{message_step(base_step, 1, k), static_cast<uint32_t>(c.rank)};
     GW_ASSIGN_OR_RETURN(size_t mlen, timed_encode(c, codec, ores, len, ctx, msg, max_msg));
-    GW_RETURN_IF_ERROR(timed_decode(c, msg, mlen, recv + own_start + chunks.offset(k), len, DecodeMode::kOverwrite));
-    for (int i = 1; i < p; ++i) {
+    for (int i = 1; i < p; ++i) {  // out first: my own copy can be decoded while they travel
       const int peer = c.wrap(c.rank + i);
       GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(1, k), msg, mlen, sends[per_phase + slot(peer, k)]));
     }
     c.tp.progress();
-    return Status::ok();
+    return timed_decode(c, msg, mlen, recv + own_start + chunks.offset(k), len, DecodeMode::kOverwrite);
   };
+  // Every other owner's reduced chunk is decoded into place as soon as it is here, in each
+  // owner's chunk order (each lands in its own place, so the order changes nothing but how
+  // long the tail is): decoding interleaves with this rank's own encoding and reducing
+  // instead of waiting for them to end.
+  uint32_t* next_result = c.scratch.bytes.get<uint32_t>(5, static_cast<size_t>(p));  // per owner
+  std::memset(next_result, 0, static_cast<size_t>(p) * sizeof(uint32_t));
+  size_t left = 0;
+  for (int peer = 0; peer < p; ++peer) left += peer == c.rank ? 0 : seg_chunks(peer);
   uint32_t next_own = 0;
   auto contributions_arrived = [&](uint32_t k) {
     for (int peer = 0; peer < p; ++peer) {
@@ -94,10 +101,36 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
     }
     return true;
   };
+  // Whatever can be done without waiting: reduce my chunks whose contributions are all here
+  // (their results go out at once), then decode the results that have arrived.
+  auto drain_ready = [&](bool reduce) -> Result<bool> {
+    bool any = false;
+    while (reduce && next_own < seg_chunks(c.rank) && contributions_arrived(next_own)) {
+      GW_RETURN_IF_ERROR(reduce_own(next_own++));
+      any = true;
+    }
+    for (int i = 1; i < p; ++i) {
+      const int peer = c.wrap(c.rank + i);
+      while (next_result[peer] < seg_chunks(peer)) {
+        const uint32_t k = next_result[peer];
+        transport::Op& r = recvs[per_phase + slot(peer, k)];
+        GW_ASSIGN_OR_RETURN(const bool got, c.ready(r));
+        if (!got) break;
+        GW_RETURN_IF_ERROR(timed_decode(c, in_msg(1, peer, k), r.bytes,
+                                        recv + part.start(static_cast<uint64_t>(peer)) + chunks.offset(k),
+                                        seg_chunk_len(peer, k), DecodeMode::kOverwrite)
+                               .with_context("result from rank " + std::to_string(peer)));
+        ++next_result[peer];
+        --left;
+        any = true;
+      }
+    }
+    return any;
+  };
   // Encode each foreign segment once (with EF in place: the loss stays as residual) and send
   // it, chunk by chunk across the owners, so that every owner soon holds a complete first
-  // chunk; between chunks, reduce whatever chunks of my segment are complete, so that the
-  // second phase starts early and the links never wait for this loop to end.
+  // chunk; between chunks, do what has become ready, so that the second phase starts early
+  // and the links never wait for this loop to end.
   for (uint32_t k = 0; k < max_chunks; ++k) {
     for (int i = 1; i < p; ++i) {
       const int owner = c.wrap(c.rank + i);  // staggered so that owners are not all hit at once
@@ -111,36 +144,13 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
       GW_RETURN_IF_ERROR(c.tp.isend(owner, c.tag(0, k), msg, len, sends[slot(owner, k)]));
       c.tp.progress();  // let the transport move what is posted while the next chunk encodes
     }
-    while (next_own < seg_chunks(c.rank) && contributions_arrived(next_own)) GW_RETURN_IF_ERROR(reduce_own(next_own++));
+    GW_RETURN_IF_ERROR(drain_ready(false).status());
   }
-  while (next_own < seg_chunks(c.rank)) GW_RETURN_IF_ERROR(reduce_own(next_own++));
-  // Decode every other owner's message into place, in whatever order they arrive (each
-  // lands in its own place, so the order changes nothing but how long the tail is).
-  size_t left = 0;
-  for (int peer = 0; peer < p; ++peer) left += peer == c.rank ? 0 : seg_chunks(peer);
-  uint8_t* decoded = c.scratch.bytes.get<uint8_t>(5, per_phase);
-  if (per_phase > 0) std::memset(decoded, 0, per_phase);  // no buffer at all when nothing moves
-  while (left > 0) {
-    bool any = false;
-    for (int peer = 0; peer < p; ++peer) {
-      if (peer == c.rank) continue;
-      for (uint32_t k = 0; k < seg_chunks(peer); ++k) {
-        transport::Op& r = recvs[per_phase + slot(peer, k)];
-        if (decoded[slot(peer, k)] != 0) continue;
-        GW_ASSIGN_OR_RETURN(const bool got, c.ready(r));
-        if (!got) continue;
-        GW_RETURN_IF_ERROR(timed_decode(c, in_msg(1, peer, k), r.bytes,
-                                        recv + part.start(static_cast<uint64_t>(peer)) + chunks.offset(k),
-                                        seg_chunk_len(peer, k), DecodeMode::kOverwrite)
-                               .with_context("result from rank " + std::to_string(peer)));
-        decoded[slot(peer, k)] = 1;
-        --left;
-        any = true;
-        c.tp.progress();
-      }
-    }
-    if (any || left == 0 || c.tp.progress()) continue;
-    GW_RETURN_IF_ERROR(c.idle("the reduced segments", c.deadline));
+  while (next_own < seg_chunks(c.rank) || left > 0) {
+    GW_ASSIGN_OR_RETURN(const bool any, drain_ready(true));
+    if (any || c.tp.progress()) continue;
+    GW_RETURN_IF_ERROR(c.idle(next_own < seg_chunks(c.rank) ? "contributions to this rank's segment" : "the reduced segments",
+                              c.deadline));
   }
   GW_RETURN_IF_ERROR(c.wait_all(sends, 2 * per_phase));
   if (ef != nullptr) ef->advance();

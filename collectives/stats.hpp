@@ -19,8 +19,10 @@ using CommStats = gw::CommStats;  // declared in the public communicator.hpp
 
 // Adds the time of a scope to a counter (no-op without one) and, with a name, records it as
 // a span of the timeline being recorded (GW_TIMELINE).
-// With hidden and tp, the time also goes to *hidden when tp had sends in flight both when the
-// scope began and when it ended (compute that the link did not wait for).
+// With hidden and tp, the time also goes to *hidden when tp still held sends of this rank
+// (posted, not yet handed to the kernel or the wire) both when the scope began and when it
+// ended: compute the link did not wait for. A lower bound of the overlap (bytes already in
+// the kernel's socket buffer count as sent).
 class ScopedSeconds {
  public:
   explicit ScopedSeconds(double* acc, const char* span = nullptr, double* hidden = nullptr,

@@ -34,12 +34,13 @@ class Allreduce final : public gw::perf::Collective {
   }
 
   int min_warmup(const Case& c) const override {
-    // Where the static policy compresses, the library times its first 8 calls (4 rounds of
-    // compressed and dense) before it settles (AllreduceTuner, collectives/policy.hpp).
+    // Where the static policy compresses, the library tries its candidates (up to 3: the
+    // compressed algorithms and the dense ring) for 4 rounds before it settles
+    // (AllreduceTuner, collectives/policy.hpp): 12 calls that must not be timed.
     if (c.algo != GW_ALGO_AUTO) return 0;
     gw_algo_t a = GW_ALGO_RING;
     must(gw_allreduce_algo(c.comm, c.count, c.dtype, c.codec, &a), "gw_allreduce_algo");
-    return a == GW_ALGO_RING ? 0 : 8;
+    return a == GW_ALGO_RING ? 0 : 12;
   }
 
   void allocate(const Case& l) override {

@@ -178,7 +178,7 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
     std::printf("# time: mean per call, slowest rank; algbw = size / time, busbw = algbw * %.3f (GB/s = 1e9 B/s);\n"
                 "# wire: bytes each rank sent per call (mean of ranks); ratio = busbw bytes / wire bytes;\n"
                 "# enc, xfer, dec: the time split (encode and decode from the library, mean of ranks; xfer the rest);\n"
-                "# hid: of enc + dec, the time the rank's own sends were on the wire meanwhile (overlap; mean of ranks);\n"
+                "# hid: of enc + dec, the time sends of the rank were still queued in the transport (overlap; mean of ranks);\n"
                 "# relerr: one fresh call against the exact sum; %s: err after %d steps (running sum), |sum of\n"
                 "#   results - sum of dense results| / |sum of dense results| over %d calls (off with --ef-steps 0);\n",
                 coll.bus_factor(nranks), sum_col, args.ef_steps, args.ef_steps);
@@ -190,7 +190,7 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
       std::printf("# floor: link floor (%s) = wire / link rate%s;\n", floor_source,
                   args.link_gbps > 0 ? "" : ", the rate being the dense row's wire / time at the same size");
     }
-    std::printf("# with --algo auto and a codec, warm-up is at least 8 calls: the policy times its first 8\n");
+    std::printf("# with --algo auto and a codec, warm-up is at least 12 calls: the policy's trials (4 rounds of up to 3)\n");
     std::printf("#\n# %11s %10s %6s %-24s %8s %11s %7s %7s %11s %6s %9s %9s %9s %9s %9s %11s %7s %8s %10s\n",
                 "size(B)", "count", "type", "codec", "algo", "time(us)", "algbw", "busbw", "wire(B)", "ratio", "enc(us)",
                 "xfer(us)", "dec(us)", "hid(us)", "relerr", sum_col, "#wrong", "vs dense", "floor(us)");

@@ -63,7 +63,7 @@ struct CommStats {
   double decode_s = 0;
   double total_s = 0;
   Algo last_algo = Algo::kAuto;  // the algorithm the latest all-reduce ran
-  double hidden_s = 0;           // of encode_s + decode_s, while this rank's sends were on the wire
+  double hidden_s = 0;           // of encode_s + decode_s, while this rank's sends were queued in the transport
 };
 
 class GW_API Communicator {

@@ -268,8 +268,9 @@ typedef struct gw_comm_stats {
   double decode_s;
   double total_s;
   gw_algo_t last_algo;     /* the algorithm the latest all-reduce ran (never GW_ALGO_AUTO once one ran) */
-  double hidden_s;         /* of encode_s + decode_s, the time this rank's own sends were on the
-                              wire meanwhile (the overlap of compute with transfer) */
+  double hidden_s;         /* of encode_s + decode_s, the time during which sends of this rank were
+                              still queued in the transport (compute overlapped with transfer; a
+                              lower bound: bytes in the kernel's socket buffer count as sent) */
 } gw_comm_stats_t;
 
 /* The counters, after every call made on comm before this one. */
