@@ -6,6 +6,7 @@
 
 #include "collectives/algorithms.hpp"
 #include "collectives/device_algorithms.hpp"
+#include "collectives/message_pieces.hpp"
 
 namespace gw::coll {
 
@@ -13,16 +14,25 @@ Status device_sparse_allgather_allreduce(Context& c, DeviceBackend& dev, const f
                                          ReduceOp op, const Codec& codec, DeviceEfState* ef) {
   const uint64_t base_step = ef != nullptr ? ef->step() : c.seq;
   const int p = c.size;
-  const size_t cap = slot_bytes(codec.max_encoded_bytes(n, DType::kFloat32));
+  const size_t max_msg = codec.max_encoded_bytes(n, DType::kFloat32);
+  const size_t cap = slot_bytes(max_msg);
+  const MessagePieces mp = MessagePieces::for_cap(max_msg, c.chunk_bytes);  // as the host path sends
+  const uint32_t pieces = mp.count;
   GW_ASSIGN_OR_RETURN(void* msgs_d, dev.device_scratch(1, static_cast<size_t>(p) * cap));
   GW_ASSIGN_OR_RETURN(uint8_t* msgs_h, dev.host_staging(0, static_cast<size_t>(p) * cap));
   auto* msgs_dev = static_cast<uint8_t*>(msgs_d);
   auto at = [&](int r) { return static_cast<size_t>(r) * cap; };
-  transport::Op* sends = c.scratch.sends.get(static_cast<size_t>(p));
-  transport::Op* recvs = c.scratch.recvs.get(static_cast<size_t>(p));
+  transport::Op* sends = c.scratch.sends.get(static_cast<size_t>(p) * pieces);
+  transport::Op* recvs = c.scratch.recvs.get(static_cast<size_t>(p) * pieces);
+  auto op_of = [&](transport::Op* ops, int r, uint32_t j) -> transport::Op& {
+    return ops[static_cast<size_t>(r) * pieces + j];
+  };
   for (int i = 1; i < p; ++i) {
     const int peer = c.wrap(c.rank - i);
-    GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(0, 0), msgs_h + at(peer), cap, recvs[peer]));
+    for (uint32_t j = 0; j < pieces; ++j) {
+      GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(0, j), msgs_h + at(peer) + mp.offset(j), mp.length(max_msg, j),
+                                    op_of(recvs, peer, j)));
+    }
   }
   const EncodeContext ctx{base_step, static_cast<uint32_t>(c.rank)};
   size_t len = 0;
@@ -48,9 +58,12 @@ Status device_sparse_allgather_allreduce(Context& c, DeviceBackend& dev, const f
     if (!mine_sent) {
       GW_ASSIGN_OR_RETURN(bool landed, dev.reached(mine));
       if (landed) {
-        for (int i = 1; i < p; ++i) {
-          const int peer = c.wrap(c.rank + i);  // staggered, so that no rank is everyone's first
-          GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(0, 0), msgs_h + at(c.rank), len, sends[peer]));
+        for (uint32_t j = 0; j < pieces; ++j) {
+          for (int i = 1; i < p; ++i) {
+            const int peer = c.wrap(c.rank + i);  // staggered, so that no rank is everyone's first
+            GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(0, j), msgs_h + at(c.rank) + mp.offset(j), mp.length(len, j),
+                                          op_of(sends, peer, j)));
+          }
         }
         mine_sent = true;
         any = true;
@@ -63,13 +76,16 @@ Status device_sparse_allgather_allreduce(Context& c, DeviceBackend& dev, const f
         GW_ASSIGN_OR_RETURN(wire::Header h, wire::read_header(msgs_h + at(next), len));
         GW_RETURN_IF_ERROR(dev.apply(h, msgs_dev + at(next), len, recv, DecodeMode::kAccumulate));
       } else {
-        transport::Op& r = recvs[next];
-        GW_ASSIGN_OR_RETURN(const bool got, c.ready(r));
+        bool got = true;
+        for (uint32_t j = 0; j < pieces && got; ++j) {
+          GW_ASSIGN_OR_RETURN(got, c.ready(op_of(recvs, next, j)));
+        }
         if (!got) break;
-        auto h = validate_staged(msgs_h + at(next), r.bytes, n);
+        GW_ASSIGN_OR_RETURN(const size_t bytes, mp.assembled(&op_of(recvs, next, 0), max_msg, next));
+        auto h = validate_staged(msgs_h + at(next), bytes, n);
         if (!h.is_ok()) return h.status().with_context("message of rank " + std::to_string(next));
-        GW_RETURN_IF_ERROR(dev.copy(msgs_dev + at(next), msgs_h + at(next), r.bytes));
-        GW_RETURN_IF_ERROR(dev.apply(h.value(), msgs_dev + at(next), r.bytes, recv, DecodeMode::kAccumulate));
+        GW_RETURN_IF_ERROR(dev.copy(msgs_dev + at(next), msgs_h + at(next), bytes));
+        GW_RETURN_IF_ERROR(dev.apply(h.value(), msgs_dev + at(next), bytes, recv, DecodeMode::kAccumulate));
       }
       ++next;
       any = true;
@@ -78,7 +94,9 @@ Status device_sparse_allgather_allreduce(Context& c, DeviceBackend& dev, const f
     GW_RETURN_IF_ERROR(idle(c, !mine_sent, "the ranks' messages"));
   }
   if (op == ReduceOp::kAvg) GW_RETURN_IF_ERROR(dev.divide(recv, n, p));
-  for (int i = 1; i < p; ++i) GW_RETURN_IF_ERROR(c.wait(sends[c.wrap(c.rank + i)]));
+  for (int i = 1; i < p; ++i) {
+    for (uint32_t j = 0; j < pieces; ++j) GW_RETURN_IF_ERROR(c.wait(op_of(sends, c.wrap(c.rank + i), j)));
+  }
   GW_RETURN_IF_ERROR(drain(c, dev));
   if (ef != nullptr) ef->advance();
   return Status::ok();

@@ -3,11 +3,13 @@
 // the raw gather, straight to every rank for the dense form, which decodes every message,
 // in rank order, into one sum, so all ranks agree to the bit. Sparse all-reduce encodes
 // this rank's gradient and does the same without the lengths (the codec bounds them).
+#include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "collectives/algorithms.hpp"
 #include "collectives/allgatherv.hpp"
+#include "collectives/message_pieces.hpp"
 
 namespace gw::coll {
 namespace {
@@ -98,14 +100,22 @@ Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, si
   // Every rank encodes with the same codec and count, so no message exceeds cap: the
   // receives are posted before this rank encodes, with no length exchange, and each rank's
   // message leaves as soon as that rank has encoded it. Slot r holds rank r's message.
+  // It travels as pieces (message_pieces.hpp).
   const size_t cap = codec.max_encoded_bytes(n, DType::kFloat32);
+  const MessagePieces mp = MessagePieces::for_cap(cap, c.chunk_bytes);
+  const uint32_t pieces = mp.count;
   uint8_t* msgs = c.scratch.bytes.get<uint8_t>(1, static_cast<size_t>(p) * cap);
-  transport::Op* sends = c.scratch.sends.get(static_cast<size_t>(p));
-  transport::Op* recvs = c.scratch.recvs.get(static_cast<size_t>(p));
+  transport::Op* sends = c.scratch.sends.get(static_cast<size_t>(p) * pieces);
+  transport::Op* recvs = c.scratch.recvs.get(static_cast<size_t>(p) * pieces);
   auto slot = [&](int r) { return msgs + static_cast<size_t>(r) * cap; };
+  auto op_of = [&](transport::Op* ops, int r, uint32_t j) -> transport::Op& {
+    return ops[static_cast<size_t>(r) * pieces + j];
+  };
   for (int i = 1; i < p; ++i) {
     const int peer = c.wrap(c.rank - i);
-    GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(0, 0), slot(peer), cap, recvs[peer]));
+    for (uint32_t j = 0; j < pieces; ++j) {
+      GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(0, j), slot(peer) + mp.offset(j), mp.length(cap, j), op_of(recvs, peer, j)));
+    }
   }
   const EncodeContext ctx{base_step, static_cast<uint32_t>(c.rank)};
   size_t len = 0;
@@ -114,9 +124,11 @@ Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, si
   } else {  // nothing keeps the loss: encode send as it is
     GW_ASSIGN_OR_RETURN(len, timed_encode_input(c, codec, send, n, ctx, slot(c.rank), cap));
   }
-  for (int i = 1; i < p; ++i) {
-    const int peer = c.wrap(c.rank + i);  // staggered, so that no rank is everyone's first
-    GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(0, 0), slot(c.rank), len, sends[peer]));
+  for (uint32_t j = 0; j < pieces; ++j) {
+    for (int i = 1; i < p; ++i) {
+      const int peer = c.wrap(c.rank + i);  // staggered, so that no rank is everyone's first
+      GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(0, j), slot(c.rank) + mp.offset(j), mp.length(len, j), op_of(sends, peer, j)));
+    }
   }
   c.tp.progress();
   // The sum, in rank order (the same bits on every rank), decoded as messages arrive.
@@ -124,14 +136,16 @@ Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, si
   for (int r = 0; r < p; ++r) {
     size_t bytes = len;
     if (r != c.rank) {
-      GW_RETURN_IF_ERROR(c.wait(recvs[r]));
-      bytes = recvs[r].bytes;
+      for (uint32_t j = 0; j < pieces; ++j) GW_RETURN_IF_ERROR(c.wait(op_of(recvs, r, j)));
+      GW_ASSIGN_OR_RETURN(bytes, mp.assembled(&op_of(recvs, r, 0), cap, r));
     }
     GW_RETURN_IF_ERROR(timed_decode(c, slot(r), bytes, recv, n, DecodeMode::kAccumulate)
                            .with_context("message of rank " + std::to_string(r)));
     c.tp.progress();
   }
-  for (int i = 1; i < p; ++i) GW_RETURN_IF_ERROR(c.wait(sends[c.wrap(c.rank + i)]));
+  for (int i = 1; i < p; ++i) {
+    for (uint32_t j = 0; j < pieces; ++j) GW_RETURN_IF_ERROR(c.wait(op_of(sends, c.wrap(c.rank + i), j)));
+  }
   if (op == ReduceOp::kAvg) {
     for (size_t i = 0; i < n; ++i) recv[i] /= static_cast<float>(p);
   }

@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "collectives/message_pieces.hpp"
 #include "collectives/policy.hpp"
 #include "compressors/half.hpp"
 #include "gradwire/communicator.hpp"
@@ -165,6 +166,68 @@ TEST(CompressedAllreduce, EveryCodecAndAlgorithmConservesMass) {
       }
     }
   }
+}
+
+// A sparse message larger than a pipelining chunk travels as several pieces (each goes
+// eagerly); the result must be the same bits as in one piece, with every rank count.
+TEST(SparseAllgather, MessagesInPiecesGiveTheSameBitsAsWhole) {
+  for (int p : {2, 3, 5}) {
+    for (const char* spec : {"topk:ratio=0.05", "dgc:ratio=0.05,ef=1", "randomk:ratio=0.2"}) {
+      const size_t n = 40009;  // messages of several 4 KiB pieces, the last one short
+      std::vector<std::vector<float>> got[2];
+      for (int variant = 0; variant < 2; ++variant) {
+        CommConfig cfg;
+        if (variant == 1) cfg.chunk_bytes = 4096;
+        got[variant].assign(static_cast<size_t>(p), {});
+        std::mutex mu;
+        run_ranks(p, [&](Communicator& c, int r) {
+          auto codec = test::make_codec(spec);
+          ErrorFeedback ef(n);
+          std::vector<float> out(n);
+          for (int s = 0; s < 2; ++s) {
+            auto g = test::gradient(n, static_cast<uint64_t>(r * 10 + s));
+            const Status st = c.allreduce(g.data(), out.data(), n, DType::kFloat32, ReduceOp::kAvg, codec.get(), &ef,
+                                          Algo::kSparseAllgather);
+            ASSERT_TRUE(st.is_ok()) << spec << " p=" << p << ": " << st.to_string();
+          }
+          std::lock_guard<std::mutex> lock(mu);
+          got[variant][static_cast<size_t>(r)] = out;
+        }, cfg);
+      }
+      for (int r = 0; r < p; ++r) {
+        ASSERT_TRUE(got[0][static_cast<size_t>(r)] == got[1][static_cast<size_t>(r)]) << spec << " p=" << p << " rank " << r;
+        ASSERT_TRUE(got[1][0] == got[1][static_cast<size_t>(r)]) << spec << " p=" << p << ": ranks disagree";
+      }
+    }
+  }
+}
+
+// The receiver's view of pieces: full ones, at most one short one, then empty ones; a piece
+// with bytes after a short one (a gap of stale bytes in the message) is the peer's error.
+TEST(SparseAllgather, PiecesWithAGapAreRefused) {
+  const coll::MessagePieces mp = coll::MessagePieces::for_cap(10000, 4096);
+  ASSERT_EQ(mp.count, 3u);
+  ASSERT_EQ(mp.length(10000, 2), 10000u - 8192u);
+  ASSERT_EQ(mp.length(5000, 2), 0u);
+  transport::Op ops[3];
+  auto with = [&](size_t a, size_t b, size_t c) {
+    ops[0].bytes = a;
+    ops[1].bytes = b;
+    ops[2].bytes = c;
+    return mp.assembled(ops, 10000, 4);
+  };
+  EXPECT_EQ(with(4096, 4096, 1808).value(), 10000u);
+  EXPECT_EQ(with(4096, 904, 0).value(), 5000u);
+  EXPECT_EQ(with(0, 0, 0).value(), 0u);
+  const Result<size_t> gap = with(4096, 100, 50);
+  ASSERT_FALSE(gap.is_ok());
+  EXPECT_EQ(gap.status().code(), Code::kRemote);
+  EXPECT_NE(gap.status().message().find("rank 4"), std::string::npos) << gap.status().message();
+  EXPECT_FALSE(with(0, 4096, 0).is_ok());
+  // Pieces never exceed the chunk tag space, whatever the cap.
+  const coll::MessagePieces huge = coll::MessagePieces::for_cap(size_t{1} << 40, 4096);
+  EXPECT_LT(huge.count, coll::kMaxChunks);
+  EXPECT_GE(huge.piece * huge.count, size_t{1} << 40);
 }
 
 TEST(Collectives, AllgatherBroadcastBarrier) {
