@@ -18,7 +18,7 @@
 #   -r "RATES"    link rates, tbf syntax (default "1gbit 10gbit"; "none" = unshaped veth)
 #   -b MIN -e MAX -f F   sizes, as the perf tools take them (1M 64M 4)
 #   -i ITERS -w WARMUP   timed and warm-up calls per size (5 2)
-#   -R ROUNDS     repeat every system this many times (2); the report keeps each one's best
+#   -R ROUNDS     repeat every system this many times (3); the report keeps each one's median
 #   -c "CODECS"   gradwire codec specs (default below)
 #   -s "SYSTEMS"  subset of the systems above
 #   -o OUT        output directory (default build/bench/emulated-<date>)
@@ -34,8 +34,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 np=4
 rates="1gbit 10gbit"
 bmin=1M bmax=64M factor=4
-iters=5 warmup=2 rounds=2
-codecs="fp16 qsgd:bits=8 qsgd:bits=4 topk:ratio=0.01,ef=1 dgc:ratio=0.01,ef=1"
+iters=5 warmup=2 rounds=3
+codecs="fp16 qsgd:bits=8 qsgd:bits=4 topk:ratio=0.01,ef=1 dgc:ratio=0.001,ef=1"
 systems="gloo mpi_default mpi_ring gw_dense gw_auto gw_forced"
 out=""
 plots=""
@@ -102,7 +102,7 @@ run_system() {  # system json
         --codec none -J "$json" ;;
     gw_auto)
       netns_run "$np" "${gw_env[@]}" "$build/perf/allreduce_perf" "${sizes[@]}" -n "$iters" -w "$warmup" \
-        "${codec_args[@]}" --no-dense-reference -J "$json" ;;
+        "${codec_args[@]}" --no-dense-reference --ef-steps 0 -J "$json" ;;
     gw_forced)
       netns_run "$np" "${gw_env[@]}" GW_TUNE=0 "$build/perf/allreduce_perf" "${sizes[@]}" -n "$iters" -w "$warmup" \
         "${codec_args[@]}" --no-dense-reference -J "$json" ;;
