@@ -182,9 +182,6 @@ void select_topk_among(const float* x, const Idx* cand, uint64_t c, uint64_t k, 
 
 namespace {
 
-// The collecting pass, written once and built per instruction set (host_simd.hpp). Blocks of
-// kScanBlock with no key at or above lo (most, when the guess is near the threshold) cost one
-// vectorized compare; the others append without branches.
 // The last elements, one at a time, from position i with c already collected.
 template <class Idx>
 GW_INLINE_HOT uint64_t append_tail(const float* x, uint64_t i, uint64_t n, uint32_t lo, Idx* cand, uint64_t c,
@@ -219,6 +216,9 @@ GW_INLINE_HOT uint64_t add_collect_generic(float* acc, const float* add, uint64_
   return add_tail(acc, add, 0, n, lo, cand, 0, cap);
 }
 
+// The collecting pass without vector instructions. Blocks of kScanBlock with no key at or
+// above lo (most of them, when lo is near the threshold) cost one compare each; the others
+// append without branches.
 template <class Idx>
 GW_INLINE_HOT uint64_t collect_block_scan(const float* x, uint64_t n, uint32_t lo, Idx* cand, uint64_t cap) {
   uint64_t c = 0;
