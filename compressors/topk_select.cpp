@@ -248,6 +248,20 @@ inline uint64_t append_bits(uint32_t bits, uint64_t base, Idx* cand, uint64_t c)
   return c;
 }
 
+// Appends positions base + (set bits of m), in order: one compress-store for 32-bit indices.
+template <class Idx>
+GW_TARGET_AVX512 inline uint64_t append_mask16(__mmask16 m, uint64_t base, Idx* cand, uint64_t c) {
+  if constexpr (sizeof(Idx) == 4) {
+    // Idx is 32-bit only for n <= 2^32, so base + 15 fits.
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i pos = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)), iota);
+    _mm512_mask_compressstoreu_epi32(cand + c, m, pos);
+    return c + static_cast<uint64_t>(__builtin_popcount(m));
+  } else {
+    return append_bits(m, base, cand, c);
+  }
+}
+
 template <class Idx>
 GW_TARGET_AVX2 uint64_t collect_avx2(const float* x, uint64_t n, uint32_t lo, Idx* cand, uint64_t cap) {
   // Keys are below 2^31, so a signed compare with lo - 1 is key >= lo (lo = 0: all pass).
@@ -268,20 +282,12 @@ template <class Idx>
 GW_TARGET_AVX512 uint64_t collect_avx512(const float* x, uint64_t n, uint32_t lo, Idx* cand, uint64_t cap) {
   const __m512i lov = _mm512_set1_epi32(static_cast<int>(lo));
   const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
-  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   uint64_t c = 0, i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512i keys = _mm512_and_si512(_mm512_loadu_si512(x + i), magnitude);
     const __mmask16 m = _mm512_cmpge_epu32_mask(keys, lov);
     if (m == 0) continue;
-    if constexpr (sizeof(Idx) == 4) {
-      // Idx is 32-bit only for n <= 2^32, so i + 15 fits.
-      const __m512i pos = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(i)), iota);
-      _mm512_mask_compressstoreu_epi32(cand + c, m, pos);
-      c += static_cast<uint64_t>(__builtin_popcount(m));
-    } else {
-      c = append_bits(m, i, cand, c);
-    }
+    c = append_mask16(m, i, cand, c);
     if (c > cap) return c;
   }
   return append_tail(x, i, n, lo, cand, c, cap);
@@ -309,21 +315,13 @@ GW_TARGET_AVX512 uint64_t add_collect_avx512(float* acc, const float* add, uint6
                                              uint64_t cap) {
   const __m512i lov = _mm512_set1_epi32(static_cast<int>(lo));
   const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
-  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   uint64_t c = 0, i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 v = _mm512_add_ps(_mm512_loadu_ps(acc + i), _mm512_loadu_ps(add + i));
     _mm512_storeu_ps(acc + i, v);
     if (c > cap) continue;
     const __mmask16 m = _mm512_cmpge_epu32_mask(_mm512_and_si512(_mm512_castps_si512(v), magnitude), lov);
-    if (m == 0) continue;
-    if constexpr (sizeof(Idx) == 4) {
-      const __m512i pos = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(i)), iota);
-      _mm512_mask_compressstoreu_epi32(cand + c, m, pos);
-      c += static_cast<uint64_t>(__builtin_popcount(m));
-    } else {
-      c = append_bits(m, i, cand, c);
-    }
+    if (m != 0) c = append_mask16(m, i, cand, c);
   }
   return add_tail(acc, add, i, n, lo, cand, c, cap);
 }
