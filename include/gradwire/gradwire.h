@@ -308,10 +308,11 @@ GW_API gw_result_t gw_wait_for(gw_request_t request, double timeout_s);
 typedef void (*gw_complete_fn)(void* user, gw_result_t result, const char* message);
 GW_API gw_result_t gw_request_on_complete(gw_request_t request, gw_complete_fn fn, void* user);
 /* The algorithm the policy picks for these arguments on this communicator. Where the
- * static policy would compress (GW_ALGO_AUTO, no GW_ALGO), the first calls of each (codec,
- * count, dtype) time the compressed algorithm against the dense ring and later calls run
- * compression only where it was clearly (10%) faster; this reports that decision once it is
- * made. GW_TUNE=0 turns measuring off. */
+ * static policy would compress (GW_ALGO_AUTO, no GW_ALGO), each (codec, count, dtype) times
+ * up to three candidates (the compressed algorithms that fit the codec and the dense ring)
+ * over its first calls, runs the one that was clearly (10%) faster on the slowest rank, and
+ * keeps timing to revisit that choice; this reports the current choice (before the first
+ * decision: the static one, or GW_LINK_GBPS's estimate). GW_TUNE=0 turns measuring off. */
 GW_API gw_result_t gw_allreduce_algo(gw_comm_t comm, size_t count, gw_dtype_t dtype,
                                      gw_codec_t codec, gw_algo_t* algo);
 
