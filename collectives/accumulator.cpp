@@ -1,6 +1,7 @@
 #include <cstring>
 
 #include "collectives/algorithms.hpp"
+#include "compressors/element_io.hpp"
 
 namespace gw::coll {
 
@@ -8,7 +9,7 @@ float* prepare_accumulator(Context& c, const float* send, size_t n, ErrorFeedbac
   ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");  // part of encoding
   if (ef != nullptr) {
     float* acc = ef->residual();
-    for (size_t i = 0; i < n; ++i) acc[i] += send[i];
+    detail::add_into(acc, send, n);
     return acc;
   }
   float* acc = c.scratch.bytes.get<float>(slot, n);

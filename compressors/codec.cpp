@@ -6,6 +6,7 @@
 #include <string>
 
 #include "compressors/codec_registry.hpp"
+#include "compressors/element_io.hpp"
 #include "compressors/wire_header.hpp"
 #include "compressors/workspace.hpp"
 #include "gradwire/ef_state.hpp"
@@ -48,34 +49,50 @@ Status Codec::check_encode_args(const void* src, size_t n, DType dtype, const vo
   return Status::ok();
 }
 
-Result<size_t> Codec::encode(const void* src, size_t n, DType dtype, const EncodeContext& ctx,
-                             void* out, size_t cap) {
-  GW_RETURN_IF_ERROR(check_encode_args(src, n, dtype, out, cap));
+namespace {
+
+// A message: the header (codec, dtype, count, and what payload() fills in), then the payload
+// that payload(header, where) writes and measures.
+template <class Payload>
+Result<size_t> framed(CodecId codec, DType dtype, size_t n, void* out, Payload&& payload) {
   wire::Header header;
-  header.codec = id();
+  header.codec = codec;
   header.dtype = dtype;
   header.count = n;
   auto* bytes = static_cast<uint8_t*>(out);
-  GW_ASSIGN_OR_RETURN(size_t payload,
-                      encode_payload(src, n, dtype, ctx, header, bytes + wire::kHeaderBytes));
-  header.payload_bytes = payload;
+  GW_ASSIGN_OR_RETURN(size_t payload_bytes, payload(header, bytes + wire::kHeaderBytes));
+  header.payload_bytes = payload_bytes;
   wire::write_header(header, bytes);
-  return wire::kHeaderBytes + payload;
+  return wire::kHeaderBytes + payload_bytes;
+}
+
+// Error feedback: what the message carries leaves the residual.
+Status subtract_sent(const void* msg, size_t len, float* acc, size_t n) {
+  return decode(msg, len, acc, n, DType::kFloat32, DecodeMode::kSubtract).with_context("error feedback");
+}
+
+}  // namespace
+
+Result<size_t> Codec::encode(const void* src, size_t n, DType dtype, const EncodeContext& ctx,
+                             void* out, size_t cap) {
+  GW_RETURN_IF_ERROR(check_encode_args(src, n, dtype, out, cap));
+  return framed(id(), dtype, n, out, [&](wire::Header& header, uint8_t* payload) {
+    return encode_payload(src, n, dtype, ctx, header, payload);
+  });
 }
 
 Result<size_t> Codec::encode_accumulated(float* acc, size_t n, const EncodeContext& ctx, void* out,
                                          size_t cap) {
   if (acc == nullptr && n > 0) return invalid_argument("residual buffer is null");
   GW_ASSIGN_OR_RETURN(size_t written, encode(acc, n, DType::kFloat32, ctx, out, cap));
-  GW_RETURN_IF_ERROR(decode(out, written, acc, n, DType::kFloat32, DecodeMode::kSubtract)
-                         .with_context("error feedback"));
+  GW_RETURN_IF_ERROR(subtract_sent(out, written, acc, n));
   return written;
 }
 
 Result<size_t> Codec::encode_payload_adding(float* acc, const float* add, size_t n,
                                              const EncodeContext& ctx, wire::Header& header,
                                              uint8_t* out) {
-  for (size_t i = 0; i < n; ++i) acc[i] += add[i];
+  detail::add_into(acc, add, n);
   return encode_payload(acc, n, DType::kFloat32, ctx, header, out);
 }
 
@@ -83,17 +100,10 @@ Result<size_t> Codec::encode_adding(float* acc, const float* add, size_t n, cons
                                     void* out, size_t cap) {
   if (acc == nullptr && n > 0) return invalid_argument("residual buffer is null");
   GW_RETURN_IF_ERROR(check_encode_args(add, n, DType::kFloat32, out, cap));
-  wire::Header header;
-  header.codec = id();
-  header.dtype = DType::kFloat32;
-  header.count = n;
-  auto* bytes = static_cast<uint8_t*>(out);
-  GW_ASSIGN_OR_RETURN(size_t payload, encode_payload_adding(acc, add, n, ctx, header, bytes + wire::kHeaderBytes));
-  header.payload_bytes = payload;
-  wire::write_header(header, bytes);
-  const size_t written = wire::kHeaderBytes + payload;
-  GW_RETURN_IF_ERROR(decode(out, written, acc, n, DType::kFloat32, DecodeMode::kSubtract)
-                         .with_context("error feedback"));
+  GW_ASSIGN_OR_RETURN(size_t written, framed(id(), DType::kFloat32, n, out, [&](wire::Header& header, uint8_t* payload) {
+                        return encode_payload_adding(acc, add, n, ctx, header, payload);
+                      }));
+  GW_RETURN_IF_ERROR(subtract_sent(out, written, acc, n));
   return written;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "compressors/element_io.hpp"
 #include "compressors/hd.hpp"
 #include "compressors/sparse_codec.hpp"
 #include "compressors/stratified.hpp"
@@ -46,10 +47,7 @@ class DgcCodec final : public IndexedSparseCodec {
   uint64_t choose_impl(const float* x, uint64_t n, uint64_t k, const EncodeContext& ctx, Idx* idx,
                        const float* add = nullptr) {
     if (k == 0 || n < kExactBelow || k * 4 >= n) {
-      if (add != nullptr) {
-        float* acc = const_cast<float*>(x);
-        for (uint64_t i = 0; i < n; ++i) acc[i] += add[i];
-      }
+      if (add != nullptr) add_into(const_cast<float*>(x), add, n);
       if (k == 0) return 0;
       select_topk(x, n, k, idx, workspace());
       return k;

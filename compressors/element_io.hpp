@@ -62,4 +62,9 @@ void apply_dense(typename T::Storage* dst, uint64_t n, DecodeMode mode, ValueFn 
   }
 }
 
+// Error feedback's residual += g, element by element (the sum every encode of it must see).
+inline void add_into(float* acc, const float* add, uint64_t n) {
+  for (uint64_t i = 0; i < n; ++i) acc[i] += add[i];
+}
+
 }  // namespace gw::detail

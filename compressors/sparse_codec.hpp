@@ -25,18 +25,12 @@ class IndexedSparseCodec : public Codec {
                           uint32_t* idx) = 0;
   virtual uint64_t choose(const float* x, uint64_t n, uint64_t k, const EncodeContext& ctx,
                           uint64_t* idx) = 0;
-  // choose() on acc + add, leaving the sum in acc; overridden where the addition can ride on
-  // the codec's own pass over the input.
+  // choose() on acc + add, leaving the sum in acc: the addition rides on the codec's own
+  // pass over the input.
   virtual uint64_t choose_adding(float* acc, const float* add, uint64_t n, uint64_t k, const EncodeContext& ctx,
-                                 uint32_t* idx) {
-    for (uint64_t i = 0; i < n; ++i) acc[i] += add[i];
-    return choose(acc, n, k, ctx, idx);
-  }
+                                 uint32_t* idx) = 0;
   virtual uint64_t choose_adding(float* acc, const float* add, uint64_t n, uint64_t k, const EncodeContext& ctx,
-                                 uint64_t* idx) {
-    for (uint64_t i = 0; i < n; ++i) acc[i] += add[i];
-    return choose(acc, n, k, ctx, idx);
-  }
+                                 uint64_t* idx) = 0;
 
   Result<size_t> encode_payload(const void* src, size_t n, DType, const EncodeContext& ctx,
                                 wire::Header& h, uint8_t* out) override {

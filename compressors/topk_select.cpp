@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <cstring>
+#include <functional>
 
+#include "compressors/element_io.hpp"
 #include "compressors/hd.hpp"
 #include "compressors/host_simd.hpp"
 
@@ -262,15 +263,22 @@ GW_TARGET_AVX512 inline uint64_t append_mask16(__mmask16 m, uint64_t base, Idx* 
   }
 }
 
+// Which of 8 (16) floats, given as their bits, have a magnitude key at least lo. For AVX2,
+// below = lo - 1: keys are under 2^31, so a signed compare with it is key >= lo (lo = 0: all).
+GW_TARGET_AVX2 inline uint32_t at_least8(__m256i bits, __m256i below) {
+  const __m256i keys = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+  return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(keys, below))));
+}
+GW_TARGET_AVX512 inline __mmask16 at_least16(__m512i bits, __m512i lo) {
+  return _mm512_cmpge_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), lo);
+}
+
 template <class Idx>
 GW_TARGET_AVX2 uint64_t collect_avx2(const float* x, uint64_t n, uint32_t lo, Idx* cand, uint64_t cap) {
-  // Keys are below 2^31, so a signed compare with lo - 1 is key >= lo (lo = 0: all pass).
   const __m256i below = _mm256_set1_epi32(static_cast<int>(lo) - 1);
-  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
   uint64_t c = 0, i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256i keys = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), magnitude);
-    const uint32_t bits = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(keys, below))));
+    const uint32_t bits = at_least8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), below);
     if (bits == 0) continue;
     c = append_bits(bits, i, cand, c);
     if (c > cap) return c;
@@ -281,11 +289,9 @@ GW_TARGET_AVX2 uint64_t collect_avx2(const float* x, uint64_t n, uint32_t lo, Id
 template <class Idx>
 GW_TARGET_AVX512 uint64_t collect_avx512(const float* x, uint64_t n, uint32_t lo, Idx* cand, uint64_t cap) {
   const __m512i lov = _mm512_set1_epi32(static_cast<int>(lo));
-  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
   uint64_t c = 0, i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i keys = _mm512_and_si512(_mm512_loadu_si512(x + i), magnitude);
-    const __mmask16 m = _mm512_cmpge_epu32_mask(keys, lov);
+    const __mmask16 m = at_least16(_mm512_loadu_si512(x + i), lov);
     if (m == 0) continue;
     c = append_mask16(m, i, cand, c);
     if (c > cap) return c;
@@ -297,14 +303,12 @@ template <class Idx>
 GW_TARGET_AVX2 uint64_t add_collect_avx2(float* acc, const float* add, uint64_t n, uint32_t lo, Idx* cand,
                                          uint64_t cap) {
   const __m256i below = _mm256_set1_epi32(static_cast<int>(lo) - 1);
-  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
   uint64_t c = 0, i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_loadu_ps(add + i));
     _mm256_storeu_ps(acc + i, v);
     if (c > cap) continue;
-    const __m256i keys = _mm256_and_si256(_mm256_castps_si256(v), magnitude);
-    const uint32_t bits = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(keys, below))));
+    const uint32_t bits = at_least8(_mm256_castps_si256(v), below);
     if (bits != 0) c = append_bits(bits, i, cand, c);
   }
   return add_tail(acc, add, i, n, lo, cand, c, cap);
@@ -314,13 +318,12 @@ template <class Idx>
 GW_TARGET_AVX512 uint64_t add_collect_avx512(float* acc, const float* add, uint64_t n, uint32_t lo, Idx* cand,
                                              uint64_t cap) {
   const __m512i lov = _mm512_set1_epi32(static_cast<int>(lo));
-  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
   uint64_t c = 0, i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 v = _mm512_add_ps(_mm512_loadu_ps(acc + i), _mm512_loadu_ps(add + i));
     _mm512_storeu_ps(acc + i, v);
     if (c > cap) continue;
-    const __mmask16 m = _mm512_cmpge_epu32_mask(_mm512_and_si512(_mm512_castps_si512(v), magnitude), lov);
+    const __mmask16 m = at_least16(_mm512_castps_si512(v), lov);
     if (m != 0) c = append_mask16(m, i, cand, c);
   }
   return add_tail(acc, add, i, n, lo, cand, c, cap);
@@ -358,9 +361,7 @@ void select_topk_sampled(float* x, const float* add, uint64_t n, uint64_t k, Idx
   constexpr uint64_t kMaxSample = 1u << 16;
   constexpr double kWantHits = 64.0;  // expected sample elements above the threshold
   auto exact = [&] {
-    if (add != nullptr) {
-      for (uint64_t i = 0; i < n; ++i) x[i] += add[i];
-    }
+    if (add != nullptr) add_into(x, add, n);
     select_topk(x, n, k, out, ws);
   };
   if (k == 0 || k * 8 > n) return exact();
