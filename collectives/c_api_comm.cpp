@@ -137,9 +137,21 @@ Status run_or_submit(gw_comm_t comm, const Async& async, F&& fn) {
 
 // Checks every dense call and point-to-point message makes first: comm, then (non-blocking)
 // the request pointer, then that no buffer is device memory.
-Status check_call(gw_comm_t comm, const Async& async, std::initializer_list<const void*> bufs) {
+Status check_comm_and_request(gw_comm_t comm, const Async& async) {
   GW_RETURN_IF_ERROR(check_comm(comm));
-  if (async.on) GW_RETURN_IF_ERROR(check_request(async.request));
+  return async.on ? check_request(async.request) : Status::ok();
+}
+
+Status check_call(gw_comm_t comm, const Async& async, std::initializer_list<const void*> bufs) {
+  GW_RETURN_IF_ERROR(check_comm_and_request(comm, async));
+  return check_host_only(bufs);
+}
+
+// check_call for a reduction: the dtype and op come before the buffers' memory.
+Status check_reduction_call(gw_comm_t comm, const Async& async, gw_dtype_t dtype, gw_red_op_t op,
+                            std::initializer_list<const void*> bufs) {
+  GW_RETURN_IF_ERROR(check_comm_and_request(comm, async));
+  GW_RETURN_IF_ERROR(check_dtype_op(dtype, op));
   return check_host_only(bufs);
 }
 
@@ -154,10 +166,7 @@ Status p2p_call(gw_comm_t comm, void* buf, size_t bytes, int peer, uint32_t tag,
 
 Status reduce_call(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype, gw_red_op_t op,
                    int root, const Async& async) {
-  GW_RETURN_IF_ERROR(check_comm(comm));
-  if (async.on) GW_RETURN_IF_ERROR(check_request(async.request));
-  GW_RETURN_IF_ERROR(check_dtype_op(dtype, op));
-  GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+  GW_RETURN_IF_ERROR(check_reduction_call(comm, async, dtype, op, {sendbuf, recvbuf}));
   const auto dt = static_cast<gw::DType>(dtype);
   const auto ro = static_cast<gw::ReduceOp>(op);
   return run_or_submit(comm, async,
@@ -166,10 +175,7 @@ Status reduce_call(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t co
 
 Status reduce_scatter_call(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t recvcount, gw_dtype_t dtype,
                            gw_red_op_t op, const Async& async) {
-  GW_RETURN_IF_ERROR(check_comm(comm));
-  if (async.on) GW_RETURN_IF_ERROR(check_request(async.request));
-  GW_RETURN_IF_ERROR(check_dtype_op(dtype, op));
-  GW_RETURN_IF_ERROR(check_host_only({sendbuf, recvbuf}));
+  GW_RETURN_IF_ERROR(check_reduction_call(comm, async, dtype, op, {sendbuf, recvbuf}));
   const auto dt = static_cast<gw::DType>(dtype);
   const auto ro = static_cast<gw::ReduceOp>(op);
   return run_or_submit(comm, async,
