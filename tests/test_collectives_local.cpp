@@ -14,28 +14,14 @@
 #include "collectives/policy.hpp"
 #include "compressors/half.hpp"
 #include "gradwire/communicator.hpp"
+#include "tests/local_ranks.hpp"
 #include "tests/test_util.hpp"
 #include "transport/local/local_transport.hpp"
 
 namespace gw {
 namespace {
 
-using RankFn = std::function<void(Communicator&, int)>;
-
-void run_ranks(int p, const RankFn& fn, CommConfig cfg = CommConfig()) {
-  cfg.timeout = std::chrono::seconds(20);
-  cfg.chunk_bytes = 4096;  // many chunks even for small buffers: exercises the pipelining
-  auto group = transport::make_local_group(p);
-  std::vector<std::unique_ptr<Communicator>> comms;
-  for (auto& t : group) {
-    auto c = Communicator::create(std::move(t), cfg);
-    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-    comms.push_back(std::move(c).value());
-  }
-  std::vector<std::thread> threads;
-  for (int r = 0; r < p; ++r) threads.emplace_back([&, r] { fn(*comms[r], r); });
-  for (auto& t : threads) t.join();
-}
+using test::run_local_ranks;
 
 // Small integers: every sum is exact in fp32 whatever the order.
 std::vector<float> int_data(size_t n, int rank, int salt) {
@@ -55,7 +41,7 @@ TEST(RingAllreduce, ExactSumsForEveryRankCountAndSize) {
         const auto d = int_data(n, r, 1);
         for (size_t i = 0; i < n; ++i) expect[i] += d[i];
       }
-      run_ranks(p, [&](Communicator& c, int r) {
+      run_local_ranks(p, [&](Communicator& c, int r) {
         auto x = int_data(n, r, 1);
         std::vector<float> out(n, -1.0f);
         ASSERT_TRUE(c.allreduce(x.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).is_ok());
@@ -72,7 +58,7 @@ TEST(RingAllreduce, HalfPrecisionTypes) {
   for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
     for (int p : {2, 3, 4}) {
       const size_t n = 1031;
-      run_ranks(p, [&](Communicator& c, int r) {
+      run_local_ranks(p, [&](Communicator& c, int r) {
         std::vector<uint16_t> x(n), out(n);
         for (size_t i = 0; i < n; ++i) {
           const float v = static_cast<float>(static_cast<int>((i + static_cast<size_t>(r)) % 9) - 4);
@@ -115,7 +101,7 @@ TEST(CompressedAllreduce, EveryCodecAndAlgorithmConservesMass) {
         std::vector<std::vector<float>> outs(static_cast<size_t>(p));
         std::vector<double> residual_total(n, 0.0), input_total(n, 0.0), output_total(n, 0.0);
         std::mutex mu;
-        run_ranks(p, [&](Communicator& c, int r) {
+        run_local_ranks(p, [&](Communicator& c, int r) {
           auto codec = test::make_codec(lc.codec);
           ErrorFeedback ef(n);
           std::vector<float> sum_out(n, 0.0f);
@@ -177,10 +163,10 @@ TEST(SparseAllgather, MessagesInPiecesGiveTheSameBitsAsWhole) {
       std::vector<std::vector<float>> got[2];
       for (int variant = 0; variant < 2; ++variant) {
         CommConfig cfg;
-        if (variant == 1) cfg.chunk_bytes = 4096;
+        cfg.chunk_bytes = variant == 0 ? size_t{1} << 22 : 4096;  // one piece, or several
         got[variant].assign(static_cast<size_t>(p), {});
         std::mutex mu;
-        run_ranks(p, [&](Communicator& c, int r) {
+        run_local_ranks(p, [&](Communicator& c, int r) {
           auto codec = test::make_codec(spec);
           ErrorFeedback ef(n);
           std::vector<float> out(n);
@@ -233,7 +219,7 @@ TEST(SparseAllgather, PiecesWithAGapAreRefused) {
 TEST(Collectives, AllgatherBroadcastBarrier) {
   for (int p : kRanks) {
     for (size_t bytes : {size_t{0}, size_t{1}, size_t{5}, size_t{10007}}) {
-      run_ranks(p, [&](Communicator& c, int r) {
+      run_local_ranks(p, [&](Communicator& c, int r) {
         std::vector<uint8_t> mine(bytes), all(bytes * static_cast<size_t>(p));
         for (size_t i = 0; i < bytes; ++i) mine[i] = static_cast<uint8_t>(r * 31 + static_cast<int>(i));
         ASSERT_TRUE(c.allgather(mine.data(), all.data(), bytes).is_ok());
@@ -255,7 +241,7 @@ TEST(Collectives, AllgatherBroadcastBarrier) {
 TEST(Collectives, SparseAllgatherConcatenatesAndAccumulates) {
   for (int p : {1, 2, 3, 8}) {
     const size_t n = 1000;
-    run_ranks(p, [&](Communicator& c, int r) {
+    run_local_ranks(p, [&](Communicator& c, int r) {
       auto codec = test::make_codec("topk:k=" + std::to_string(10 + r));
       auto g = test::gradient(n, static_cast<uint64_t>(r));
       auto msg = test::encode(*codec, g);
@@ -292,7 +278,7 @@ TEST(Collectives, SparseAllgatherConcatenatesAndAccumulates) {
 }
 
 TEST(Policy, PicksByCodecSizeAndOverrides) {
-  run_ranks(4, [&](Communicator& c, int) {
+  run_local_ranks(4, [&](Communicator& c, int) {
     auto q = test::make_codec("qsgd:bits=8");
     auto t = test::make_codec("topk:ratio=0.01");
     auto dense = test::make_codec("topk:ratio=0.5");
@@ -306,7 +292,7 @@ TEST(Policy, PicksByCodecSizeAndOverrides) {
   });
   CommConfig cfg;
   cfg.algo = Algo::kCompressedRing;
-  run_ranks(2, [&](Communicator& c, int) {
+  run_local_ranks(2, [&](Communicator& c, int) {
     auto q = test::make_codec("qsgd:bits=8");
     EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, q.get(), Algo::kAuto), Algo::kCompressedRing);
   }, cfg);
@@ -327,7 +313,7 @@ TEST(Policy, MeasuredChoiceKeepsRanksTogetherAndConservesMass) {
     std::vector<double> in_total(n, 0.0), out_total(n, 0.0), res_total(n, 0.0);
     double owner_total = 0;
     std::mutex mu;
-    run_ranks(p, [&](Communicator& c, int r) {
+    run_local_ranks(p, [&](Communicator& c, int r) {
       auto codec = test::make_codec(spec);
       ErrorFeedback ef(n);
       std::vector<double> my_in(n, 0.0), my_out(n, 0.0);
@@ -369,7 +355,7 @@ TEST(Policy, MeasuredChoiceKeepsRanksTogetherAndConservesMass) {
 }
 
 TEST(Stats, CountBytesAndCodecTimeAndReset) {
-  run_ranks(3, [&](Communicator& c, int r) {
+  run_local_ranks(3, [&](Communicator& c, int r) {
     const size_t n = 30000;
     auto q = test::make_codec("qsgd:bits=8");
     auto g = test::gradient(n, static_cast<uint64_t>(r));
@@ -406,7 +392,7 @@ TEST(Stats, CountBytesAndCodecTimeAndReset) {
 }
 
 TEST(Collectives, BadArgumentsAreRejectedAndLeaveTheCommunicatorUsable) {
-  run_ranks(2, [&](Communicator& c, int) {
+  run_local_ranks(2, [&](Communicator& c, int) {
     std::vector<float> x(10, 1.0f);
     EXPECT_EQ(c.allreduce(nullptr, x.data(), 10, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).code(), Code::kInvalidArgument);
     EXPECT_EQ(c.allreduce(x.data(), x.data(), 10, static_cast<DType>(9), ReduceOp::kSum, nullptr, nullptr).code(), Code::kInvalidArgument);
@@ -467,7 +453,7 @@ TEST(Failure, AbortFromAnotherThreadEndsAPendingCollective) {
 }
 
 TEST(NonBlocking, SubmittedWorkCompletesInOrder) {
-  run_ranks(3, [&](Communicator& c, int r) {
+  run_local_ranks(3, [&](Communicator& c, int r) {
     std::vector<std::vector<float>> bufs(5, std::vector<float>(333, static_cast<float>(r + 1)));
     std::vector<std::shared_ptr<Communicator::Work>> works;
     for (auto& b : bufs) {

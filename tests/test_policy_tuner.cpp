@@ -3,22 +3,20 @@
 // communicator's all-gather does.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "collectives/context.hpp"
 #include "collectives/policy.hpp"
 #include "gradwire/communicator.hpp"
 #include "gradwire/ef_state.hpp"
+#include "tests/local_ranks.hpp"
 #include "test_util.hpp"
-#include "transport/local/local_transport.hpp"
 
 namespace gw {
 namespace {
@@ -332,21 +330,6 @@ TEST(PolicyTuner, LinkSpeedParsing) {
   EXPECT_EQ(coll::link_gbps_from_env(), 0.0);
 }
 
-void run_ranks(int p, const std::function<void(Communicator&, int)>& fn) {
-  CommConfig cfg;
-  cfg.timeout = std::chrono::seconds(20);
-  cfg.chunk_bytes = 4096;
-  auto group = transport::make_local_group(p);
-  std::vector<std::unique_ptr<Communicator>> comms;
-  for (auto& t : group) {
-    auto c = Communicator::create(std::move(t), cfg);
-    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-    comms.push_back(std::move(c).value());
-  }
-  std::vector<std::thread> threads;
-  for (int r = 0; r < p; ++r) threads.emplace_back([&, r] { fn(*comms[static_cast<size_t>(r)], r); });
-  for (auto& t : threads) t.join();
-}
 
 // The tuner weighs the compressed ring against scatter-reduce, which keep their owner residual
 // for different segments (rank + 1 and rank). Alternating them with error feedback loses
@@ -360,7 +343,7 @@ TEST(PolicyTuner, SwitchingCompressedAlgorithmsKeepsTheResidualInPlace) {
   const Algo last = seq[sizeof seq / sizeof seq[0] - 1];
   std::vector<double> in_total(n, 0.0), held(n, 0.0), out_total(n, 0.0);
   std::mutex mu;
-  run_ranks(p, [&](Communicator& c, int r) {
+  test::run_local_ranks(p, [&](Communicator& c, int r) {
     auto codec = test::make_codec("qsgd:bits=4");
     ErrorFeedback ef(n);
     std::vector<double> my_in(n, 0.0), my_out(n, 0.0);
@@ -394,7 +377,7 @@ TEST(PolicyTuner, SwitchingCompressedAlgorithmsKeepsTheResidualInPlace) {
 TEST(PolicyTuner, CommunicatorReportsTheSeedBeforeDeciding) {
   for (const char* gbps : {"1", "100"}) {
     ASSERT_EQ(setenv("GW_LINK_GBPS", gbps, 1), 0);
-    run_ranks(4, [&](Communicator& c, int) {
+    test::run_local_ranks(4, [&](Communicator& c, int) {
       auto q = test::make_codec("qsgd:bits=8");
       EXPECT_EQ(c.choose_algo(size_t{64} << 20, DType::kFloat32, q.get(), Algo::kAuto),
                 gbps[1] == '\0' ? Algo::kScatterReduce : Algo::kRing) << gbps;
