@@ -15,6 +15,7 @@
 #include "gradwire/communicator.hpp"
 #include "gradwire/gradwire.h"
 #include "transport/bootstrap/bootstrap.hpp"
+#include "transport/log.hpp"
 
 
 struct gw_comm_s {
@@ -346,6 +347,7 @@ extern "C" {
 gw_result_t gw_get_unique_id(gw_unique_id_t* id) {
   return guard("gw_get_unique_id", [&]() -> Status {
     if (id == nullptr) return null_arg("id");
+    gw::log::on_first_init();
     gw::bootstrap::RootOptions options;
     GW_ASSIGN_OR_RETURN(gw::CommConfig cfg, gw::CommConfig::from_env());
     options.timeout = cfg.timeout;

@@ -16,6 +16,7 @@ Result<std::unique_ptr<Communicator>> init_communicator(int rank, int nranks, co
     return invalid_argument("rank " + std::to_string(rank) + " is not in [0, " + std::to_string(nranks) + ")");
   }
   log::set_rank(rank);
+  log::on_first_init();
   // One deadline for the whole init: the rendezvous and the transport's handshake.
   const auto deadline = transport::Clock::now() + config.timeout;
 #ifdef GW_HAVE_UCX

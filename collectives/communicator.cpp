@@ -116,7 +116,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
       im->serve_p2p();
     }
   });
-  GW_INFO("communicator up: rank %d of %d over %s", comm->rank(), comm->size(), im->tp->name());
+  GW_INFO(kInit, "communicator up: rank %d of %d over %s", comm->rank(), comm->size(), im->tp->name());
   return comm;
 }
 
@@ -129,7 +129,7 @@ Communicator::~Communicator() {
   }
   impl_->cv.notify_all();
   if (impl_->worker.joinable()) impl_->worker.join();
-  if (const Status s = impl_->timeline.write(); !s.is_ok()) GW_WARN("%s", s.message().c_str());
+  if (const Status s = impl_->timeline.write(); !s.is_ok()) GW_WARN(kColl, "%s", s.message().c_str());
 }
 
 int Communicator::rank() const { return impl_->tp->rank(); }
@@ -299,7 +299,7 @@ Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* 
       return unsupported(std::string("compressed all-reduce takes float32, not ") + dtype_name(dtype));
     }
   }
-  GW_TRACE("allreduce count %zu %s codec %s algo %s", count, dtype_name(dtype),
+  GW_TRACE(kColl, "allreduce count %zu %s codec %s algo %s", count, dtype_name(dtype),
            codec != nullptr ? codec->spec().to_string().c_str() : "none", algo_name(chosen));
   return AllreduceChoice{codec, chosen, tuned};
 }
@@ -373,7 +373,7 @@ Status Communicator::Impl::allreduce_planned(size_t count, DType dtype, ReduceOp
     GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, mine, all.data(), sizeof mine); },
                                      call(CallKind::kTunerAgreement, sizeof mine)));
     const coll::AllreduceTuner::Verdict v = im.tuner.decide(key, all.data(), im.tp->size());
-    GW_INFO("allreduce %s: %s", key.c_str(), v.describe().c_str());
+    GW_INFO(kTune, "allreduce %s: %s", key.c_str(), v.describe().c_str());
   }
   return Status::ok();
 }
@@ -558,7 +558,7 @@ Status Communicator::enable_nccl() {
     }
     std::lock_guard<std::mutex> lock(im.device_mu);
     im.nccl = true;
-    GW_INFO("NCCL up on rank %d of %d", im.tp->rank(), p);
+    GW_INFO(kNccl, "NCCL up on rank %d of %d", im.tp->rank(), p);
     return Status::ok();
   });
 }

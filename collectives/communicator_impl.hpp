@@ -318,7 +318,7 @@ struct Communicator::Impl {
       if (!broken.is_ok()) return;
       broken = s;
     }
-    GW_WARN("communicator broken: %s", s.to_string().c_str());
+    GW_WARN(kColl, "communicator broken: %s", s.to_string().c_str());
     tp->abort(s);
     std::lock_guard<std::mutex> lock(device_mu);
     if (device != nullptr) device->abort();

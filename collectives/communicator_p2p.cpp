@@ -113,7 +113,7 @@ bool Communicator::Impl::serve_p2p() {
     const uint64_t tag = coll::p2p_tag(m->tag);
     const Status posted = m->is_recv ? tp->irecv(m->peer, tag, m->buf, m->bytes, *m->op)
                                      : tp->isend(m->peer, tag, m->buf, m->bytes, *m->op);
-    GW_TRACE("p2p: posted %s: %s", describe(*m).c_str(), posted.is_ok() ? "ok" : posted.to_string().c_str());
+    GW_TRACE(kP2p, "p2p: posted %s: %s", describe(*m).c_str(), posted.is_ok() ? "ok" : posted.to_string().c_str());
     // A refused post leaves the op idle (nothing for the transport to own); a failed one is
     // finished: either way the message is over.
     if (!posted.is_ok() && !m->op->finished()) {
@@ -134,7 +134,7 @@ bool Communicator::Impl::serve_p2p() {
         const Status sticky = tp->error();
         if (!sticky.is_ok()) break_with(sticky);
       }
-      GW_TRACE("p2p: %s finished: %s", describe(m).c_str(), s.is_ok() ? "ok" : s.to_string().c_str());
+      GW_TRACE(kP2p, "p2p: %s finished: %s", describe(m).c_str(), s.is_ok() ? "ok" : s.to_string().c_str());
       std::unique_ptr<P2pMessage> done = std::move(p2p_posted[i]);
       p2p_posted[i] = std::move(p2p_posted.back());
       p2p_posted.pop_back();
@@ -195,7 +195,7 @@ void Communicator::Impl::close_p2p() {
     for (auto& m : p2p_posted) {
       if (m->op->finished()) continue;
       // Never freed: the transport may still hold its address.
-      GW_WARN("p2p: the %s is still pending in the transport at destroy", describe(*m).c_str());
+      GW_WARN(kP2p, "p2p: the %s is still pending in the transport at destroy", describe(*m).c_str());
       (void)m->op.release();
     }
   }

@@ -73,7 +73,7 @@ Status Timeline::write() const {
   std::fprintf(f, "\n]}\n");
   const bool ok = std::ferror(f) == 0;
   if (std::fclose(f) != 0 || !ok) return Status(Code::kSystem, "GW_TIMELINE: writing " + path_ + " failed");
-  GW_INFO("timeline of %zu spans written to %s", events_.size(), path_.c_str());
+  GW_INFO(kColl, "timeline of %zu spans written to %s", events_.size(), path_.c_str());
   return Status::ok();
 }
 

@@ -84,7 +84,7 @@ class ProcessWatchImpl final : public ProcessWatch {
     p.reported = true;
     char why[160];
     std::snprintf(why, sizeof why, "rank %d (pid %u on this host) %s", p.rank, p.id.pid, how);
-    GW_INFO("watch: %s", why);
+    GW_INFO(kTransport, "watch: %s", why);
     on_death_(p.rank, why);
   }
 

@@ -125,8 +125,14 @@ TEST_F(LaunchEnvTest, GradwireOnOneHostDerivesTheRootFromTheJobId) {
   auto fixed = read_launch_env();
   ASSERT_TRUE(fixed.is_ok());
   EXPECT_EQ(fixed->root_port, 23456);
-  // Without GW_LOCAL_SIZE nobody knows that all ranks share this host.
+  // Plain GW_RANK/GW_SIZE with neither GW_LOCAL_SIZE nor a root: one host is assumed.
   unsetenv("GW_LOCAL_SIZE");
+  auto assumed = read_launch_env();
+  ASSERT_TRUE(assumed.is_ok()) << assumed.status().to_string();
+  EXPECT_EQ(assumed->root_address, "127.0.0.1");
+  EXPECT_EQ(assumed->root_port, 23456);
+  // A GW_LOCAL_SIZE below GW_SIZE says the ranks span hosts: then a root must be named.
+  setenv("GW_LOCAL_SIZE", "2", 1);
   expect_rejected("GW_ROOT", "several hosts, no root");
 }
 

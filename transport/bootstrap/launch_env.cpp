@@ -251,8 +251,13 @@ Result<LaunchEnv> read_launch_env() {
     e.local_rank = static_cast<int>(lr);
   }
 
-  // Are all ranks on this host?
+  // Are all ranks on this host? Plain GW_RANK/GW_SIZE with no GW_LOCAL_SIZE and no root are
+  // taken to mean yes: they are set by hand or by a script, and a job on several hosts has to
+  // say where rank 0 is anyway (GW_ROOT), as torchrun's own default of localhost does.
   bool single_host = size == 1 || local_size == size;
+  const bool assumed_single_host = std::string(l->name) == "gradwire" && local_size < 0 &&
+                                   env("GW_ROOT") == nullptr && env("MASTER_ADDR") == nullptr;
+  single_host = single_host || assumed_single_host;
   if (e.launcher == "slurm") {
     const char* nodes_var = env("SLURM_STEP_NUM_NODES") != nullptr ? "SLURM_STEP_NUM_NODES" : "SLURM_NNODES";
     if (env(nodes_var) != nullptr) {
@@ -284,6 +289,11 @@ Result<LaunchEnv> read_launch_env() {
   } else if (single_host) {
     e.root_address = "127.0.0.1";
     e.root_port = static_cast<uint16_t>(port > 0 ? port : kPortBase + static_cast<long>(hash64(key, 3) % kPortSpan));
+    if (assumed_single_host && size > 1) {
+      GW_INFO(kBootstrap, "bootstrap: GW_RANK/GW_SIZE without GW_ROOT or GW_LOCAL_SIZE: all %ld ranks are taken to be on "
+              "this host (rendezvous on 127.0.0.1:%u); a job on several hosts sets GW_ROOT=host:port", size,
+              static_cast<unsigned>(e.root_port));
+    }
   } else {
     return invalid_argument(std::string("the ") + l->name +
                             " ranks may span several hosts: set GW_ROOT=host:port (a port on rank 0's host) or MASTER_ADDR"
@@ -310,7 +320,7 @@ Result<LaunchEnv> read_launch_env() {
             "-hex 16) in the job script), or run under a launcher that sets a job id (torchrun, mpirun, srun), or set "
             "GW_INSECURE_LOCAL=1 to accept any local process that knows the port");
       }
-      GW_WARN("bootstrap: GW_INSECURE_LOCAL=1 and no GW_TOKEN or job id: any process that can reach the rendezvous "
+      GW_WARN(kBootstrap, "bootstrap: GW_INSECURE_LOCAL=1 and no GW_TOKEN or job id: any process that can reach the rendezvous "
               "port %u can join this job of %ld ranks as a rank (set GW_TOKEN to authenticate)",
               static_cast<unsigned>(e.root_port), size);
     }

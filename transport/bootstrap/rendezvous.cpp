@@ -221,7 +221,7 @@ class Join {
     std::string why;
     if (!frames::parse_table(bytes(f), f.payload.size(), nranks_, &table, &why)) return malformed(why);
     if (table[static_cast<size_t>(rank_)] != own) return malformed("a table whose entry for this rank is not the blob it sent");
-    GW_TRACE("bootstrap: rank %d joined a job of %u through %s in %s", rank_, nranks_, root_.to_string().c_str(),
+    GW_TRACE(kBootstrap, "bootstrap: rank %d joined a job of %u through %s in %s", rank_, nranks_, root_.to_string().c_str(),
              secs(Clock::now() - start_).c_str());
     return table;
   }
@@ -280,7 +280,7 @@ Result<std::vector<std::string>> rendezvous_from_env(const LaunchEnv& env, const
       return Status(Code::kSystem, "rank 0 cannot serve the rendezvous root on port " + std::to_string(root.port) + " (" +
                                        listener.status().message() + "): another job or program may hold it; choose a free port with GW_PORT=<port> (or GW_ROOT=host:port)");
     }
-    GW_INFO("bootstrap: rank 0 serves the %s rendezvous root on %s (advertised as %s)", env.launcher.c_str(),
+    GW_INFO(kBootstrap, "bootstrap: rank 0 serves the %s rendezvous root on %s (advertised as %s)", env.launcher.c_str(),
             bind_ep.to_string().c_str(), root.to_string().c_str());
     GW_RETURN_IF_ERROR(start_root_server(std::move(listener).value(), root, env.token, timeout));
   }

@@ -204,7 +204,7 @@ class Root {
       }
       const int n = epoll_wait(epoll_.fd(), events.data(), static_cast<int>(events.size()), kTickMs);
       if (n < 0 && errno != EINTR) {
-        GW_WARN("bootstrap root %s: epoll_wait failed (%s); giving up on the job", where_.c_str(), std::strerror(errno));
+        GW_WARN(kBootstrap, "bootstrap root %s: epoll_wait failed (%s); giving up on the job", where_.c_str(), std::strerror(errno));
         finish();
         return;
       }
@@ -243,14 +243,14 @@ class Root {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
           if (!warned_fds_) {
-            GW_WARN("bootstrap root %s: cannot accept (%s); pausing (raise the open-file limit, ulimit -n)",
+            GW_WARN(kBootstrap, "bootstrap root %s: cannot accept (%s); pausing (raise the open-file limit, ulimit -n)",
                     where_.c_str(), std::strerror(errno));
             warned_fds_ = true;
           }
           pause_accepting(Clock::now() + kPauseOnFdExhaustion);
           return;
         }
-        GW_WARN("bootstrap root %s: accept failed: %s", where_.c_str(), std::strerror(errno));
+        GW_WARN(kBootstrap, "bootstrap root %s: accept failed: %s", where_.c_str(), std::strerror(errno));
         return;
       }
       Socket s(fd);
@@ -261,7 +261,7 @@ class Root {
       ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
       ev.data.u64 = id;
       if (epoll_ctl(epoll_.fd(), EPOLL_CTL_ADD, fd, &ev) != 0) {
-        GW_WARN("bootstrap root %s: epoll_ctl: %s", where_.c_str(), std::strerror(errno));
+        GW_WARN(kBootstrap, "bootstrap root %s: epoll_ctl: %s", where_.c_str(), std::strerror(errno));
         continue;  // s closes the connection
       }
       Conn& c = conns_[id];
@@ -270,7 +270,7 @@ class Root {
       c.peer = Endpoint::from_sockaddr(reinterpret_cast<sockaddr*>(&sa)).to_string();
       c.deadline = Clock::now() + kHelloTimeout;
       ++pending_;
-      GW_TRACE("bootstrap root %s: connection from %s", where_.c_str(), c.peer.c_str());
+      GW_TRACE(kBootstrap, "bootstrap root %s: connection from %s", where_.c_str(), c.peer.c_str());
     }
     pause_accepting(Clock::now());  // too many connections mid-hello: let the backlog hold the rest
   }
@@ -317,17 +317,17 @@ class Root {
 
   void reject(Conn& c, const std::string& why) {
     if (++rejected_ <= kRejectionsLogged) {
-      GW_WARN("bootstrap root %s: rejected connection from %s: %s%s", where_.c_str(), c.peer.c_str(), why.c_str(),
+      GW_WARN(kBootstrap, "bootstrap root %s: rejected connection from %s: %s%s", where_.c_str(), c.peer.c_str(), why.c_str(),
               rejected_ == kRejectionsLogged ? " (further rejections are logged at TRACE level)" : "");
     } else {
-      GW_TRACE("bootstrap root %s: rejected connection from %s: %s", where_.c_str(), c.peer.c_str(), why.c_str());
+      GW_TRACE(kBootstrap, "bootstrap root %s: rejected connection from %s: %s", where_.c_str(), c.peer.c_str(), why.c_str());
     }
     close_conn(c);
   }
 
   // Replies with an error frame, then closes.
   void refuse(Conn& c, uint32_t code, const std::string& why) {
-    GW_WARN("bootstrap root %s: refused %s: %s", where_.c_str(), c.peer.c_str(), why.c_str());
+    GW_WARN(kBootstrap, "bootstrap root %s: refused %s: %s", where_.c_str(), c.peer.c_str(), why.c_str());
     if (c.st == St::kJoined) unregister(c);
     c.in.clear();
     set_state(c, St::kClosing);
@@ -348,9 +348,9 @@ class Root {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;  // EPOLLOUT comes back
         if (c.st == St::kJoined) {
-          GW_WARN("bootstrap root %s: rank %u (%s) went away: %s", where_.c_str(), c.rank, c.peer.c_str(), std::strerror(errno));
+          GW_WARN(kBootstrap, "bootstrap root %s: rank %u (%s) went away: %s", where_.c_str(), c.rank, c.peer.c_str(), std::strerror(errno));
         } else {
-          GW_WARN("bootstrap root %s: could not reply to %s: %s", where_.c_str(), c.peer.c_str(), std::strerror(errno));
+          GW_WARN(kBootstrap, "bootstrap root %s: could not reply to %s: %s", where_.c_str(), c.peer.c_str(), std::strerror(errno));
         }
         close_conn(c);
         return;
@@ -401,13 +401,13 @@ class Root {
           reject(c, c.in.empty() ? why + " after the challenge" : why + " in the middle of its auth frame");
           return;
         case St::kJoined:
-          GW_WARN("bootstrap root %s: rank %u (%s) %s before the job was complete; its slot is open again",
+          GW_WARN(kBootstrap, "bootstrap root %s: rank %u (%s) %s before the job was complete; its slot is open again",
                   where_.c_str(), c.rank, c.peer.c_str(), why.c_str());
           close_conn(c);
           return;
         case St::kClosing:
           if (!c.out.empty()) {
-            GW_WARN("bootstrap root %s: %s %s before it had its reply", where_.c_str(), c.peer.c_str(), why.c_str());
+            GW_WARN(kBootstrap, "bootstrap root %s: %s %s before it had its reply", where_.c_str(), c.peer.c_str(), why.c_str());
           }
           close_conn(c);
           return;
@@ -495,7 +495,7 @@ class Root {
     c.rank = h.rank;
     set_state(c, St::kJoined);
     ++arrived_;
-    GW_TRACE("bootstrap root %s: rank %u of %u arrived from %s (%u there)", where_.c_str(), h.rank, nranks_,
+    GW_TRACE(kBootstrap, "bootstrap root %s: rank %u of %u arrived from %s (%u there)", where_.c_str(), h.rank, nranks_,
              c.peer.c_str(), arrived_);
     enqueue(c, std::make_shared<const std::string>(frames::encode_progress(arrived_, nranks_)));
   }
@@ -534,7 +534,7 @@ class Root {
       c.out.push_back(std::make_shared<const std::string>(frames::table_mac(c.key, digest)));
       flush(c);
     }
-    GW_INFO("bootstrap root %s: all %u ranks arrived in %.3f s; sending the %zu-byte table", where_.c_str(), nranks_,
+    GW_INFO(kBootstrap, "bootstrap root %s: all %u ranks arrived in %.3f s; sending the %zu-byte table", where_.c_str(), nranks_,
             seconds_between(start_, now), table->size());
   }
 
@@ -559,7 +559,7 @@ class Root {
     char took[32];
     std::snprintf(took, sizeof took, "%.1f", seconds_between(start_, now));
     const std::string text = "rendezvous timed out at the root " + where_ + " after " + took + " s: " + what;
-    GW_WARN("bootstrap root %s: %s", where_.c_str(), text.c_str());
+    GW_WARN(kBootstrap, "bootstrap root %s: %s", where_.c_str(), text.c_str());
     flushing_ = true;
     flush_deadline_ = now + kTimeoutFlush;
     const Frame f = std::make_shared<const std::string>(frames::encode_error(frames::kErrTimeout, arrived_, nranks_, text));
@@ -583,7 +583,7 @@ class Root {
                                     : "sent no complete hello" + within);
       } else if (c.st == St::kClosing) {
         if (!c.out.empty()) {
-          GW_WARN("bootstrap root %s: %s did not take its reply in time", where_.c_str(), c.peer.c_str());
+          GW_WARN(kBootstrap, "bootstrap root %s: %s did not take its reply in time", where_.c_str(), c.peer.c_str());
         }
         close_conn(c);
       }
@@ -601,16 +601,16 @@ class Root {
       if (c.st == St::kHello || c.st == St::kAuth) {
         reject(c, "still had not authenticated when the root finished");
       } else if (c.st == St::kClosing && !c.out.empty()) {
-        GW_WARN("bootstrap root %s: %s did not take its reply in time", where_.c_str(), c.peer.c_str());
+        GW_WARN(kBootstrap, "bootstrap root %s: %s did not take its reply in time", where_.c_str(), c.peer.c_str());
       }
       close_conn(c);
     }
     reap();
     listener_.shutdown_and_close();
     if (rejected_ > kRejectionsLogged) {
-      GW_WARN("bootstrap root %s: rejected %llu connections in all", where_.c_str(), static_cast<unsigned long long>(rejected_));
+      GW_WARN(kBootstrap, "bootstrap root %s: rejected %llu connections in all", where_.c_str(), static_cast<unsigned long long>(rejected_));
     }
-    GW_INFO("bootstrap root %s: done (%s)", where_.c_str(), complete_ ? "job complete" : "job incomplete");
+    GW_INFO(kBootstrap, "bootstrap root %s: done (%s)", where_.c_str(), complete_ ? "job complete" : "job incomplete");
   }
 
   // The process is exiting: tell waiting ranks, best effort, and go. No logging: the logger
@@ -636,12 +636,12 @@ class Root {
     rlimit want = rl;
     want.rlim_cur = (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need) ? need : rl.rlim_max;
     if (want.rlim_cur > rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &want) == 0) {
-      GW_INFO("bootstrap root %s: raised the open-file limit from %llu to %llu for %u ranks", where_.c_str(),
+      GW_INFO(kBootstrap, "bootstrap root %s: raised the open-file limit from %llu to %llu for %u ranks", where_.c_str(),
               static_cast<unsigned long long>(rl.rlim_cur), static_cast<unsigned long long>(want.rlim_cur), nranks_);
       rl = want;
     }
     if (rl.rlim_cur < need) {
-      GW_WARN("bootstrap root %s: the open-file limit (%llu) is low for %u ranks; raise it (ulimit -n)", where_.c_str(),
+      GW_WARN(kBootstrap, "bootstrap root %s: the open-file limit (%llu) is low for %u ranks; raise it (ulimit -n)", where_.c_str(),
               static_cast<unsigned long long>(rl.rlim_cur), nranks_);
     }
   }
@@ -676,9 +676,9 @@ void run_root(const std::shared_ptr<Root>& root) {
   try {
     root->serve();
   } catch (const std::exception& e) {
-    GW_WARN("bootstrap root: stopped by an exception: %s", e.what());
+    GW_WARN(kBootstrap, "bootstrap root: stopped by an exception: %s", e.what());
   } catch (...) {
-    GW_WARN("bootstrap root: stopped by an unknown exception");
+    GW_WARN(kBootstrap, "bootstrap root: stopped by an unknown exception");
   }
 }
 

@@ -63,7 +63,7 @@ Result<Endpoint> root_address(const RootOptions& o) {
     any->port = o.port;
     return any;
   }
-  GW_INFO("bootstrap: no non-loopback IPv4 interface is up; the root listens on 127.0.0.1");
+  GW_INFO(kBootstrap, "bootstrap: no non-loopback IPv4 interface is up; the root listens on 127.0.0.1");
   return Endpoint::loopback_v4(o.port);
 }
 
@@ -116,7 +116,7 @@ Result<UniqueId> create_unique_id(const RootOptions& options) {
   GW_RETURN_IF_ERROR(random_bytes(token, sizeof token));
   const UniqueId id = make_unique_id(ep, token);
   GW_RETURN_IF_ERROR(start_root_server(std::move(listener).value(), ep, token, options.timeout));
-  GW_INFO("bootstrap: rendezvous root listening on %s", ep.to_string().c_str());
+  GW_INFO(kBootstrap, "bootstrap: rendezvous root listening on %s", ep.to_string().c_str());
   return id;
 }
 

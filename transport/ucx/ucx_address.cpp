@@ -600,11 +600,11 @@ Status validate_ucx_address(const void* data, size_t len, UcxAddressInfo* info) 
   static std::atomic<bool> logged{false};
   if ((!known || unified) && !logged.exchange(true)) {
     if (!known) {
-      GW_INFO("ucx: worker addresses from peers get only generic checks: their format was studied for UCX %u.%u, "
+      GW_INFO(kTransport, "ucx: worker addresses from peers get only generic checks: their format was studied for UCX %u.%u, "
               "this is UCX %u.%u",
               kUcxMajor, kUcxMinor, major, minor);
     } else {
-      GW_INFO("ucx: worker addresses from peers get only generic checks: UCX_UNIFIED_MODE is on, and then "
+      GW_INFO(kTransport, "ucx: worker addresses from peers get only generic checks: UCX_UNIFIED_MODE is on, and then "
               "their lengths come from the local interfaces");
     }
   }

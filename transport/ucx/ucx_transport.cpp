@@ -164,7 +164,7 @@ class UcxTransportImpl final : public UcxTransport {
       if (end != nullptr && *end == '\0' && us >= 0 && us <= 1000000) {
         spin_ = std::chrono::microseconds(us);
       } else {
-        GW_WARN("ucx: ignoring GW_UCX_SPIN_US=%s (want microseconds in [0, 1000000])", v);
+        GW_WARN(kTransport, "ucx: ignoring GW_UCX_SPIN_US=%s (want microseconds in [0, 1000000])", v);
       }
     }
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -212,7 +212,7 @@ class UcxTransportImpl final : public UcxTransport {
     s = ucp_worker_set_am_recv_handler(worker_, &ap);
     if (s != UCS_OK) return ucs_error("ucp_worker_set_am_recv_handler", s);
 
-    GW_INFO("ucx: rank %d of %d: worker created (UCX %s, address %zu bytes, UCX_TLS=%s)", rank_, size_,
+    GW_INFO(kTransport, "ucx: rank %d of %d: worker created (UCX %s, address %zu bytes, UCX_TLS=%s)", rank_, size_,
             ucp_get_version_string(), address_.size(), getenv_or("UCX_TLS", "all (default)"));
     return Status::ok();
   }
@@ -291,7 +291,7 @@ class UcxTransportImpl final : public UcxTransport {
     }
     if (log::enabled(log::Level::kInfo)) {
       const int peer = size_ > 1 ? (rank_ + 1) % size_ : rank_;
-      GW_INFO("ucx: rank %d connected to %d ranks; lanes to rank %d: %s", rank_, size_, peer,
+      GW_INFO(kTransport, "ucx: rank %d connected to %d ranks; lanes to rank %d: %s", rank_, size_, peer,
               describe_lanes(eps_[static_cast<size_t>(peer)]).c_str());
     }
     return Status::ok();
@@ -310,7 +310,7 @@ class UcxTransportImpl final : public UcxTransport {
     p.cb.send = &UcxTransportImpl::on_send;
     p.user_data = &op;
     void* req = ucp_tag_send_nbx(eps_[static_cast<size_t>(peer)], buf, len, make_tag(rank_, tag), &p);
-    GW_TRACE("ucx: isend to %d tag %llu len %zu -> %s", peer, static_cast<unsigned long long>(tag & kTagMask), len,
+    GW_TRACE(kTransport, "ucx: isend to %d tag %llu len %zu -> %s", peer, static_cast<unsigned long long>(tag & kTagMask), len,
              req == nullptr ? "done" : (UCS_PTR_IS_ERR(req) ? "error" : "pending"));
     return adopt(req, op, len);
   }
@@ -325,7 +325,7 @@ class UcxTransportImpl final : public UcxTransport {
     p.cb.recv = &UcxTransportImpl::on_recv;
     p.user_data = &op;
     void* req = ucp_tag_recv_nbx(worker_, buf, cap, make_tag(peer, tag), ~ucp_tag_t{0}, &p);
-    GW_TRACE("ucx: irecv from %d tag %llu cap %zu -> %s", peer, static_cast<unsigned long long>(tag & kTagMask), cap,
+    GW_TRACE(kTransport, "ucx: irecv from %d tag %llu cap %zu -> %s", peer, static_cast<unsigned long long>(tag & kTagMask), cap,
              req == nullptr ? "done" : (UCS_PTR_IS_ERR(req) ? "error" : "posted"));
     return adopt(req, op, 0);
   }
@@ -348,7 +348,7 @@ class UcxTransportImpl final : public UcxTransport {
       const ucs_status_t s = ucp_worker_arm(worker_);
       if (s == UCS_ERR_BUSY) return;  // events arrived meanwhile: go and progress them
       if (s != UCS_OK) {
-        GW_TRACE("ucx: ucp_worker_arm: %s", ucs_status_string(s));
+        GW_TRACE(kTransport, "ucx: ucp_worker_arm: %s", ucs_status_string(s));
         return;
       }
     }
@@ -510,7 +510,7 @@ class UcxTransportImpl final : public UcxTransport {
       if (tcp_only && !tls_may_use_tcp()) continue;
       if (std::strcmp(d.key, "RNDV_THRESH") == 0 && rdma_devices_present()) continue;
       const ucs_status_t s = ucp_config_modify(config, d.key, d.value);
-      if (s != UCS_OK) GW_TRACE("ucx: cannot default %s=%s: %s", d.key, d.value, ucs_status_string(s));
+      if (s != UCS_OK) GW_TRACE(kTransport, "ucx: cannot default %s=%s: %s", d.key, d.value, ucs_status_string(s));
     }
   }
 
@@ -674,7 +674,7 @@ class UcxTransportImpl final : public UcxTransport {
     self->forget(*op);
     if (s == UCS_OK) {
       if (op->is_recv) op->bytes = length;
-      GW_TRACE("ucx: %s rank %d done, %zu bytes", op->is_recv ? "recv from" : "send to", op->peer, op->bytes);
+      GW_TRACE(kTransport, "ucx: %s rank %d done, %zu bytes", op->is_recv ? "recv from" : "send to", op->peer, op->bytes);
       finish(*op, Status::ok());
     } else {
       finish(*op, self->status_for(s, *op));
@@ -717,7 +717,7 @@ class UcxTransportImpl final : public UcxTransport {
     if (h.kind == static_cast<uint32_t>(Ctrl::kHello)) {
       p.hello = true;
     } else if (h.kind == static_cast<uint32_t>(Ctrl::kBye)) {
-      GW_INFO("ucx: rank %u closed its transport", h.rank);
+      GW_INFO(kTransport, "ucx: rank %u closed its transport", h.rank);
       p.said_bye = true;
       p.owe_ack = true;
     } else if (h.kind == static_cast<uint32_t>(Ctrl::kAck)) {
@@ -836,7 +836,7 @@ class UcxTransportImpl final : public UcxTransport {
     p.flags = UCP_AM_SEND_FLAG_EAGER;
     // The header lives as long as the worker (UCX 1.13 may read it until the send completes).
     void* req = ucp_am_send_nbx(ep, kCtrlAmId, h, sizeof(*h), nullptr, 0, &p);
-    if (UCS_PTR_IS_ERR(req)) GW_TRACE("ucx: control message to rank %d: %s", peer, ucs_status_string(UCS_PTR_STATUS(req)));
+    if (UCS_PTR_IS_ERR(req)) GW_TRACE(kTransport, "ucx: control message to rank %d: %s", peer, ucs_status_string(UCS_PTR_STATUS(req)));
   }
 
   // ucp_worker_progress, then whatever it left for us: endpoint errors, acks, abort.
@@ -872,7 +872,7 @@ class UcxTransportImpl final : public UcxTransport {
       p.failed = true;
       if (closing_) continue;
       if (p.said_bye) {
-        GW_INFO("ucx: connection to rank %d closed (%s) after it said goodbye", peer, ucs_status_string(status));
+        GW_INFO(kTransport, "ucx: connection to rank %d closed (%s) after it said goodbye", peer, ucs_status_string(status));
         continue;
       }
       fail(Status(Code::kRemote, "connection to rank " + std::to_string(peer) + " failed: " +
@@ -905,9 +905,9 @@ class UcxTransportImpl final : public UcxTransport {
       error_ = s;
     }
     if (s.code() == Code::kAborted) {
-      GW_INFO("ucx: rank %d: %s", rank_, s.to_string().c_str());
+      GW_INFO(kTransport, "ucx: rank %d: %s", rank_, s.to_string().c_str());
     } else {
-      GW_WARN("ucx: rank %d: %s", rank_, s.to_string().c_str());
+      GW_WARN(kTransport, "ucx: rank %d: %s", rank_, s.to_string().c_str());
     }
     failed_ = true;
     if (tell_peers && worker_ != nullptr) send_last_words(s);
@@ -978,7 +978,7 @@ class UcxTransportImpl final : public UcxTransport {
       }
       if (waiting < 0) return;
       if (Clock::now() >= until) {
-        GW_INFO("ucx: rank %d: rank %d did not answer the goodbye in time; closing anyway", rank_, waiting);
+        GW_INFO(kTransport, "ucx: rank %d: rank %d did not answer the goodbye in time; closing anyway", rank_, waiting);
         return;
       }
       if (ucp_worker_arm(worker_) == UCS_OK) {
