@@ -15,7 +15,6 @@
 #include "gradwire/communicator.hpp"
 #include "gradwire/gradwire.h"
 #include "transport/bootstrap/bootstrap.hpp"
-#include "transport/log.hpp"
 
 
 struct gw_comm_s {
@@ -347,11 +346,7 @@ extern "C" {
 gw_result_t gw_get_unique_id(gw_unique_id_t* id) {
   return guard("gw_get_unique_id", [&]() -> Status {
     if (id == nullptr) return null_arg("id");
-    gw::log::on_first_init();
-    gw::bootstrap::RootOptions options;
-    GW_ASSIGN_OR_RETURN(gw::CommConfig cfg, gw::CommConfig::from_env());
-    options.timeout = cfg.timeout;
-    GW_ASSIGN_OR_RETURN(gw::bootstrap::UniqueId uid, gw::bootstrap::create_unique_id(options));
+    GW_ASSIGN_OR_RETURN(gw::UniqueId uid, gw::get_unique_id());
     std::memcpy(id->internal, uid.bytes, sizeof uid.bytes);
     return Status::ok();
   });
@@ -362,13 +357,9 @@ gw_result_t gw_comm_init_rank(gw_comm_t* comm, int nranks, gw_unique_id_t id, in
     if (comm == nullptr) return null_arg("comm");
     *comm = nullptr;
     GW_ASSIGN_OR_RETURN(gw::CommConfig cfg, merge_config(config));
-    gw::bootstrap::UniqueId uid;
+    gw::UniqueId uid;
     std::memcpy(uid.bytes, id.internal, sizeof uid.bytes);
-    GW_RETURN_IF_ERROR(gw::bootstrap::validate_unique_id(uid));
-    auto exchange = [&](const std::string& blob) {
-      return gw::bootstrap::rendezvous(uid, rank, nranks, blob, cfg.timeout);
-    };
-    auto made = gw::coll::init_communicator(rank, nranks, exchange, cfg);
+    auto made = gw::Communicator::init_rank(nranks, uid, rank, cfg);
     if (!made.is_ok()) return made.status();
     *comm = new gw_comm_s{std::move(made).value()};
     return Status::ok();
@@ -380,9 +371,7 @@ gw_result_t gw_comm_init_from_env(gw_comm_t* comm, const gw_config_t* config) {
     if (comm == nullptr) return null_arg("comm");
     *comm = nullptr;
     GW_ASSIGN_OR_RETURN(gw::CommConfig cfg, merge_config(config));
-    GW_ASSIGN_OR_RETURN(gw::bootstrap::LaunchEnv env, gw::bootstrap::read_launch_env());
-    auto exchange = [&](const std::string& blob) { return gw::bootstrap::rendezvous_from_env(env, blob, cfg.timeout); };
-    auto made = gw::coll::init_communicator(env.rank, env.size, exchange, cfg);
+    auto made = gw::Communicator::from_env(cfg);
     if (!made.is_ok()) return made.status();
     *comm = new gw_comm_s{std::move(made).value()};
     return Status::ok();

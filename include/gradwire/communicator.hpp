@@ -66,10 +66,27 @@ struct CommStats {
   double hidden_s = 0;           // of encode_s + decode_s, while this rank's sends were queued in the transport
 };
 
+// A job's rendezvous ticket, as gw_unique_id_t: one process makes it (which starts the
+// rendezvous root in that process) and hands the bytes to every rank by any channel.
+struct UniqueId {
+  unsigned char bytes[128];
+};
+GW_API Result<UniqueId> get_unique_id();
+
 class GW_API Communicator {
  public:
   class Work;  // a queued call (submit, isend, irecv); test/wait/wait_for/on_complete below
-  // Takes a connected transport (the factories below build one).
+
+  // Under mpirun, srun, torchrun, a PMI launcher or GW_RANK/GW_SIZE (README, "Launchers";
+  // docs/configuration.md). Without a config, CommConfig::from_env().
+  static Result<std::unique_ptr<Communicator>> from_env();
+  static Result<std::unique_ptr<Communicator>> from_env(const CommConfig& config);
+  // NCCL-style: every rank calls it with the same nranks and id and its own rank.
+  static Result<std::unique_ptr<Communicator>> init_rank(int nranks, const UniqueId& id, int rank);
+  static Result<std::unique_ptr<Communicator>> init_rank(int nranks, const UniqueId& id, int rank,
+                                                         const CommConfig& config);
+  // Over a transport that is already connected. transport::Transport is internal (not
+  // installed): this is for gradwire's own tests and tools, which bring in-process ranks.
   static Result<std::unique_ptr<Communicator>> create(std::unique_ptr<transport::Transport> tp,
                                                       const CommConfig& config);
   ~Communicator();
