@@ -15,6 +15,7 @@
 #include "gradwire/communicator.hpp"
 #include "gradwire/gradwire.h"
 #include "transport/bootstrap/bootstrap.hpp"
+#include "transport/log.hpp"
 
 
 struct gw_comm_s {
@@ -342,6 +343,8 @@ Status submit_allreduce(gw_comm_t comm, bool device, const void* sendbuf, void* 
 }  // namespace
 
 extern "C" {
+
+const char* gw_get_build_info(void) { return gw::log::version_banner(); }
 
 gw_result_t gw_get_unique_id(gw_unique_id_t* id) {
   return guard("gw_get_unique_id", [&]() -> Status {

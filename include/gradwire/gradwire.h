@@ -143,6 +143,10 @@ GW_API const char* gw_get_error_string(gw_result_t result);
 GW_API const char* gw_get_last_error(void);
 /* GW_VERSION_CODE of the library actually loaded. */
 GW_API gw_result_t gw_get_version(int* version);
+/* One line: this library's version and what it was built with, the UCX it runs on, and NCCL's
+ * version when the process has NCCL loaded, e.g. "gradwire 0.1.0 (CUDA no, NCCL module no);
+ * UCX 1.13.1". The GW_DEBUG=VERSION banner. Valid on this thread until its next call. */
+GW_API const char* gw_get_build_info(void);
 
 /* ---- codecs ----
  * spec: "none", "fp16", "bf16", "qsgd:bits=4,bucket=512", "sign:bucket=512",

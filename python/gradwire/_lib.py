@@ -4,7 +4,10 @@ Where the library comes from, first match wins:
   1. $GRADWIRE_LIB, a path to libgradwire.so (nothing else is tried when it is set);
   2. build/libgradwire.so and build-release/libgradwire.so of the source tree this package
      sits in (python/../build);
-  3. the system's search path (ctypes.util.find_library("gradwire"), e.g. after
+  3. libgradwire.so inside this package (what `pip install .` puts there);
+  4. <prefix>/lib/libgradwire.so.0 when this package was installed by `cmake --install` with
+     GW_INSTALL_PYTHON=ON (the package in <prefix>/lib/python3.X/site-packages/gradwire);
+  5. the system's search path (ctypes.util.find_library("gradwire"), e.g. after
      `cmake --install build --prefix /usr/local`).
 """
 import ctypes
@@ -77,6 +80,9 @@ def _candidates():
     root = os.path.dirname(os.path.dirname(_HERE))
     for build in ("build", "build-release"):
         yield os.path.join(root, build, "libgradwire.so")
+    yield os.path.join(_HERE, "libgradwire.so")
+    prefix_lib = os.path.dirname(os.path.dirname(os.path.dirname(_HERE)))
+    yield os.path.join(prefix_lib, "libgradwire.so.0")
     found = ctypes.util.find_library("gradwire")
     if found:
         yield found
@@ -148,6 +154,7 @@ _OPTIONAL = {
     "gw_iallreduce_device": (_c.c_int, [_vp, _vp, _vp, _sz, _c.c_int, _c.c_int, _vp, _vp, _c.c_int, _vp, _p(_vp)]),
     "gw_allgather_device": (_c.c_int, [_vp, _vp, _vp, _sz, _vp]),
     "gw_broadcast_device": (_c.c_int, [_vp, _vp, _sz, _c.c_int, _vp]),
+    "gw_get_build_info": (_c.c_char_p, []),
     "gw_comm_enable_nccl": (_c.c_int, [_vp]),
     "gw_comm_nccl_enabled": (_c.c_int, [_vp, _p(_c.c_int)]),
     "gw_ef_state_set_residual": (_c.c_int, [_vp, _vp, _sz]),
@@ -184,6 +191,14 @@ def check(result):
     Call it on the thread that made the call: the library's message is thread-local."""
     if result != GW_SUCCESS:
         raise GradwireError(result, last_error())
+
+
+def build_info():
+    """gw_get_build_info(): the library's version, what it was built with, UCX's version and
+    NCCL's when loaded ("" for libraries older than the call)."""
+    if not has("gw_get_build_info"):
+        return ""
+    return lib.gw_get_build_info().decode("utf-8", "replace")
 
 
 def version():
