@@ -127,6 +127,13 @@ class HookState:
       one-dimensional (biases, norms) when dense_1d is set.
     warmup_steps: the first optimizer steps go dense (DGC's warm-up), then compression starts.
     ef: keep an error-feedback state per bucket (keyed by bucket index) for lossy codecs.
+    momentum: 0 (default), or the optimizer's momentum moved into the hook (DGC's momentum
+      correction): each rank keeps a velocity u = momentum * u + g per bucket and sends u, so
+      compression and error feedback act on the velocity; the result is the averaged
+      velocity, so the optimizer must then run WITHOUT momentum (SGD(momentum=0); Nesterov
+      is not supported). Use it with error feedback: momentum applied after a compressed
+      all-reduce re-sends the delayed residual through the momentum for many steps, and that
+      made sign + EF diverge on a CNN (docs/training.md).
     algo: gradwire algorithm name for compressed buckets, or "auto" for the library's policy.
       The policy sends dense any all-reduce under the communicator's dense_threshold_bytes
       (64 KiB by default: make the communicator with dense_threshold_bytes=0 to let min_size
@@ -148,7 +155,10 @@ class HookState:
 
     def __init__(self, comm=None, codec="default", param_codecs=None, min_size=1024,
                  warmup_steps=0, ef="default", algo="auto", model=None, dense_1d=True,
-                 process_group=None):
+                 process_group=None, momentum=0.0):
+        momentum = float(momentum)
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError("momentum must be in [0, 1), not %r" % momentum)
         options = None
         if comm is None:
             comm = _group_communicator(process_group)
@@ -178,6 +188,8 @@ class HookState:
         self.dense_1d = bool(dense_1d)
         self.process_group = process_group
         self.step = 0
+        self.momentum = momentum
+        self._velocity = {}  # id(parameter) -> its velocity (flat), with momentum
         self.stats = {"dense": 0, "compressed": 0, "algos": {}, "wire_bytes": 0, "dense_bytes": 0}
         self._encoded_size = {}
         self._codecs = {}
@@ -192,6 +204,7 @@ class HookState:
         self._retired = []   # states DDP's rebuild replaced, until their slices are taken
         self._claimed = set()  # (source, parameter) slices already carried into a new state
         self._restored = {}  # bucket index -> saved state, from load_state_dict
+        self._restored_velocity = {}  # parameter key -> velocity, from load_state_dict
         self._pending = queue.Queue()
         self._waiter = threading.Thread(target=self._complete, name="gradwire-hook", daemon=True)
         self._waiter.start()
@@ -252,6 +265,33 @@ class HookState:
             self._retired.append(entry)
         self._ef[index] = (spec, layout, ef)
         return ef
+
+    def _apply_momentum(self, bucket, tensor):
+        """u = momentum * u + g, then the bucket carries u. The velocity is kept per parameter,
+        so it follows a parameter into whatever bucket DDP puts it (DDP rebuilds its buckets
+        after the first step) and into a checkpoint."""
+        params = bucket.parameters()
+        if sum(p.numel() for p in params) != tensor.numel():
+            raise RuntimeError("bucket %d holds %d elements but its parameters %d: the hook cannot place the "
+                               "momentum" % (bucket.index(), tensor.numel(), sum(p.numel() for p in params)))
+        grads, vels, off = [], [], 0
+        for p in params:
+            g = tensor[off:off + p.numel()]
+            off += p.numel()
+            u = self._velocity.get(id(p))
+            if u is None or u.numel() != g.numel() or u.device != g.device:
+                u = torch.zeros_like(g)
+                saved = self._restored_velocity.pop(self._param_key([p])[0], None)
+                if saved is not None and saved.numel() == u.numel():
+                    u.copy_(saved.reshape(-1))
+                self._velocity[id(p)] = u
+                self._params_by_id[id(p)] = p
+            grads.append(g)
+            vels.append(u)
+        torch._foreach_mul_(vels, self.momentum)
+        torch._foreach_add_(vels, grads)
+        for g, u in zip(grads, vels):
+            g.copy_(u)
 
     def _carry_residual(self, ef, spec, params, key):
         """Fills a new state's residual from the slices its parameters had in older states of
@@ -315,7 +355,10 @@ class HookState:
             buckets[index] = {"spec": spec, "count": ef.count, "ef": ef.save(),
                               "params": self._param_key(params), "numels": [p.numel() for p in params]}
         stats = {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.stats.items()}
-        return {"version": 1, "step": self.step, "stats": stats, "buckets": buckets}
+        velocity = [(self._param_key([self._params_by_id[pid]])[0], u.detach().cpu().clone())
+                    for pid, u in self._velocity.items()]
+        return {"version": 1, "step": self.step, "stats": stats, "buckets": buckets, "momentum": self.momentum,
+                "velocity": velocity}
 
     def load_state_dict(self, state):
         """Restores state_dict(). A bucket of the same index, codec, size and parameters gets
@@ -324,6 +367,11 @@ class HookState:
             raise ValueError("not a gradwire HookState state_dict (version 1)")
         self.step = int(state["step"])
         self.stats = {k: (dict(v) if isinstance(v, dict) else v) for k, v in state["stats"].items()}
+        if float(state.get("momentum", 0.0)) != self.momentum:
+            raise ValueError("the checkpoint's hook momentum is %r but this HookState's is %r"
+                             % (state.get("momentum", 0.0), self.momentum))
+        self._velocity = {}
+        self._restored_velocity = {tuple(k) if isinstance(k, list) else k: v for k, v in state.get("velocity", [])}
         self._ef = {}
         self._retired = []
         self._claimed = set()
@@ -399,6 +447,8 @@ def comm_hook(state, bucket):
             if is_last:
                 state.step += 1
             return _fallback(state, tensor)
+        if state.momentum:
+            state._apply_momentum(bucket, tensor)
         spec = state.codec_for(bucket)
         codec = state._codec(spec) if spec is not None else None
         n = tensor.numel()

@@ -27,6 +27,20 @@ def test_bad_spec_in_hook_state_raises_the_library_message(solo_comm):
         gwt.HookState(solo_comm, codec="sign", param_codecs=[("*.weight", "fp16")])  # no model
     state = gwt.HookState(solo_comm, codec="none")
     state.close()
+    for bad in (-0.1, 1.0, float("nan")):
+        with pytest.raises(ValueError, match="momentum must be in"):
+            gwt.HookState(solo_comm, codec="sign", momentum=bad)
+
+
+def test_hook_momentum_equals_optimizer_momentum():
+    """The momentum moved into the hook (before compression) gives plain momentum SGD's
+    updates when nothing is compressed, across DDP's bucket rebuild and a checkpoint."""
+    res = run_ranks("momentum", nranks=3, timeout=120)
+    for r in res:
+        assert r["velocities_saved"] == r["params"] == 6
+        assert r["fresh_has_velocity"] == 0
+        assert max(r["diffs"]) < 1e-5, r["diffs"]
+        assert r["in_sync"]
 
 
 def test_hook_with_codec_none_equals_plain_allreduce():
