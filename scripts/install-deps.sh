@@ -15,4 +15,5 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libopenmpi-dev openmpi-bin \
   iproute2 iperf3 \
   python3 python3-numpy python3-pytest python3-torch python3-matplotlib python3-sklearn \
-  python3-venv python3-pip python3-dev libtorch-dev pybind11-dev ninja-build
+  python3-venv python3-pip python3-dev libtorch-dev pybind11-dev ninja-build \
+  dataset-fashion-mnist
