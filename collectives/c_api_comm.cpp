@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/c_api_exit.hpp"
 #include "collectives/comm_init.hpp"
 #include "collectives/communicator_impl.hpp"
 #include "compressors/c_api_handles.hpp"
@@ -18,9 +19,6 @@
 #include "transport/log.hpp"
 
 
-struct gw_comm_s {
-  std::unique_ptr<gw::Communicator> comm;
-};
 
 struct gw_request_s {
   std::shared_ptr<gw::Communicator::Work> work;
@@ -52,7 +50,13 @@ gw::Result<gw::CommConfig> merge_config(const gw_config_t* config) {
   return c;
 }
 
-Status check_comm(gw_comm_t comm) { return comm == nullptr ? null_arg("comm") : Status::ok(); }
+Status check_comm(gw_comm_t comm) {
+  if (comm == nullptr) return null_arg("comm");
+  if (comm->comm == nullptr) {
+    return Status(gw::Code::kInvalidUsage, "the communicator was closed when the process began to exit");
+  }
+  return Status::ok();
+}
 
 Status check_dtype_op(gw_dtype_t dtype, gw_red_op_t op) {
   if (!gw::collective_dtype_valid(static_cast<int>(dtype))) {
@@ -364,7 +368,7 @@ gw_result_t gw_comm_init_rank(gw_comm_t* comm, int nranks, gw_unique_id_t id, in
     std::memcpy(uid.bytes, id.internal, sizeof uid.bytes);
     auto made = gw::Communicator::init_rank(nranks, uid, rank, cfg);
     if (!made.is_ok()) return made.status();
-    *comm = new gw_comm_s{std::move(made).value()};
+    *comm = gw::capi::adopt(std::move(made).value());
     return Status::ok();
   });
 }
@@ -376,14 +380,14 @@ gw_result_t gw_comm_init_from_env(gw_comm_t* comm, const gw_config_t* config) {
     GW_ASSIGN_OR_RETURN(gw::CommConfig cfg, merge_config(config));
     auto made = gw::Communicator::from_env(cfg);
     if (!made.is_ok()) return made.status();
-    *comm = new gw_comm_s{std::move(made).value()};
+    *comm = gw::capi::adopt(std::move(made).value());
     return Status::ok();
   });
 }
 
 gw_result_t gw_comm_destroy(gw_comm_t comm) {
   return guard("gw_comm_destroy", [&]() -> Status {
-    delete comm;
+    gw::capi::release(comm);
     return Status::ok();
   });
 }
@@ -618,7 +622,7 @@ gw_result_t gw_comm_init_with_allgather(gw_comm_t* comm, int nranks, int rank, g
     auto exchange = [&](const std::string& blob) { return allgather_blobs(allgather, user, rank, nranks, blob); };
     auto made = gw::coll::init_communicator(rank, nranks, exchange, cfg);
     if (!made.is_ok()) return made.status();
-    *comm = new gw_comm_s{std::move(made).value()};
+    *comm = gw::capi::adopt(std::move(made).value());
     return Status::ok();
   });
 }

@@ -6,8 +6,10 @@ device, ordered on the tensor's current CUDA stream (gw_*_device); their EF stat
 ErrorFeedback(count, device=...). Every failed library call raises GradwireError with the
 library's own message (gw_get_last_error()).
 """
+import atexit
 import ctypes
 import threading
+import weakref
 
 from . import _lib
 from ._lib import (ALGOS, CODEC_IDS, DECODE_MODES, DTYPES, OPS, GradwireError,
@@ -15,6 +17,35 @@ from ._lib import (ALGOS, CODEC_IDS, DECODE_MODES, DTYPES, OPS, GradwireError,
 
 _INVALID = _lib.GW_ERR_INVALID_ARGUMENT
 _UNSUPPORTED = _lib.GW_ERR_UNSUPPORTED
+
+# Communicators this module made and has not closed, oldest first. At interpreter exit they are
+# closed newest first while Python is still whole: left to finalisation, __del__ may run after
+# this module's globals are gone (and then cannot close), or not at all, and the peers would
+# see a dropped connection. (The library's own exit handler closes whatever is still open
+# after that; the torch backend's groups are closed by gradwire._backend's handler, which runs
+# before this one.)
+_open = []
+_open_lock = threading.Lock()
+
+
+def _track(comm):
+    with _open_lock:
+        _open[:] = [r for r in _open if r() is not None]
+        _open.append(weakref.ref(comm))
+    return comm
+
+
+def _close_open_at_exit():
+    while True:
+        with _open_lock:
+            if not _open:
+                return
+            comm = _open.pop()()
+        if comm is not None:
+            comm.close()
+
+
+atexit.register(_close_open_at_exit)
 
 
 def _cuda(x):
@@ -323,7 +354,7 @@ class Communicator:
         cfg = make_config(timeout_s, chunk_bytes, dense_threshold_bytes)
         h = ctypes.c_void_p()
         check(lib.gw_comm_init_from_env(ctypes.byref(h), ctypes.byref(cfg) if cfg is not None else None))
-        return cls(h)
+        return _track(cls(h))
 
     @classmethod
     def init_rank(cls, nranks, unique_id, rank, timeout_s=None, chunk_bytes=None, dense_threshold_bytes=None):
@@ -335,7 +366,7 @@ class Communicator:
         h = ctypes.c_void_p()
         check(lib.gw_comm_init_rank(ctypes.byref(h), int(nranks), uid, int(rank),
                                     ctypes.byref(cfg) if cfg is not None else None))
-        return cls(h)
+        return _track(cls(h))
 
     def _handle(self):
         if not self._h:
