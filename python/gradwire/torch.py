@@ -133,7 +133,8 @@ class HookState:
       velocity, so the optimizer must then run WITHOUT momentum (SGD(momentum=0); Nesterov
       is not supported). Use it with error feedback: momentum applied after a compressed
       all-reduce re-sends the delayed residual through the momentum for many steps, and that
-      made sign + EF diverge on a CNN (docs/training.md).
+      made sign + EF diverge on a CNN (docs/training.md). take_momentum_from(optimizer)
+      does both halves at once for torch.optim.SGD.
     algo: gradwire algorithm name for compressed buckets, or "auto" for the library's policy.
       The policy sends dense any all-reduce under the communicator's dense_threshold_bytes
       (64 KiB by default: make the communicator with dense_threshold_bytes=0 to let min_size
@@ -265,6 +266,30 @@ class HookState:
             self._retired.append(entry)
         self._ef[index] = (spec, layout, ef)
         return ef
+
+    def take_momentum_from(self, optimizer):
+        """Moves a torch.optim.SGD's momentum into the hook: the hook then keeps the velocity
+        (before compression) and the optimizer's momentum becomes 0. Call it before the first
+        step. Needs the same momentum in every parameter group, no Nesterov, no dampening."""
+        if not isinstance(optimizer, torch.optim.SGD):
+            raise TypeError("take_momentum_from needs a torch.optim.SGD, not %s" % type(optimizer).__name__)
+        if self.step or self._velocity:
+            raise RuntimeError("take_momentum_from must come before the first step")
+        groups = optimizer.param_groups
+        momenta = {float(g.get("momentum", 0.0)) for g in groups}
+        if len(momenta) != 1:
+            raise ValueError("the optimizer's parameter groups have different momenta %s" % sorted(momenta))
+        if any(g.get("nesterov") for g in groups) or any(float(g.get("dampening", 0.0)) for g in groups):
+            raise ValueError("the hook's momentum is plain heavy-ball: no Nesterov, no dampening")
+        momentum = momenta.pop()
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError("momentum must be in [0, 1), not %r" % momentum)
+        if self.momentum and momentum:
+            raise ValueError("the hook already has momentum %r and the optimizer %r" % (self.momentum, momentum))
+        self.momentum = self.momentum or momentum
+        for g in groups:
+            g["momentum"] = 0.0
+        return self.momentum
 
     def _apply_momentum(self, bucket, tensor):
         """u = momentum * u + g, then the bucket carries u. The velocity is kept per parameter,

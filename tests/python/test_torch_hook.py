@@ -32,6 +32,33 @@ def test_bad_spec_in_hook_state_raises_the_library_message(solo_comm):
             gwt.HookState(solo_comm, codec="sign", momentum=bad)
 
 
+def test_take_momentum_from_moves_sgd_momentum_into_the_hook(solo_comm):
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    state = gwt.HookState(solo_comm, codec="sign")
+    assert state.take_momentum_from(opt) == 0.9
+    assert state.momentum == 0.9 and opt.param_groups[0]["momentum"] == 0.0
+    state.close()
+    for kwargs, err in (({"momentum": 0.9, "nesterov": True}, "no Nesterov"),
+                        ({"momentum": 0.9, "dampening": 0.1}, "no dampening")):
+        state = gwt.HookState(solo_comm, codec="sign")
+        with pytest.raises(ValueError, match=err):
+            state.take_momentum_from(torch.optim.SGD(model.parameters(), lr=0.1, **kwargs))
+        state.close()
+    two = torch.optim.SGD([{"params": [model.weight], "momentum": 0.9}, {"params": [model.bias], "momentum": 0.5}],
+                          lr=0.1)
+    state = gwt.HookState(solo_comm, codec="sign")
+    with pytest.raises(ValueError, match="different momenta"):
+        state.take_momentum_from(two)
+    with pytest.raises(TypeError, match="torch.optim.SGD"):
+        state.take_momentum_from(torch.optim.Adam(model.parameters()))
+    state.close()
+    state = gwt.HookState(solo_comm, codec="sign", momentum=0.5)
+    with pytest.raises(ValueError, match="already has momentum"):
+        state.take_momentum_from(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    state.close()
+
+
 def test_hook_momentum_equals_optimizer_momentum():
     """The momentum moved into the hook (before compression) gives plain momentum SGD's
     updates when nothing is compressed, across DDP's bucket rebuild and a checkpoint."""
