@@ -166,8 +166,8 @@ def main():
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated; every configuration runs once per seed")
     ap.add_argument("--timeout", type=float, default=1800, help="per run")
-    ap.add_argument("--only", help="run only the rows whose name contains one of these ('|' between them; "
-                    "DDP's row always runs)")
+    ap.add_argument("--only", help="run only the rows whose name contains one of these ('|' between them, "
+                    "'=NAME' for exactly NAME; DDP's row always runs)")
     ap.add_argument("--quick", action="store_true", help="a few hundred steps of four rows; fails when an EF "
                     "row's loss does not track DDP's")
     ap.add_argument("--results", help="directory of per-run results (default build/training/TASK[-quick])")
@@ -186,7 +186,8 @@ def main():
     t0 = time.monotonic()
     rows = []
     for name, extra in rows_cfg:
-        if args.only and not any(o in name for o in args.only.split("|")) and extra[1] != "gloo":
+        if args.only and not any(name == o[1:] if o.startswith("=") else o in name for o in args.only.split("|")) \
+                and extra[1] != "gloo":
             continue
         runs = []
         for seed in seeds:
