@@ -56,8 +56,8 @@ def configs(task):
 
 QUICK = [("DDP all-reduce (gloo)", ["--codec", "gloo"]),
          ("qsgd 4-bit + EF", ["--codec", "qsgd:bits=4", "--ef"]),
-         ("sign + EF", ["--codec", "sign", "--ef"]),
-         ("topk 1% + EF", ["--codec", "topk:ratio=0.01", "--ef"])]
+         ("sign + EF, hook momentum", ["--codec", "sign", "--ef", "--hook-momentum"]),
+         ("topk 1% + EF, hook momentum", ["--codec", "topk:ratio=0.01", "--ef", "--hook-momentum"])]
 
 
 def slug(name, seed):

@@ -1,6 +1,6 @@
 """examples/compare_codecs.py --quick: a ResNet on Fashion-MNIST, 4 real ranks, 300 steps of
-DDP over gloo against gradwire's hook with qsgd 4-bit, sign and top-k 1% with error feedback;
-each must end near DDP's training loss. Runs under current torch only (Debian's torch 1.13 has
+DDP over gloo against gradwire's hook with qsgd 4-bit, sign and top-k 1% with error feedback
+(the last two with the momentum in the hook); each must end near DDP's training loss. Runs under current torch only (Debian's torch 1.13 has
 a slow BLAS: the same run takes several times as long) and needs dataset-fashion-mnist."""
 import importlib.util
 import os
@@ -42,4 +42,5 @@ def test_quick_training_tracks_dense(tmp_path):
                         "--quick", "--results", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-4000:]
-    assert "qsgd 4-bit + EF" in p.stdout and "topk 1% + EF" in p.stdout and "sign + EF" in p.stdout
+    for row in ("qsgd 4-bit + EF", "sign + EF, hook momentum", "topk 1% + EF, hook momentum"):
+        assert row in p.stdout
