@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds and runs every test. With --sanitize, builds a separate ASan+UBSan tree and runs
-# its tests too, then the libFuzzer harnesses for 30 s each (scripts/fuzz.sh; what CI does).
+# Builds (default compiler: GCC on Debian) and runs every test. With --sanitize, builds a
+# separate ASan+UBSan tree with clang and runs its tests too, then the libFuzzer harnesses for
+# 30 s each (scripts/fuzz.sh; what CI does).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 sanitize=0
@@ -20,7 +21,10 @@ ctest --test-dir "$root/build" --output-on-failure -j "$(nproc)" --timeout 300
 "$root/scripts/emulate-kernels.sh"
 
 if [ "$sanitize" = 1 ]; then
-  GW_BUILD_DIR=$root/build-asan GW_BUILD_TYPE=Debug "$root/scripts/build.sh" \
+  # The sanitizer tree is built with clang (the normal one with GCC), so every commit builds
+  # warning-free with both compilers and runs its tests under both.
+  CC=clang CXX=clang++ GW_BUILD_DIR=$root/build-asan GW_BUILD_TYPE=Debug "$root/scripts/build.sh" \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
     -DGW_WERROR=ON -DGW_SANITIZE=address,undefined -DGW_WITH_CUDA=OFF -DGW_BUILD_PERF=OFF
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$root/build-asan" --output-on-failure -j "$(nproc)" --timeout 600
