@@ -70,6 +70,8 @@ def run(task, name, extra, seed, args):
     if os.path.exists(path):
         with open(path) as f:
             return json.load(f)
+    if args.cached:
+        return None
     cmd = [sys.executable, os.path.join(HERE, "train.py"), "--task", task, "--launch", str(args.ranks),
            "--seed", str(seed), "--timeout", str(args.timeout), "--json", path + ".tmp"] + args.common + extra
     t0 = time.monotonic()
@@ -172,6 +174,7 @@ def main():
                     "row's loss does not track DDP's")
     ap.add_argument("--results", help="directory of per-run results (default build/training/TASK[-quick])")
     ap.add_argument("--markdown", help="also write the table here")
+    ap.add_argument("--cached", action="store_true", help="run nothing: the table of the results kept so far")
     ap.add_argument("train_args", nargs="*", help="after --: more examples/train.py arguments for every run")
     args = ap.parse_args()
     args.common = args.train_args
@@ -192,6 +195,8 @@ def main():
         runs = []
         for seed in seeds:
             r = run(args.task, name, extra, seed, args)
+            if r is None:  # --cached, and not run yet
+                continue
             runs.append(r)
             if r.get("failed"):
                 print("%-36s seed %d FAILED" % (name, seed), flush=True)
@@ -199,12 +204,13 @@ def main():
                 print("%-36s seed %d  %s %.4f  train loss %.4f  %.1f ms/step  (%.0f s)" % (
                     name, seed, r["metric"], r["final"][r["metric"]], r["final_train_loss"], r["step_ms_median"],
                     r.get("wall_s", 0)), flush=True)
-        rows.append(summarize(name, runs))
+        if runs:
+            rows.append(summarize(name, runs))
     base = rows[0]["value"] if rows and rows[0].get("codec") == "gloo" and "value" in rows[0] else None
     first = next((r["first"] for r in rows if "first" in r), {})
     text = "%s; %s parameters; %s ranks, global batch %s, %s steps; seeds %s; %s; %s (%.1f min)\n\n%s\n" % (
         first.get("data", "?"), first.get("params", "?"), args.ranks, first.get("global_batch", "?"),
-        first.get("planned_steps", "?"), ", ".join(map(str, seeds)), machine(),
+        first.get("planned_steps", "?"), ", ".join(map(str, seeds)) + (" where run" if args.cached else ""), machine(),
         datetime.date.today().isoformat(), (time.monotonic() - t0) / 60, table(rows, base))
     print(text)
     if args.markdown:

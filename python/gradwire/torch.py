@@ -23,6 +23,7 @@ states in device memory; comm.enable_nccl() (every rank) sends the dense ones th
 import fnmatch
 import queue
 import threading
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -201,6 +202,13 @@ class HookState:
         for spec in [self.default_spec] + [s for _, s in self.rules]:
             if spec is not None:
                 self._codec(spec)
+                if self.use_ef and spec.split(":")[0] == "randomk":
+                    # Random-k keeps k/n of the energy: under EF each element waits about
+                    # n/k steps in the residual, and SGD at an ordinary learning rate diverged.
+                    warnings.warn("gradwire: randomk with error feedback sends each element about once every "
+                                  "1/ratio steps; on Fashion-MNIST it diverged at the learning rate dense SGD "
+                                  "used (docs/training.md). Prefer topk/dgc with EF, or randomk without EF.",
+                                  stacklevel=2)
         self._params_by_id = {}
         self._retired = []   # states DDP's rebuild replaced, until their slices are taken
         self._claimed = set()  # (source, parameter) slices already carried into a new state

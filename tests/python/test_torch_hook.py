@@ -1,4 +1,6 @@
 """gradwire.torch: the DDP comm hook, across 4 real processes (gloo + gradwire over UCX)."""
+import warnings
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -30,6 +32,15 @@ def test_bad_spec_in_hook_state_raises_the_library_message(solo_comm):
     for bad in (-0.1, 1.0, float("nan")):
         with pytest.raises(ValueError, match="momentum must be in"):
             gwt.HookState(solo_comm, codec="sign", momentum=bad)
+
+
+def test_randomk_with_error_feedback_warns(solo_comm):
+    with pytest.warns(UserWarning, match="randomk with error feedback"):
+        gwt.HookState(solo_comm, codec="randomk:ratio=0.01", ef=True).close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gwt.HookState(solo_comm, codec="randomk:ratio=0.01", ef=False).close()
+        gwt.HookState(solo_comm, codec="topk:ratio=0.01", ef=True).close()
 
 
 def test_take_momentum_from_moves_sgd_momentum_into_the_hook(solo_comm):
