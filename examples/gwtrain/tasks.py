@@ -18,6 +18,11 @@ DEFAULTS = {
 }
 
 
+def _my_share(n, rank, size):
+    """This rank's [lo, hi) of n held-out items: disjoint shares, summed over ranks later."""
+    return rank * n // size, (rank + 1) * n // size
+
+
 def _cosine(step, total, warmup):
     if step < warmup:
         return (step + 1) / warmup
@@ -67,8 +72,7 @@ class ImageTask:
 
     def evaluate(self, model):
         """Accuracy and mean loss over the whole test set."""
-        n = len(self.Xte)
-        lo, hi = self.rank * n // self.size, (self.rank + 1) * n // self.size
+        lo, hi = _my_share(len(self.Xte), self.rank, self.size)
         sums = torch.zeros(3, dtype=torch.float64)
         with torch.no_grad():
             for i in range(lo, hi, 500):
@@ -115,8 +119,7 @@ class TextTask:
 
     def evaluate(self, model):
         """Mean validation loss per byte (nats) and bits per byte."""
-        n = len(self.val_windows)
-        lo, hi = self.rank * n // self.size, (self.rank + 1) * n // self.size
+        lo, hi = _my_share(len(self.val_windows), self.rank, self.size)
         sums = torch.zeros(2, dtype=torch.float64)
         with torch.no_grad():
             for i in range(lo, hi, 32):
