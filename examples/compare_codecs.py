@@ -124,7 +124,8 @@ def table(rows, base):
         if "value" not in r:
             out.append("| %s | | failed | | | | | | | | |" % r["name"])
             continue
-        algo = ", ".join(r["algos"] or (["gloo"] if r["codec"] == "gloo" else ["ring"]))
+        algo = ", ".join(r["algos"] or (["gloo"] if r["codec"] == "gloo" or r["codec"].startswith("ref_")
+                                        else ["ring"]))
         note = " (diverged)" if r["diverged"] else (" (a seed failed)" if r["failed"] else "")
         if not r["in_sync"]:
             note += " (ranks out of sync!)"
