@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs the CUDA kernels in kernels/*.cu on the CPU (tools/kernel_emulator) and compares them
 # with the host codecs byte for byte; needs no GPU. Uses the host library from a normal build
-# (scripts/build.sh, or $GW_BUILD_DIR) and builds into build/kernel-emulator.
+# (scripts/build.sh, or $GW_BUILD_DIR) and builds into build/kernel-emulator (or $GW_EMU_OUT).
 # usage: scripts/emulate-kernels.sh [--full]   (quick by default; exits non-zero on any failure)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${GW_BUILD_DIR:-$root/build}
-out=$root/build/kernel-emulator
+out=${GW_EMU_OUT:-$root/build/kernel-emulator}
 tool=$root/tools/kernel_emulator
 mode=quick
 case "${1:-}" in
