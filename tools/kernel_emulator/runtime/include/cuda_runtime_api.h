@@ -116,3 +116,16 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
   *v = a == cudaDevAttrL2CacheSize ? emu::g_l2 : emu::g_sms;
   return cudaSuccess;
 }
+// Occupancy: every kernel fits $EMU_BLOCKS_PER_SM blocks per SM (default 4; 0 is allowed, as a
+// real device answers for a kernel that cannot launch), so callers size grids from the query.
+template <class Kernel>
+inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, Kernel, int block_size, size_t) {
+  static const int per_sm = [] {
+    const char* s = std::getenv("EMU_BLOCKS_PER_SM");
+    const int v = s != nullptr ? std::atoi(s) : 4;
+    return v >= 0 ? v : 4;
+  }();
+  if (blocks == nullptr || block_size <= 0 || block_size > 1024) return cudaErrorInvalidValue;
+  *blocks = per_sm;
+  return cudaSuccess;
+}
