@@ -22,6 +22,22 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
 Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
                                   Codec& codec, ErrorFeedback* ef);
 
+struct Topology;
+struct HierarchicalArgs {
+  const void* send;
+  void* recv;
+  size_t n;
+  DType dtype;
+  ReduceOp op;
+  Codec* codec;        // null: dense
+  Algo inner;          // the inter-node leg's algorithm (kRing: dense)
+  ErrorFeedback* ef;   // the caller's (n elements) or null; the inter-node leg's residual
+  ErrorFeedback* shard_ef;  // the communicator's scratch state for this rank's shard
+  bool flush_ef;       // ef may hold a flat call's residual: send it densely first
+};
+// Dense inside nodes, `inner` between them (hierarchical_allreduce.cpp); t.hierarchical().
+Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalArgs& a);
+
 // fits: whether capacity held every message; when not, out is untouched (the messages went
 // to scratch) and lengths still tells what each rank sent.
 Status sparse_allgather(Context& c, const void* msg, size_t len, void* out, size_t capacity,

@@ -71,7 +71,7 @@ Status check_dtype_op(gw_dtype_t dtype, gw_red_op_t op) {
 // Enum ranges only: which dtype and op a codec or algorithm takes is the C++ layer's check.
 Status check_enum_args(gw_dtype_t dtype, gw_red_op_t op, gw_algo_t algo) {
   GW_RETURN_IF_ERROR(check_dtype_op(dtype, op));
-  if (static_cast<int>(algo) < 0 || algo > GW_ALGO_SPARSE_ALLGATHER) {
+  if (static_cast<int>(algo) < 0 || algo > GW_ALGO_HIERARCHICAL) {
     return gw::invalid_argument("algo " + std::to_string(static_cast<int>(algo)) + " is not a gw_algo_t");
   }
   return Status::ok();
@@ -414,6 +414,21 @@ gw_result_t gw_comm_size(gw_comm_t comm, int* size) {
     GW_RETURN_IF_ERROR(check_comm(comm));
     if (size == nullptr) return null_arg("size");
     *size = comm->comm->size();
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_comm_topology(gw_comm_t comm, int* node_count, int* node, int* local_rank, int* local_size) {
+  return guard("gw_comm_topology", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    if (node_count == nullptr) return null_arg("node_count");
+    if (node == nullptr) return null_arg("node");
+    if (local_rank == nullptr) return null_arg("local_rank");
+    if (local_size == nullptr) return null_arg("local_size");
+    *node_count = comm->comm->node_count();
+    *node = comm->comm->node();
+    *local_rank = comm->comm->local_rank();
+    *local_size = comm->comm->local_size();
     return Status::ok();
   });
 }

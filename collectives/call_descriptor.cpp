@@ -45,7 +45,7 @@ std::string dtype_text(uint8_t d) {
 }
 
 std::string algo_text(uint8_t a) {
-  return a <= static_cast<uint8_t>(Algo::kSparseAllgather) ? algo_name(static_cast<Algo>(a)) : "algo" + std::to_string(a);
+  return a <= static_cast<uint8_t>(Algo::kHierarchical) ? algo_name(static_cast<Algo>(a)) : "algo" + std::to_string(a);
 }
 
 // The fields of d that differ from o (all of d's own fields when the collectives differ),

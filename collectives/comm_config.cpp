@@ -38,6 +38,12 @@ Result<CommConfig> CommConfig::from_env() {
     if (!algo.is_ok()) return algo.status().with_context("GW_ALGO");
     c.algo = *algo;
   }
+  if (const char* a = std::getenv("GW_INTER_ALGO"); a != nullptr && *a != '\0') {
+    auto algo = parse_algo(a);
+    if (!algo.is_ok()) return algo.status().with_context("GW_INTER_ALGO");
+    if (*algo == Algo::kHierarchical) return invalid_argument("GW_INTER_ALGO=hierarchical: name a flat algorithm for the inter-node leg");
+    c.inter_algo = *algo;
+  }
   if (const char* s = std::getenv("GW_CODEC"); s != nullptr && *s != '\0') {
     auto spec = CodecSpec::parse(s);
     if (!spec.is_ok()) return spec.status().with_context("GW_CODEC");

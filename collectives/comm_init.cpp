@@ -2,12 +2,31 @@
 
 #include <string>
 
+#include "collectives/topology.hpp"
 #include "transport/log.hpp"
+#include "transport/topology/host_identity.hpp"
 #ifdef GW_HAVE_UCX
 #include "transport/ucx/ucx_transport.hpp"
 #endif
 
 namespace gw::coll {
+namespace {
+
+// Each rank's launcher hint against the layout the host identities give: a disagreement is
+// said on the rank that has it (identities win: they are what shared memory follows).
+void check_hints(const Topology& t, const std::vector<topo::HostInfo>& hosts, int rank) {
+  const topo::HostInfo& me = hosts[static_cast<size_t>(rank)];
+  if (me.hint_local_size < 0) return;
+  if (me.hint_local_size != t.local_size || me.hint_local_rank != t.local_rank) {
+    GW_WARN(kInit,
+            "topology: %s says local rank %d of %d, but the ranks' host identities make this local rank %d of %d "
+            "(%s); using the identities (set GW_HOST_ID where hosts cannot be told apart)",
+            me.hint_source.c_str(), me.hint_local_rank, me.hint_local_size, t.local_rank, t.local_size,
+            t.describe().c_str());
+  }
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Communicator>> init_communicator(int rank, int nranks, const AddressExchange& exchange,
                                                         const CommConfig& config) {
@@ -21,13 +40,25 @@ Result<std::unique_ptr<Communicator>> init_communicator(int rank, int nranks, co
   const auto deadline = transport::Clock::now() + config.timeout;
 #ifdef GW_HAVE_UCX
   GW_ASSIGN_OR_RETURN(std::unique_ptr<transport::UcxTransport> tp, transport::UcxTransport::create(rank, nranks));
-  GW_ASSIGN_OR_RETURN(std::vector<std::string> addresses, exchange(tp->local_address()));
-  if (addresses.size() != static_cast<size_t>(nranks)) {
-    return internal_error("address exchange returned " + std::to_string(addresses.size()) + " entries for " +
+  // Every rank's host record travels ahead of its transport address.
+  GW_ASSIGN_OR_RETURN(std::vector<std::string> blobs,
+                      exchange(topo::encode_host_info(topo::local_host_info()) + tp->local_address()));
+  if (blobs.size() != static_cast<size_t>(nranks)) {
+    return internal_error("address exchange returned " + std::to_string(blobs.size()) + " entries for " +
                           std::to_string(nranks) + " ranks");
   }
+  std::vector<topo::HostInfo> hosts(blobs.size());
+  std::vector<std::string> ids(blobs.size()), addresses(blobs.size());
+  for (size_t r = 0; r < blobs.size(); ++r) {
+    size_t used = 0;
+    GW_ASSIGN_OR_RETURN(hosts[r], topo::parse_host_info(blobs[r], static_cast<int>(r), &used));
+    ids[r] = hosts[r].id;
+    addresses[r] = blobs[r].substr(used);
+  }
+  const Topology t = Topology::from_keys(ids, rank);
+  check_hints(t, hosts, rank);
   GW_RETURN_IF_ERROR(tp->connect(addresses, deadline));
-  return Communicator::create(std::move(tp), config);
+  return Communicator::create(std::move(tp), config, t.node_of);
 #else
   (void)exchange;
   (void)deadline;

@@ -41,9 +41,20 @@ using coll::CallKind;
 
 Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<transport::Transport> tp,
                                                            const CommConfig& config) {
+  return create(std::move(tp), config, {});
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<transport::Transport> tp,
+                                                           const CommConfig& config, const std::vector<int>& node_of_rank) {
   if (tp == nullptr) return invalid_argument("transport is null");
   if (tp->size() > 1024) return unsupported("communicators hold at most 1024 ranks");
+  if (!node_of_rank.empty() && node_of_rank.size() != static_cast<size_t>(tp->size())) {
+    return invalid_argument("node_of_rank has " + std::to_string(node_of_rank.size()) + " entries for " +
+                            std::to_string(tp->size()) + " ranks");
+  }
   auto impl = std::make_unique<Impl>();
+  impl->topo = node_of_rank.empty() ? coll::Topology::single_node(tp->size(), tp->rank())
+                                    : coll::Topology::from_node_of(node_of_rank, tp->rank());
   impl->tp = std::move(tp);
   impl->config = config;
   impl->counted = std::make_unique<coll::CountingTransport>(*impl->tp, impl->stats);
@@ -116,7 +127,12 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
       im->serve_p2p();
     }
   });
-  GW_INFO(kInit, "communicator up: rank %d of %d over %s", comm->rank(), comm->size(), im->tp->name());
+  GW_INFO(kInit, "communicator up: rank %d of %d over %s; %s, this rank is local rank %d of node %d", comm->rank(),
+          comm->size(), im->tp->name(), im->topo.describe().c_str(), im->topo.local_rank, im->topo.node);
+  if (comm->rank() == 0 && im->topo.nnodes > 1 && !im->topo.hierarchical()) {
+    GW_WARN(kInit, "topology %s: the hierarchical all-reduce is off (%s); all-reduces run flat", im->topo.describe().c_str(),
+            im->topo.why_flat().c_str());
+  }
   return comm;
 }
 
@@ -133,6 +149,31 @@ Communicator::~Communicator() {
 }
 
 int Communicator::rank() const { return impl_->tp->rank(); }
+int Communicator::node_count() const { return impl_->topo.nnodes; }
+int Communicator::node() const { return impl_->topo.node; }
+int Communicator::local_rank() const { return impl_->topo.local_rank; }
+int Communicator::local_size() const { return impl_->topo.local_size; }
+
+Algo Communicator::Impl::layout_choice(Algo flat, Algo requested, bool on_device) const {
+  const bool named = requested == Algo::kHierarchical || (requested == Algo::kAuto && config.algo == Algo::kHierarchical);
+  const bool automatic = requested == Algo::kAuto && config.algo == Algo::kAuto;
+  if (!named && !automatic) return flat;
+  if (topo.hierarchical() && !on_device) return Algo::kHierarchical;
+  if (named && !told_flat.exchange(true)) {
+    GW_WARN(kColl, "hierarchical all-reduce asked for, but %s: running %s (flat) instead",
+            on_device ? "it runs on host buffers only" : (topo.describe() + ": " + topo.why_flat()).c_str(),
+            algo_name(flat));
+  }
+  return flat;
+}
+
+Algo Communicator::Impl::inter_algo(Algo flat, size_t count, DType dtype, const Codec* codec) const {
+  const bool lossy = flat != Algo::kRing && codec != nullptr && codec->id() != CodecId::kNone && dtype == DType::kFloat32;
+  if (!lossy) return Algo::kRing;
+  if (config.inter_algo != Algo::kAuto) return config.inter_algo;
+  // One rank per node takes part: the flat policy's rules with nodes for ranks.
+  return coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, topo.nnodes, Algo::kAuto, Algo::kAuto, 0});
+}
 int Communicator::size() const { return impl_->tp->size(); }
 Status Communicator::error() const { return impl_->broken_status(); }
 
@@ -201,6 +242,9 @@ Status Communicator::run(std::function<Status()> fn, bool collective) {
 
 namespace {
 
+// A request for the hierarchical all-reduce leaves the flat policy free.
+Algo flat_request(Algo a) { return a == Algo::kHierarchical ? Algo::kAuto : a; }
+
 // Whether the measured policy decides this call (see AllreduceTuner).
 bool tunable(bool tune, Algo static_choice, Algo requested, Algo configured, const Codec* codec, int nranks) {
   return tune && static_choice != Algo::kRing && requested == Algo::kAuto && configured == Algo::kAuto &&
@@ -240,17 +284,18 @@ void rehome_owner_residual(ErrorFeedback& ef, std::unordered_map<const void*, Al
 
 Algo Communicator::choose_algo(size_t count, DType dtype, const Codec* codec, Algo requested) const {
   codec = impl_->effective_codec(const_cast<Codec*>(codec), dtype);  // only read here
-  const coll::PolicyInput in{count, dtype, codec, size(), requested, impl_->config.algo,
+  const coll::PolicyInput in{count, dtype, codec, size(), flat_request(requested), flat_request(impl_->config.algo),
                              impl_->config.dense_threshold_bytes};
   const Algo a = coll::choose_allreduce(in);
+  const Algo chosen = impl_->layout_choice(a, requested, false);
   if (tunable(impl_->tune, a, requested, impl_->config.algo, codec, size())) {
     const Algo d = impl_->tuner.decided(coll::AllreduceTuner::key(count, dtype, *codec));
     if (d != Algo::kAuto) return d;
     // Before the tuner's first decision: its seed where GW_LINK_GBPS gave one.
-    const coll::AllreduceTuner::Candidates c = coll::allreduce_candidates(in, a, false, impl_->link_gbps);
+    const coll::AllreduceTuner::Candidates c = coll::allreduce_candidates(in, chosen, false, impl_->link_gbps);
     return c.algo[c.seed];
   }
-  return a;
+  return chosen;
 }
 
 Result<CommStats> Communicator::stats() {
@@ -271,7 +316,8 @@ Status Communicator::reset_stats() {
 
 Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* send, const void* recv, size_t count,
                                                                    DType dtype, ReduceOp op, Codec* codec,
-                                                                   const size_t* ef_count, Algo algo) const {
+                                                                   const size_t* ef_count, Algo algo,
+                                                                   bool on_device) const {
   if (!collective_dtype_valid(static_cast<int>(dtype))) {
     return invalid_argument("dtype " + std::to_string(static_cast<int>(dtype)) + " is not a gw_dtype_t");
   }
@@ -290,37 +336,51 @@ Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* 
                             " elements but count is " + std::to_string(count));
   }
   codec = impl_->effective_codec(codec, dtype);
-  const Algo chosen = coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, size(), algo, impl_->config.algo,
-                                                               impl_->config.dense_threshold_bytes});
-  const bool tuned = tunable(impl_->tune, chosen, algo, impl_->config.algo, codec, size());
-  if (chosen != Algo::kRing) {
-    if (codec == nullptr) return invalid_argument(std::string("algorithm ") + algo_name(chosen) + " needs a codec");
+  const Algo flat = coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, size(), flat_request(algo),
+                                                             flat_request(impl_->config.algo),
+                                                             impl_->config.dense_threshold_bytes});
+  const Algo chosen = impl_->layout_choice(flat, algo, on_device);
+  const bool tuned = tunable(impl_->tune, flat, algo, impl_->config.algo, codec, size());
+  if (flat != Algo::kRing) {
+    if (codec == nullptr) return invalid_argument(std::string("algorithm ") + algo_name(flat) + " needs a codec");
     if (dtype != DType::kFloat32) {
       return unsupported(std::string("compressed all-reduce takes float32, not ") + dtype_name(dtype));
     }
   }
   GW_TRACE(kColl, "allreduce count %zu %s codec %s algo %s", count, dtype_name(dtype),
            codec != nullptr ? codec->spec().to_string().c_str() : "none", algo_name(chosen));
-  return AllreduceChoice{codec, chosen, tuned};
+  return AllreduceChoice{codec, chosen, tuned, flat};
 }
 
 Status Communicator::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                                Codec* codec, ErrorFeedback* ef, Algo algo) {
   const size_t ef_count = ef != nullptr ? ef->count() : 0;
   GW_ASSIGN_OR_RETURN(AllreduceChoice ch, check_allreduce(send, recv, count, dtype, op, codec,
-                                                          ef != nullptr ? &ef_count : nullptr, algo));
+                                                          ef != nullptr ? &ef_count : nullptr, algo, false));
   codec = ch.codec;
   const Algo chosen = ch.chosen;
+  const Algo inner = impl_->inter_algo(ch.flat, count, dtype, codec);
   const bool tuned = ch.tuned;
   const auto* s = static_cast<const float*>(send);
   auto* r = static_cast<float*>(recv);
   return run([=]() -> Status {
     return impl_->allreduce_planned(count, dtype, op, codec, ef, chosen, tuned, false,
                                     [&](coll::Context& c, Algo ran, bool flush) -> Status {
-      if (ef != nullptr && (ran == Algo::kCompressedRing || ran == Algo::kScatterReduce)) {
+      const bool hier_ef = ran == Algo::kHierarchical && inner != Algo::kRing && ef != nullptr;
+      if (ef != nullptr && (ran == Algo::kCompressedRing || ran == Algo::kScatterReduce || hier_ef)) {
         rehome_owner_residual(*ef, impl_->ef_owner_algo, ran, count, c.rank, c.size);
       }
+      if (ef != nullptr && ran != Algo::kRing && !hier_ef) impl_->ef_hier.erase(ef);
       switch (ran) {
+        case Algo::kHierarchical: {
+          const bool flush_ef = hier_ef && impl_->ef_hier.count(ef) == 0;
+          GW_RETURN_IF_ERROR(coll::hierarchical_allreduce(
+              c, impl_->topo,
+              coll::HierarchicalArgs{send, recv, count, dtype, op, codec, inner, hier_ef ? ef : nullptr, &impl_->shard_ef,
+                                     flush_ef}));
+          if (hier_ef) impl_->ef_hier.insert(ef);
+          return Status::ok();
+        }
         case Algo::kCompressedRing: return coll::compressed_ring_allreduce(c, s, r, count, op, *codec, ef);
         case Algo::kScatterReduce: return coll::scatter_reduce_allreduce(c, s, r, count, op, *codec, ef);
         case Algo::kSparseAllgather: return coll::sparse_allgather_allreduce(c, s, r, count, op, *codec, ef);
@@ -436,7 +496,7 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
                                       Codec* codec, DeviceEfState* ef, Algo algo, void* stream) {
   const size_t ef_count = ef != nullptr ? ef->count() : 0;
   GW_ASSIGN_OR_RETURN(AllreduceChoice ch, check_allreduce(send, recv, count, dtype, op, codec,
-                                                          ef != nullptr ? &ef_count : nullptr, algo));
+                                                          ef != nullptr ? &ef_count : nullptr, algo, true));
   if (ch.chosen == Algo::kCompressedRing) {
     return unsupported("compressed_ring runs on host buffers only; on device buffers scatter_reduce is its counterpart");
   }

@@ -3,6 +3,7 @@
 // the remaining collectives and point-to-point messages).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include "collectives/policy.hpp"
 #include "collectives/stats.hpp"
 #include "collectives/timeline.hpp"
+#include "collectives/topology.hpp"
 #include "gradwire/communicator.hpp"
 #include "transport/log.hpp"
 #include "transport/transport.hpp"
@@ -195,6 +197,19 @@ class P2pServingTransport final : public transport::ForwardingTransport {
 struct Communicator::Impl {
   std::unique_ptr<transport::Transport> tp;
   CommConfig config;
+  coll::Topology topo;
+  // The hierarchical all-reduce's EF state for this rank's shard (its residual is copied from
+  // and back to the caller's state around the inter-node leg), and the caller's EF states
+  // whose residual the hierarchical path last filled (zero outside this rank's shard).
+  ErrorFeedback shard_ef{0};                  // progress thread only
+  std::unordered_set<const void*> ef_hier;    // progress thread only
+  // Where hierarchical was asked for by name and the layout runs flat: said once.
+  mutable std::atomic<bool> told_flat{false};
+  // The algorithm an all-reduce runs given the flat policy's choice: kHierarchical where the
+  // layout allows it and nothing asked for a flat algorithm by name (host buffers only).
+  Algo layout_choice(Algo flat, Algo requested, bool on_device) const;
+  // The inter-node leg's algorithm of a hierarchical all-reduce whose flat choice is flat.
+  Algo inter_algo(Algo flat, size_t count, DType dtype, const Codec* codec) const;
   std::unique_ptr<Codec> codec_override;  // GW_CODEC
   // GW_CODEC replaces the codec of calls that asked for compression (a lossy codec on
   // float32), never of dense ones: a plain all-reduce stays exact whatever the environment.

@@ -21,6 +21,7 @@ const char* algo_name(Algo algo) {
     case Algo::kCompressedRing: return "compressed_ring";
     case Algo::kScatterReduce: return "scatter_reduce";
     case Algo::kSparseAllgather: return "sparse_allgather";
+    case Algo::kHierarchical: return "hierarchical";
   }
   return "unknown";
 }
@@ -37,11 +38,12 @@ const char* red_op_name(ReduceOp op) {
 }
 
 Result<Algo> parse_algo(const std::string& name) {
-  for (Algo a : {Algo::kAuto, Algo::kRing, Algo::kCompressedRing, Algo::kScatterReduce, Algo::kSparseAllgather}) {
+  for (Algo a : {Algo::kAuto, Algo::kRing, Algo::kCompressedRing, Algo::kScatterReduce, Algo::kSparseAllgather,
+                 Algo::kHierarchical}) {
     if (name == algo_name(a)) return a;
   }
   return invalid_argument("unknown algorithm '" + name +
-                          "' (known: auto, ring, compressed_ring, scatter_reduce, sparse_allgather)");
+                          "' (known: auto, ring, compressed_ring, scatter_reduce, sparse_allgather, hierarchical)");
 }
 
 namespace coll {
@@ -265,6 +267,10 @@ double model_seconds(const PolicyInput& in, Algo algo, double link_gbps) {
       wire = (p - 1) * enc;
       work = bytes / kEncodeBps + p * enc / kSparseSumBps;
       break;
+    case Algo::kHierarchical:
+      // Without the layout here: it puts no more bytes on the scarce links than any flat
+      // algorithm and compresses as they do, so a known link speed starts the trials with it.
+      return 0;
   }
   return std::max(wire / link, work);
 }
@@ -280,7 +286,9 @@ AllreduceTuner::Candidates allreduce_candidates(const PolicyInput& in, Algo stat
   };
   add(static_choice);
   const bool sparse = in.codec != nullptr && in.codec->spec().is_sparse();
-  if (sparse) {
+  if (static_choice == Algo::kHierarchical) {
+    add(choose_allreduce(in));  // the flat path it has to beat
+  } else if (sparse) {
     // The static rule picks sparse all-gather while k p < n; there scatter-reduce is the
     // alternative. Past it, all-gather moves more than a dense buffer and is not tried.
     if (static_choice == Algo::kSparseAllgather) add(Algo::kScatterReduce);

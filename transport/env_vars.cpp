@@ -16,6 +16,7 @@ const char* const kLibrary[] = {
     "GW_INSECURE_LOCAL", "GW_TIMEOUT_S",     "GW_ALGO",         "GW_CODEC",       "GW_TUNE",
     "GW_LINK_GBPS",     "GW_CHUNK_BYTES",    "GW_DENSE_THRESHOLD", "GW_HOST_SIMD", "GW_NCCL_LIBRARY",
     "GW_DEBUG",         "GW_DEBUG_SUBSYS",   "GW_DEBUG_FILE",   "GW_TIMELINE",    "GW_UCX_SPIN_US",
+    "GW_HOST_ID",       "GW_INTER_ALGO",
 };
 
 // Read by scripts/, tests/ and tools/ (docs/configuration.md, "Scripts and tests").

@@ -36,6 +36,7 @@ enum class Algo : uint8_t {
   kCompressedRing = 2,   // every hop decodes, adds and re-encodes
   kScatterReduce = 3,    // compressed all-to-all, owners reduce, encode once, all-gather
   kSparseAllgather = 4,  // every rank's message to every rank, summed in rank order
+  kHierarchical = 5,     // dense inside nodes, the policy's algorithm between them
 };
 GW_API const char* algo_name(Algo algo);
 GW_API Result<Algo> parse_algo(const std::string& name);
@@ -46,8 +47,10 @@ struct CommConfig {
   size_t dense_threshold_bytes = size_t{64} << 10;                // smaller buffers go dense
   Algo algo = Algo::kAuto;                                        // GW_ALGO
   std::string codec_override;                                     // GW_CODEC
+  Algo inter_algo = Algo::kAuto;  // GW_INTER_ALGO: the hierarchical all-reduce's inter-node algorithm
 
-  // Defaults overridden by GW_TIMEOUT_S, GW_CHUNK_BYTES, GW_DENSE_THRESHOLD, GW_ALGO, GW_CODEC.
+  // Defaults overridden by GW_TIMEOUT_S, GW_CHUNK_BYTES, GW_DENSE_THRESHOLD, GW_ALGO, GW_CODEC,
+  // GW_INTER_ALGO.
   static Result<CommConfig> from_env();
 };
 
@@ -89,10 +92,19 @@ class GW_API Communicator {
   // installed): this is for gradwire's own tests and tools, which bring in-process ranks.
   static Result<std::unique_ptr<Communicator>> create(std::unique_ptr<transport::Transport> tp,
                                                       const CommConfig& config);
+  // The same with the node of every rank (any labels, equal for ranks that share a node);
+  // without it all ranks share one node.
+  static Result<std::unique_ptr<Communicator>> create(std::unique_ptr<transport::Transport> tp,
+                                                      const CommConfig& config, const std::vector<int>& node_of_rank);
   ~Communicator();
 
   int rank() const;
   int size() const;
+  // Which ranks share a node (learned at init from host identities; see gw_comm_topology).
+  int node_count() const;
+  int node() const;
+  int local_rank() const;
+  int local_size() const;
   // The sticky error that broke this communicator, or OK.
   Status error() const;
   // Fails every pending and future operation; callable from any thread.
@@ -179,10 +191,13 @@ class GW_API Communicator {
     Codec* codec;  // the caller's, or GW_CODEC's
     Algo chosen;   // the policy's choice
     bool tuned;    // the tuner may replace it
+    Algo flat;     // the choice on a flat layout (chosen, unless that is kHierarchical)
   };
-  // Checks an all-reduce's arguments (ef_count: null without EF) and picks its algorithm.
+  // Checks an all-reduce's arguments (ef_count: null without EF) and picks its algorithm
+  // (hierarchical only on host buffers).
   Result<AllreduceChoice> check_allreduce(const void* send, const void* recv, size_t count, DType dtype,
-                                          ReduceOp op, Codec* codec, const size_t* ef_count, Algo algo) const;
+                                          ReduceOp op, Codec* codec, const size_t* ef_count, Algo algo,
+                                          bool on_device) const;
   explicit Communicator(std::unique_ptr<Impl> impl);
   // isend / irecv: queues the message for the progress thread to post.
   std::shared_ptr<Work> post_p2p(void* buf, size_t bytes, int peer, uint32_t tag, bool is_recv);

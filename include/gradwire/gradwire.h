@@ -111,7 +111,10 @@ typedef enum gw_algo GW_ENUM_TYPE {
   GW_ALGO_RING = 1,             /* dense ring: reduce-scatter then all-gather */
   GW_ALGO_COMPRESSED_RING = 2,  /* every hop decodes, adds and re-encodes */
   GW_ALGO_SCATTER_REDUCE = 3,   /* compressed all-to-all, owners encode the sum once */
-  GW_ALGO_SPARSE_ALLGATHER = 4  /* every rank's message to every rank, summed in rank order */
+  GW_ALGO_SPARSE_ALLGATHER = 4, /* every rank's message to every rank, summed in rank order */
+  GW_ALGO_HIERARCHICAL = 5      /* dense inside each node, the policy's algorithm between nodes
+                                   (one all-reduce per local rank); flat where the layout does
+                                   not allow it (see gw_comm_topology) */
 } gw_algo_t;
 
 typedef struct gw_codec_s* gw_codec_t;
@@ -253,6 +256,11 @@ GW_API gw_result_t gw_comm_destroy(gw_comm_t comm);
 GW_API gw_result_t gw_comm_abort(gw_comm_t comm);
 GW_API gw_result_t gw_comm_rank(gw_comm_t comm, int* rank);
 GW_API gw_result_t gw_comm_size(gw_comm_t comm, int* size);
+/* Which ranks share a node, as learned at init from every rank's host identity (hostname,
+ * boot id and network namespace, or GW_HOST_ID): the number of nodes, this rank's node (0 to
+ * node_count - 1, numbered by their lowest rank), its index among its node's ranks (in rank
+ * order) and how many ranks its node holds. No pointer may be NULL. */
+GW_API gw_result_t gw_comm_topology(gw_comm_t comm, int* node_count, int* node, int* local_rank, int* local_size);
 /* GW_SUCCESS while healthy; else the error that broke the communicator (a dead peer, a
  * timeout, an abort). A broken communicator fails every call: destroy it. */
 GW_API gw_result_t gw_comm_get_async_error(gw_comm_t comm, gw_result_t* error);

@@ -23,7 +23,7 @@ DTYPE_SIZES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 
                "int64": 8}
 DECODE_MODES = {"overwrite": 0, "accumulate": 1, "subtract": 2}
 OPS = {"sum": 0, "avg": 1, "prod": 2, "min": 3, "max": 4}
-ALGOS = {"auto": 0, "ring": 1, "compressed_ring": 2, "scatter_reduce": 3, "sparse_allgather": 4}
+ALGOS = {"auto": 0, "ring": 1, "compressed_ring": 2, "scatter_reduce": 3, "sparse_allgather": 4, "hierarchical": 5}
 CODEC_IDS = {0: "none", 1: "fp16", 2: "bf16", 3: "qsgd", 4: "sign", 5: "topk", 6: "dgc", 7: "randomk"}
 RESULT_NAMES = [
     "success", "invalid argument", "invalid message", "unsupported", "out of memory",
@@ -134,6 +134,7 @@ _PROTOTYPES = {
     "gw_comm_abort": (_c.c_int, [_vp]),
     "gw_comm_rank": (_c.c_int, [_vp, _p(_c.c_int)]),
     "gw_comm_size": (_c.c_int, [_vp, _p(_c.c_int)]),
+    "gw_comm_topology": (_c.c_int, [_vp, _p(_c.c_int), _p(_c.c_int), _p(_c.c_int), _p(_c.c_int)]),
     "gw_comm_get_async_error": (_c.c_int, [_vp, _p(_c.c_int)]),
     "gw_allreduce_ex": (_c.c_int, [_vp, _vp, _vp, _sz, _c.c_int, _c.c_int, _vp, _vp, _c.c_int]),
     "gw_iallreduce": (_c.c_int, [_vp, _vp, _vp, _sz, _c.c_int, _c.c_int, _vp, _vp, _c.c_int, _p(_vp)]),

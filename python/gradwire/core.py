@@ -385,6 +385,12 @@ class Communicator:
         check(lib.gw_comm_size(self._handle(), ctypes.byref(s)))
         return s.value
 
+    def topology(self):
+        """Which ranks share a node: dict(node_count, node, local_rank, local_size)."""
+        v = [ctypes.c_int() for _ in range(4)]
+        check(lib.gw_comm_topology(self._handle(), *[ctypes.byref(x) for x in v]))
+        return dict(zip(("node_count", "node", "local_rank", "local_size"), (x.value for x in v)))
+
     def async_error(self):
         """None while healthy, else a GradwireError naming what broke the communicator."""
         e = ctypes.c_int()

@@ -1,0 +1,109 @@
+// Hierarchical all-reduce: a dense, exact reduce-scatter among the ranks of each node leaves
+// local rank l holding the node's sum of shard l; the ranks holding shard l on every node
+// (one per node) all-reduce it with `inner` (any flat algorithm, compressed or not), so every
+// local rank drives its own share of the node's inter-node traffic at once; a dense
+// all-gather inside each node then hands every rank the whole result. Error feedback acts
+// on the inter-node leg only, on this rank's shard of the EF state.
+#include <cstring>
+#include <vector>
+
+#include "collectives/algorithms.hpp"
+#include "collectives/reduce.hpp"
+#include "collectives/subgroup_transport.hpp"
+#include "collectives/topology.hpp"
+
+namespace gw::coll {
+namespace {
+
+// Step ranges of the three legs: each leg's tags differ from the others' (every algorithm
+// uses fewer than 2 * ranks steps, and a leg has at most 1024 ranks).
+constexpr uint32_t kInterSteps = 1024;
+constexpr uint32_t kGatherSteps = 3072;
+
+Context leg(const Context& c, transport::Transport& tp, int rank, int size, uint32_t step_base) {
+  Context x{tp, rank, size, c.deadline, c.seq, c.chunk_bytes, c.scratch};
+  x.step_base = step_base;
+  x.stats = c.stats;
+  x.check = c.check;
+  return x;
+}
+
+// The segment of the shard whose owner-side residual `inner` keeps on inter-node rank j.
+uint64_t owner_segment(Algo inner, int j, int nodes) {
+  return static_cast<uint64_t>(inner == Algo::kCompressedRing ? (j + 1) % nodes : j);
+}
+
+}  // namespace
+
+Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalArgs& a) {
+  const size_t es = dtype_size(a.dtype);
+  const int L = t.local_size, N = t.nnodes;
+  const Partition part{a.n, static_cast<uint64_t>(L)};
+  const uint64_t start = part.start(static_cast<uint64_t>(t.local_rank));
+  const uint64_t len = part.length(static_cast<uint64_t>(t.local_rank));
+  auto* out = static_cast<uint8_t*>(a.recv);
+  uint8_t* shard = out + start * es;
+
+  SubgroupTransport node_tp(c.tp, t.members[static_cast<size_t>(t.node)], t.local_rank);
+  SubgroupTransport across_tp(c.tp, t.same_local_rank(t.local_rank), t.node);
+  Context in_node = leg(c, node_tp, t.local_rank, L, 0);
+  Context across = leg(c, across_tp, t.node, N, kInterSteps);
+  Context gather = leg(c, node_tp, t.local_rank, L, kGatherSteps);
+
+  // 1. Inside the node, dense. A residual left by a flat compressed call covers elements
+  // outside this rank's shard: it joins this call's input once, exactly, and is cleared.
+  const void* src = a.send;
+  if (a.flush_ef) src = prepare_accumulator(c, static_cast<const float*>(a.send), a.n, a.ef, 0);
+  GW_RETURN_IF_ERROR(ring_reduce_scatter(in_node, src, shard, part, a.dtype, a.op));
+  if (a.flush_ef && a.n > 0) std::memset(a.ef->residual(), 0, a.n * sizeof(float));
+
+  // 2. Between nodes, one all-reduce per local rank. kAvg sums here and divides once below.
+  const ReduceOp sum_op = a.op == ReduceOp::kAvg ? ReduceOp::kSum : a.op;
+  if (a.inner == Algo::kRing || a.codec == nullptr) {
+    GW_RETURN_IF_ERROR(ring_allreduce(across, shard, shard, len, a.dtype, sum_op));
+  } else {
+    auto* f = reinterpret_cast<float*>(shard);
+    ErrorFeedback* ef = nullptr;
+    if (a.ef != nullptr) {
+      // The shard's residual lives in the caller's EF state (zero elsewhere): checkpoints and
+      // a later flat call see it where they expect it.
+      ef = a.shard_ef;
+      if (ef->count() != len) *ef = ErrorFeedback(len);
+      if (len > 0) std::memcpy(ef->residual(), a.ef->residual() + start, len * sizeof(float));
+      ef->set_step(a.ef->step());
+    }
+    Status s;
+    switch (a.inner) {
+      case Algo::kCompressedRing: s = compressed_ring_allreduce(across, f, f, len, sum_op, *a.codec, ef); break;
+      case Algo::kSparseAllgather: s = sparse_allgather_allreduce(across, f, f, len, sum_op, *a.codec, ef); break;
+      default: s = scatter_reduce_allreduce(across, f, f, len, sum_op, *a.codec, ef); break;
+    }
+    GW_RETURN_IF_ERROR(s.with_context("inter-node leg"));
+    if (ef != nullptr) {
+      // The owner's re-encoding error goes back into this rank's own residual at the same
+      // elements: it reaches the sum with the next contribution, and no state stays here.
+      const size_t olen = ef->owner_count();
+      const Partition inner_part{len, static_cast<uint64_t>(N)};
+      const uint64_t seg = owner_segment(a.inner, t.node, N);
+      if (olen > 0 && olen == inner_part.length(seg)) {
+        float* res = ef->residual() + inner_part.start(seg);
+        float* own = ef->owner_residual(olen);
+        for (size_t i = 0; i < olen; ++i) res[i] += own[i];
+        std::memset(own, 0, olen * sizeof(float));
+      }
+      if (len > 0) std::memcpy(a.ef->residual() + start, ef->residual(), len * sizeof(float));
+      a.ef->set_step(ef->step());
+    }
+  }
+  if (a.op == ReduceOp::kAvg) divide(shard, len, a.dtype, c.size);
+
+  // 3. Inside the node, dense: every shard to every local rank.
+  std::vector<uint64_t> displs(static_cast<size_t>(L)), lengths(static_cast<size_t>(L));
+  for (int r = 0; r < L; ++r) {
+    displs[static_cast<size_t>(r)] = part.start(static_cast<uint64_t>(r)) * es;
+    lengths[static_cast<size_t>(r)] = part.length(static_cast<uint64_t>(r)) * es;
+  }
+  return allgatherv(gather, shard, out, displs.data(), lengths.data());
+}
+
+}  // namespace gw::coll
