@@ -1,7 +1,8 @@
 // Device codecs against the host codecs: the same input, seed, step and rank must give the
 // same message bytes, the same error-feedback residual and the same decoded floats, bit for
 // bit. Inputs are fresh each run (the seed is printed; GW_TEST_SEED repeats a run). Without
-// a usable GPU every test here is skipped with the CUDA runtime's reason, never passed.
+// a usable GPU every test here is skipped with the CUDA runtime's reason, never passed, and
+// fails instead under GW_REQUIRE_GPU=1 (scripts/gpu-check.sh).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "gradwire/gradwire.h"
+#include "tests/gpu/require_gpu.hpp"
 #include "tests/test_util.hpp"
 
 namespace {
@@ -62,7 +64,7 @@ class DeviceCodecs : public ::testing::Test {
   void SetUp() override {
     int count = 0;
     if (gw_cuda_device_count(&count) != GW_SUCCESS || count == 0) {
-      GTEST_SKIP() << "no usable CUDA device, GPU test not run: " << gw_get_last_error();
+      GW_SKIP_OR_FAIL_WITHOUT_GPU(gw_get_last_error());
     }
     cudaStreamCreate(&stream_);
     std::printf("seed %llu (GW_TEST_SEED repeats it)\n", static_cast<unsigned long long>(run_seed()));

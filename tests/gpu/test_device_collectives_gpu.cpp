@@ -13,6 +13,7 @@
 #include "compressors/device_ef_state.hpp"
 #include "gradwire/communicator.hpp"
 #include "kernels/device_codec.hpp"
+#include "tests/gpu/require_gpu.hpp"
 #include "tests/test_util.hpp"
 #include "transport/local/local_transport.hpp"
 
@@ -70,7 +71,7 @@ class DeviceCollectivesGpu : public ::testing::Test {
  protected:
   void SetUp() override {
     const Status s = kern::device_ready();
-    if (!s.is_ok()) GTEST_SKIP() << "no usable CUDA device, GPU test not run: " << s.to_string();
+    if (!s.is_ok()) GW_SKIP_OR_FAIL_WITHOUT_GPU(s.to_string());
   }
 };
 
