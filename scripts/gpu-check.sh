@@ -38,8 +38,8 @@ elif ! nvidia-smi -L > "$out/gpus.txt" 2>&1 && ! grep -q 'No devices were found'
   # code, so the tests are required to run, and fail, rather than allowed to skip.
   echo "nvidia-smi is installed but failed: $(head -n 2 "$out/gpus.txt")" | tee "$out/driver.txt"
   gpus=1
-else
-  gpus=$(grep -c '^GPU ' "$out/gpus.txt" || true)
+elif grep -q '^GPU ' "$out/gpus.txt"; then
+  gpus=$(grep -c '^GPU ' "$out/gpus.txt")
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt" || true
   driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)
   # The newest CUDA the driver runs; nvidia-smi prints it in its banner only.
