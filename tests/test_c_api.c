@@ -660,6 +660,8 @@ static void test_null_arguments(void) {
   EXPECT_ERR2(gw_comm_abort(NULL), GW_ERR_INVALID_ARGUMENT, "comm is null", "gw_comm_abort");
   EXPECT_ERR2(gw_comm_rank(NULL, &ival), GW_ERR_INVALID_ARGUMENT, "comm is null", "gw_comm_rank");
   EXPECT_ERR2(gw_comm_size(NULL, &ival), GW_ERR_INVALID_ARGUMENT, "comm is null", "gw_comm_size");
+  EXPECT_ERR2(gw_comm_topology(NULL, &ival, &ival, &ival, &ival), GW_ERR_INVALID_ARGUMENT, "comm is null",
+              "gw_comm_topology");
   EXPECT_ERR2(gw_comm_get_async_error(NULL, &rval), GW_ERR_INVALID_ARGUMENT, "comm is null",
               "gw_comm_get_async_error");
   EXPECT_ERR2(gw_allreduce(NULL, x, y, 4, GW_FLOAT32, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT,
@@ -749,6 +751,25 @@ static void test_communicator(void) {
   CHECK(async == GW_SUCCESS);
   EXPECT_ERR2(gw_comm_rank(comm, NULL), GW_ERR_INVALID_ARGUMENT, "rank is null", "gw_comm_rank");
   EXPECT_ERR2(gw_comm_size(comm, NULL), GW_ERR_INVALID_ARGUMENT, "size is null", "gw_comm_size");
+  /* One rank: one node, local rank 0 of 1; each output pointer is required. */
+  {
+    int nodes = -1, node = -1, lrank = -1, lsize = -1;
+    EXPECT_OK(gw_comm_topology(comm, &nodes, &node, &lrank, &lsize));
+    CHECK(nodes == 1 && node == 0 && lrank == 0 && lsize == 1);
+    EXPECT_ERR2(gw_comm_topology(comm, NULL, &node, &lrank, &lsize), GW_ERR_INVALID_ARGUMENT, "node_count is null",
+                "gw_comm_topology");
+    EXPECT_ERR2(gw_comm_topology(comm, &nodes, NULL, &lrank, &lsize), GW_ERR_INVALID_ARGUMENT, "node is null",
+                "gw_comm_topology");
+    EXPECT_ERR2(gw_comm_topology(comm, &nodes, &node, NULL, &lsize), GW_ERR_INVALID_ARGUMENT, "local_rank is null",
+                "gw_comm_topology");
+    EXPECT_ERR2(gw_comm_topology(comm, &nodes, &node, &lrank, NULL), GW_ERR_INVALID_ARGUMENT, "local_size is null",
+                "gw_comm_topology");
+    /* Asked for by name on one rank, hierarchical runs flat (and the policy says so). */
+    algo = GW_ALGO_HIERARCHICAL;
+    EXPECT_OK(gw_allreduce_ex(comm, x, y, 4, GW_FLOAT32, GW_SUM, NULL, NULL, GW_ALGO_HIERARCHICAL));
+    EXPECT_OK(gw_allreduce_algo(comm, 4, GW_FLOAT32, NULL, &algo));
+    CHECK(algo == GW_ALGO_RING);
+  }
   EXPECT_ERR2(gw_comm_get_async_error(comm, NULL), GW_ERR_INVALID_ARGUMENT, "error is null",
               "gw_comm_get_async_error");
   EXPECT_OK(gw_barrier(comm));
@@ -810,8 +831,8 @@ static void test_communicator(void) {
              "recvbuf");
   EXPECT_ERR(gw_allreduce(comm, x, y, COMM_N, (gw_dtype_t)0, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT,
              "dtype");
-  EXPECT_ERR(gw_allreduce_ex(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL, (gw_algo_t)5),
-             GW_ERR_INVALID_ARGUMENT, "algo 5");
+  EXPECT_ERR(gw_allreduce_ex(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL, (gw_algo_t)6),
+             GW_ERR_INVALID_ARGUMENT, "algo 6");
   EXPECT_ERR(gw_iallreduce(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL, (gw_algo_t)7, &req),
              GW_ERR_INVALID_ARGUMENT, "algo 7");
   CHECK(req == NULL);

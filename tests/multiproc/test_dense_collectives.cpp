@@ -51,10 +51,12 @@ int fail(int rank, const char* fmt, ...) {
 using Body = std::function<int(Communicator&, int rank, int np)>;
 
 // Forks np ranks that meet through a unique id and run body; every rank's exit code.
-std::vector<int> run_np(int np, const Body& body, size_t chunk_bytes = 4096) {
+// node_of (np entries, or empty: one host) lays the ranks out on nodes through GW_HOST_ID.
+std::vector<int> run_np(int np, const Body& body, size_t chunk_bytes = 4096, const std::vector<int>& node_of = {}) {
   std::vector<int> ranks;
   for (int r = 0; r < np; ++r) ranks.push_back(r);
   return test::fork_with_unique_id(ranks, seconds(30), [&](int rank, const bootstrap::UniqueId& id) {
+    if (!node_of.empty()) setenv("GW_HOST_ID", ("node" + std::to_string(node_of[static_cast<size_t>(rank)])).c_str(), 1);
     CommConfig cfg;
     cfg.timeout = milliseconds(30000);
     cfg.chunk_bytes = chunk_bytes;  // many chunks even for small buffers
@@ -268,6 +270,63 @@ TEST(DenseCollectives, AllreduceEveryOpAndDtype) {
       }
       return kOk;
     }), np);
+  }
+}
+
+// The hierarchical all-reduce on every layout (nodes from GW_HOST_ID): exact for every op,
+// dtype and size, in and out of place; asked for by name on a layout that does not allow it
+// (one node, one rank per node, uneven or interleaved nodes) it runs flat, and the policy says
+// which one runs.
+TEST(DenseCollectives, HierarchicalAllreduceEveryLayoutOpAndDtype) {
+  const std::vector<std::vector<int>> layouts = {{0, 0, 1, 1}, {0, 0, 0, 1, 1, 1}, {0, 0, 1, 1, 2, 2},
+                                                 {0, 0, 0, 0}, {0, 1, 2, 3},       {0, 0, 1},
+                                                 {0, 1, 0, 1}, {0, 0, 1, 1, 1}};
+  for (const auto& layout : layouts) {
+    const int np = static_cast<int>(layout.size());
+    std::vector<int> per_node;
+    for (int n : layout) {
+      if (n >= static_cast<int>(per_node.size())) per_node.resize(static_cast<size_t>(n) + 1, 0);
+      ++per_node[static_cast<size_t>(n)];
+    }
+    bool uniform = true;
+    for (int k : per_node) uniform = uniform && k == per_node[0];
+    const bool hier = per_node.size() > 1 && per_node[0] > 1 && uniform;
+    SCOPED_TRACE("layout of " + std::to_string(np) + " ranks on " + std::to_string(per_node.size()) + " nodes");
+    expect_all_ok(run_np(np, [&](Communicator& c, int rank, int p) {
+      if (c.node_count() != static_cast<int>(per_node.size())) return fail(rank, "node_count %d", c.node_count());
+      if (c.local_size() != per_node[static_cast<size_t>(layout[static_cast<size_t>(rank)])]) {
+        return fail(rank, "local_size %d", c.local_size());
+      }
+      const Algo want_algo = hier ? Algo::kHierarchical : Algo::kRing;
+      if (c.choose_algo(1000, DType::kFloat32, nullptr, Algo::kAuto) != want_algo ||
+          c.choose_algo(1000, DType::kFloat32, nullptr, Algo::kHierarchical) != want_algo) {
+        return fail(rank, "the policy picks %s", algo_name(c.choose_algo(1000, DType::kFloat32, nullptr, Algo::kAuto)));
+      }
+      for (DType d : kAllDtypes) {
+        for (ReduceOp op : kAllOps) {
+          for (size_t n : {size_t{0}, size_t{1}, size_t{2}, size_t{5}, size_t{13}, size_t{4099}}) {
+            const auto send = input(d, op, n, rank, p);
+            const auto want = reference(d, op, n, p, all_ranks(p));
+            std::vector<uint8_t> recv(n * dtype_size(d) + 1, 0xab);
+            EXPECT_CALL_OK(rank, c.allreduce(send.data(), recv.data(), n, d, op, nullptr, nullptr, Algo::kHierarchical));
+            if (int e = compare(rank, "hierarchical allreduce", d, op, recv.data(), want.data(), n)) return e;
+            if (recv.back() != 0xab) return fail(rank, "allreduce wrote past the end");
+            std::vector<uint8_t> inplace = send;
+            EXPECT_CALL_OK(rank, c.allreduce(inplace.data(), inplace.data(), n, d, op, nullptr, nullptr, Algo::kAuto));
+            if (int e = compare(rank, "in-place auto allreduce", d, op, inplace.data(), want.data(), n)) return e;
+          }
+        }
+      }
+      const size_t n = 1000003;  // large, prime: many chunks in every leg
+      const auto send = input(DType::kFloat32, ReduceOp::kSum, n, rank, p);
+      std::vector<uint8_t> recv(n * 4);
+      EXPECT_CALL_OK(rank, c.allreduce(send.data(), recv.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr, Algo::kAuto));
+      const auto want = reference(DType::kFloat32, ReduceOp::kSum, n, p, all_ranks(p));
+      if (int e = compare(rank, "large allreduce", DType::kFloat32, ReduceOp::kSum, recv.data(), want.data(), n)) return e;
+      EXPECT_CALL_OK(rank, c.stats().status());
+      if (c.stats()->last_algo != want_algo) return fail(rank, "ran %s", algo_name(c.stats()->last_algo));
+      return kOk;
+    }, 4096, layout), np);
   }
 }
 
