@@ -30,6 +30,7 @@ const char* algo_label(gw_algo_t a) {
     case GW_ALGO_COMPRESSED_RING: return "cring";
     case GW_ALGO_SCATTER_REDUCE: return "sreduce";
     case GW_ALGO_SPARSE_ALLGATHER: return "sparseag";
+    case GW_ALGO_HIERARCHICAL: return "hier";
     default: return "auto";
   }
 }
@@ -39,6 +40,7 @@ gw_algo_t parse_algo(const std::string& s) {
   if (s == "ring") return GW_ALGO_RING;
   if (s == "compressed_ring") return GW_ALGO_COMPRESSED_RING;
   if (s == "scatter_reduce") return GW_ALGO_SCATTER_REDUCE;
+  if (s == "hierarchical") return GW_ALGO_HIERARCHICAL;
   return GW_ALGO_SPARSE_ALLGATHER;  // parse_args let nothing else through
 }
 

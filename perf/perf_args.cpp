@@ -106,8 +106,8 @@ Args parse_args(int argc, char** argv, const char* tool) {
     } else if (!std::strcmp(f, "--algo")) {
       a.algo = value();
       if (a.algo != "auto" && a.algo != "ring" && a.algo != "compressed_ring" && a.algo != "scatter_reduce" &&
-          a.algo != "sparse_allgather") {
-        bad(tool, f, a.algo.c_str(), "auto, ring, compressed_ring, scatter_reduce or sparse_allgather");
+          a.algo != "sparse_allgather" && a.algo != "hierarchical") {
+        bad(tool, f, a.algo.c_str(), "auto, ring, compressed_ring, scatter_reduce, sparse_allgather or hierarchical");
       }
     } else if (!std::strcmp(f, "--np")) a.np = static_cast<int>(parse_int(tool, f, value(), 0, 1024));
     else if (!std::strcmp(f, "-J")) {

@@ -106,25 +106,44 @@ netns_exec() {  # i cmd...
 # Environment for the ranks: whatever is exported, plus the variables above.
 netns_run() {  # n cmd...
   local n=$1; shift
+  netns_run_grid "$n" 1 "$@"
+}
+
+# netns_run with m ranks in each of the first n hosts (rank = host * m + local rank). Each
+# host's ranks run in a mount namespace of their own whose /proc/sys/kernel/random/boot_id
+# is the host's own, as on separate machines: UCX (which tells hosts apart by boot id) then
+# uses shared memory only between ranks of one host and TCP through the links between hosts,
+# whatever UCX_TLS allows, and gradwire's host identity sees n hosts.
+netns_run_grid() {  # n m cmd...
+  local n=$1 m=$2; shift 2
   local port=${MASTER_PORT:-$((20000 + RANDOM % 20000))}
   local token=${GW_TOKEN:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
   local logdir=${GW_NETNS_LOGDIR:-$(mktemp -d)}
-  local pids=() i rc=0 status
+  local bootdir
+  bootdir=$(mktemp -d)
+  local pids=() i j r rc=0 status np=$((n * m))
   for ((i = 0; i < n; ++i)); do
-    if [ "$i" = 0 ]; then
-      ip netns exec "$(netns_host "$i")" env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
-        MASTER_ADDR="$(netns_addr 0)" MASTER_PORT=$port GW_TOKEN="$token" "$@" &
-    else
-      ip netns exec "$(netns_host "$i")" env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
-        MASTER_ADDR="$(netns_addr 0)" MASTER_PORT=$port GW_TOKEN="$token" "$@" >"$logdir/rank$i.log" 2>&1 &
-    fi
-    pids+=($!)
+    cat /proc/sys/kernel/random/uuid >"$bootdir/h$i"
+    for ((j = 0; j < m; ++j)); do
+      r=$((i * m + j))
+      # shellcheck disable=SC2016
+      local launch=(ip netns exec "$(netns_host "$i")" unshare -m sh -c
+        'mount --bind "$0" /proc/sys/kernel/random/boot_id && exec "$@"' "$bootdir/h$i"
+        env RANK=$r WORLD_SIZE=$np LOCAL_RANK=$j LOCAL_WORLD_SIZE=$m
+        MASTER_ADDR="$(netns_addr 0)" MASTER_PORT=$port GW_TOKEN="$token")
+      if [ "$r" = 0 ]; then
+        "${launch[@]}" "$@" &
+      else
+        "${launch[@]}" "$@" >"$logdir/rank$r.log" 2>&1 &
+      fi
+      pids+=($!)
+    done
   done
   NETNS_RUN_PIDS="${pids[*]}"
   # Poll the ranks; at the first failure, stop the others.
-  local done_=() left=$n
+  local done_=() left=$np
   while [ "$left" -gt 0 ]; do
-    for ((i = 0; i < n; ++i)); do
+    for ((i = 0; i < np; ++i)); do
       [ -n "${done_[$i]:-}" ] && continue
       kill -0 "${pids[$i]}" 2>/dev/null && continue
       status=0
@@ -139,11 +158,12 @@ netns_run() {  # n cmd...
     [ "$left" -gt 0 ] && sleep 0.1
   done
   if [ "$rc" != 0 ]; then
-    for ((i = 1; i < n; ++i)); do
+    for ((i = 1; i < np; ++i)); do
       [ -s "$logdir/rank$i.log" ] && { echo "--- rank $i:"; tail -20 "$logdir/rank$i.log"; } >&2
     done
   fi
   [ -z "${GW_NETNS_LOGDIR:-}" ] && rm -rf "$logdir"
+  rm -rf "$bootdir"
   NETNS_RUN_PIDS=
   return "$rc"
 }
@@ -153,17 +173,20 @@ netns_run_kill() {
   [ -n "${NETNS_RUN_PIDS:-}" ] && kill $NETNS_RUN_PIDS 2>/dev/null || true
 }
 
-# mpirun with one rank in each of the first n hosts: mpirun itself runs in host 0 (so that
-# its out-of-band channel is on the cluster's subnet) and starts each rank through
-# rsh-agent.sh; the TCP BTL and the OOB are kept on the cluster's subnet.
+# mpirun with one rank in each of the first n hosts (GW_NETNS_PER_HOST ranks each when set,
+# consecutive ranks on one host): mpirun itself runs in host 0 (so that its out-of-band
+# channel is on the cluster's subnet) and starts each host's ranks through rsh-agent.sh; the
+# TCP BTL and the OOB are kept on the cluster's subnet.
 netns_mpirun() {  # n mpirun-args...
   local n=$1; shift
+  local m=${GW_NETNS_PER_HOST:-1}
   local here hostfile i
   here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
   hostfile=$(mktemp)
-  for ((i = 0; i < n; ++i)); do echo "$(netns_host "$i") slots=1"; done >"$hostfile"
-  local rc=0
-  ip netns exec "$(netns_host 0)" mpirun --allow-run-as-root -np "$n" --hostfile "$hostfile" --map-by node \
+  for ((i = 0; i < n; ++i)); do echo "$(netns_host "$i") slots=$m"; done >"$hostfile"
+  local rc=0 map=node
+  [ "$m" -gt 1 ] && map=slot
+  ip netns exec "$(netns_host 0)" mpirun --allow-run-as-root -np "$((n * m))" --hostfile "$hostfile" --map-by "$map" \
     --bind-to none --mca plm_rsh_agent "$here/rsh-agent.sh" \
     --mca btl_tcp_if_include "$(netns_cidr)" --mca oob_tcp_if_include "$(netns_cidr)" "$@" || rc=$?
   rm -f "$hostfile"
