@@ -17,6 +17,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
   (void)comm; (void)error;
   return ncclInternalError;
 }
+ncclResult_t ncclCommFinalize(ncclComm_t comm) { (void)comm; return ncclInternalError; }
 ncclResult_t ncclCommDestroy(ncclComm_t comm) { (void)comm; return ncclInternalError; }
 ncclResult_t ncclCommAbort(ncclComm_t comm) { (void)comm; return ncclInternalError; }
 const char* ncclGetErrorString(ncclResult_t result) { (void)result; return "fake"; }

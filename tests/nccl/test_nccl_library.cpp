@@ -185,6 +185,21 @@ void single_rank_collectives_on_gpu() {
   EXPECT_EQ(comm.allreduce(send, recv, n, DType::kFloat32, ReduceOp::kSum, stream).code(),
             Code::kAborted);
   EXPECT_EQ(comm.wait(stream, deadline, progress).code(), Code::kAborted);
+  EXPECT_EQ(comm.close(deadline, progress).code(), Code::kAborted) << "aborted: nothing to finalize";
+
+  // A healthy communicator closes through ncclCommFinalize and ncclCommDestroy, once.
+  uint8_t id2[kUniqueIdBytes];
+  ASSERT_TRUE(get_unique_id(id2).is_ok());
+  auto second = Comm::create(id2, 1, 0, Clock::now() + seconds(60), progress);
+  ASSERT_TRUE(second.is_ok()) << second.status().to_string();
+  s = (*second)->allreduce(send, recv, n, DType::kFloat32, ReduceOp::kSum, stream, deadline, progress);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  s = (*second)->close(deadline, progress);
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_TRUE((*second)->close(deadline, progress).is_ok());
+  EXPECT_EQ((*second)->allreduce(send, recv, n, DType::kFloat32, ReduceOp::kSum, stream).code(),
+            Code::kAborted);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaFree(send);
   cudaFree(recv);
   cudaStreamDestroy(stream);

@@ -131,8 +131,32 @@ Comm::Comm(const Library* lib, ncclComm* comm, cudaEvent_t event, int nranks, in
     : lib_(lib), comm_(comm), event_(event), nranks_(nranks), rank_(rank) {}
 
 Comm::~Comm() {
-  if (comm_ != nullptr) lib_->comm_destroy(comm_);
+  if (comm_ != nullptr) (void)close(Clock::now() + kCloseTimeout);
   cudaEventDestroy(event_);
+}
+
+Status Comm::close(Clock::time_point deadline, const std::function<void()>& progress) {
+  if (comm_ == nullptr) return closed_ ? Status::ok() : error_;  // or aborted (ncclCommAbort freed it)
+  ncclResult_t r = lib_->comm_finalize(comm_);
+  if (r == ncclSuccess || r == ncclInProgress) {
+    r = poll_state(*lib_, comm_, deadline, progress, Backoff(kSpins, kNap), &stop_);
+  }
+  if (r != ncclSuccess) {
+    if (stop_.load(std::memory_order_acquire)) return fail(Status(Code::kAborted, "NCCL: communicator aborted"));
+    return fail(r == ncclInProgress ? Status(Code::kTimeout, "NCCL: ncclCommFinalize did not finish by the "
+                                                             "deadline; communicator aborted")
+                                    : nccl_error(*lib_, comm_, r, "ncclCommFinalize"));
+  }
+  // Finalized: the destroy frees local resources only and does not block.
+  const ncclResult_t d = lib_->comm_destroy(comm_);
+  comm_ = nullptr;
+  if (d != ncclSuccess) {
+    error_ = nccl_error(*lib_, nullptr, d, "ncclCommDestroy");
+    return error_;
+  }
+  closed_ = true;
+  error_ = Status(Code::kAborted, "NCCL: communicator closed");  // what later calls get
+  return Status::ok();
 }
 
 int Comm::version() const { return lib_->version; }

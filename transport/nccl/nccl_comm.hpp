@@ -38,9 +38,17 @@ class Comm {
   static Result<std::unique_ptr<Comm>> create(const uint8_t id[kUniqueIdBytes], int nranks,
                                               int rank, Clock::time_point deadline,
                                               const std::function<void()>& progress);
-  // ncclCommDestroy when healthy, else ncclCommAbort was already called. Both are intra-node
-  // collectives in NCCL: every rank on this node should destroy its Comm.
+  // close() with a deadline kCloseTimeout away and no progress callback, unless close() or
+  // abort() already ran. NCCL's teardown is an intra-node collective: every rank on this node
+  // should close (or destroy) its Comm.
   ~Comm();
+  static constexpr std::chrono::seconds kCloseTimeout{10};
+  // ncclCommFinalize, then polls the communicator's state (calling progress() between polls)
+  // until NCCL says the work is flushed and the peers are done with it, then ncclCommDestroy,
+  // which no longer blocks. An NCCL error, the deadline or request_abort() ends it with
+  // ncclCommAbort instead (and returns why). An aborted communicator only needed the abort.
+  // Idempotent: later calls return the first outcome. Collectives after it fail.
+  Status close(Clock::time_point deadline, const std::function<void()>& progress = nullptr);
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
 
@@ -89,7 +97,8 @@ class Comm {
   Status fail(Status why);
 
   const Library* lib_;
-  ncclComm* comm_;  // null once aborted
+  ncclComm* comm_;  // null once closed or aborted
+  bool closed_ = false;  // by a close() that finalized and destroyed it
   cudaEvent_t event_;
   int nranks_;
   int rank_;

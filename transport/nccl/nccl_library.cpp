@@ -40,6 +40,7 @@ bool try_open(const std::string& path, Library& lib, std::string& why) {
                   resolve(handle, "ncclGetUniqueId", l.get_unique_id, why) &&
                   resolve(handle, "ncclCommInitRankConfig", l.comm_init_rank_config, why) &&
                   resolve(handle, "ncclCommGetAsyncError", l.comm_get_async_error, why) &&
+                  resolve(handle, "ncclCommFinalize", l.comm_finalize, why) &&
                   resolve(handle, "ncclCommDestroy", l.comm_destroy, why) &&
                   resolve(handle, "ncclCommAbort", l.comm_abort, why) &&
                   resolve(handle, "ncclGetErrorString", l.get_error_string, why) &&

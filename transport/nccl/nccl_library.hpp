@@ -11,7 +11,7 @@
 
 namespace gw::nccl {
 
-// Nonblocking communicators (ncclConfig_t::blocking = 0) arrived in NCCL 2.14.
+// Nonblocking communicators (ncclConfig_t::blocking = 0) and ncclCommFinalize arrived in NCCL 2.14.
 constexpr int kMinVersion = 21400;
 
 // The resolved entry points of one loaded libnccl. Lives for the whole process.
@@ -22,6 +22,7 @@ struct Library {
   decltype(&::ncclGetUniqueId) get_unique_id = nullptr;
   decltype(&::ncclCommInitRankConfig) comm_init_rank_config = nullptr;
   decltype(&::ncclCommGetAsyncError) comm_get_async_error = nullptr;
+  decltype(&::ncclCommFinalize) comm_finalize = nullptr;
   decltype(&::ncclCommDestroy) comm_destroy = nullptr;
   decltype(&::ncclCommAbort) comm_abort = nullptr;
   decltype(&::ncclGetErrorString) get_error_string = nullptr;
