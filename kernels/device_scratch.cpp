@@ -1,55 +1,68 @@
 #include "kernels/device_scratch.hpp"
 
-#include <cuda_runtime_api.h>
-
+#include <cstdint>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda_check.hpp"
 
 namespace gw::kern {
 
+Result<cudaMemPool_t> scratch_pool() {
+  static std::mutex mu;
+  static std::vector<cudaMemPool_t> pools;  // by device ordinal
+  int device = 0;
+  GW_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  if (pools.size() <= static_cast<size_t>(device)) pools.resize(static_cast<size_t>(device) + 1, nullptr);
+  cudaMemPool_t& pool = pools[static_cast<size_t>(device)];
+  if (pool != nullptr) return pool;
+  // A pool of our own rather than the device's default one, whose settings belong to the
+  // application.
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  cudaMemPool_t made = nullptr;
+  GW_CUDA_RETURN_IF_ERROR(cudaMemPoolCreate(&made, &props));
+  uint64_t keep = UINT64_MAX;
+  const cudaError_t err = cudaMemPoolSetAttribute(made, cudaMemPoolAttrReleaseThreshold, &keep);
+  if (err != cudaSuccess) {
+    cudaMemPoolDestroy(made);
+    return cuda_status(err, "cudaMemPoolSetAttribute (release threshold)");
+  }
+  pool = made;
+  return pool;
+}
+
 DeviceScratch::~DeviceScratch() {
-  for (void* p : slots_) cudaFree(p);
-  cudaFreeHost(host_);
+  for (void* p : slots_) {
+    if (p != nullptr) cudaFreeAsync(p, stream_);
+  }
 }
 
 Result<void*> DeviceScratch::raw(int slot, size_t bytes) {
   if (slot < 0 || slot >= kSlots) return internal_error("device scratch slot " + std::to_string(slot) + " is out of range");
   if (bytes <= sizes_[slot] && slots_[slot] != nullptr) return slots_[slot];
-  // Grow by at least half again so that slowly growing requests do not reallocate each time.
-  const size_t want = bytes > sizes_[slot] + sizes_[slot] / 2 ? bytes : sizes_[slot] + sizes_[slot] / 2;
-  GW_CUDA_RETURN_IF_ERROR(cudaFree(slots_[slot]));
+  if (pool_ == nullptr) {
+    GW_ASSIGN_OR_RETURN(pool_, scratch_pool());
+  }
+  if (slots_[slot] != nullptr) GW_CUDA_RETURN_IF_ERROR(cudaFreeAsync(slots_[slot], stream_));
   slots_[slot] = nullptr;
   sizes_[slot] = 0;
   void* p = nullptr;
-  const cudaError_t err = cudaMalloc(&p, want > 0 ? want : 1);
+  const size_t want = bytes > 0 ? (bytes + 255) / 256 * 256 : 256;
+  const cudaError_t err = cudaMallocFromPoolAsync(&p, want, pool_, stream_);
   if (err != cudaSuccess) {
-    cudaGetLastError();  // cudaMalloc's error is not sticky; clear it for later launch checks
+    cudaGetLastError();  // an allocation failure is not sticky; clear it for later launch checks
     return Status(err == cudaErrorMemoryAllocation ? Code::kOutOfMemory : Code::kCuda,
-                  "device scratch: cudaMalloc of " + std::to_string(want) + " bytes failed: " +
+                  "device scratch: cudaMallocFromPoolAsync of " + std::to_string(want) + " bytes failed: " +
                       cudaGetErrorString(err));
   }
   slots_[slot] = p;
   sizes_[slot] = want;
   return p;
-}
-
-Result<void*> DeviceScratch::host(size_t bytes) {
-  if (bytes <= host_bytes_ && host_ != nullptr) return host_;
-  GW_CUDA_RETURN_IF_ERROR(cudaFreeHost(host_));
-  host_ = nullptr;
-  host_bytes_ = 0;
-  void* p = nullptr;
-  GW_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&p, bytes > 0 ? bytes : 1, cudaHostAllocDefault));
-  host_ = p;
-  host_bytes_ = bytes;
-  return p;
-}
-
-size_t DeviceScratch::bytes_held() const {
-  size_t total = host_bytes_;
-  for (size_t s : sizes_) total += s;
-  return total;
 }
 
 }  // namespace gw::kern

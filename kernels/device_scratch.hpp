@@ -1,8 +1,14 @@
-// Device scratch memory an encoder reuses from call to call, like compressors/workspace.hpp
-// for the host: each slot grows to the largest size asked of it and is never shrunk, so a
-// steady training loop allocates nothing. Growing frees the old block with cudaFree, which
-// waits for work in flight, so a kernel still reading the old block is never cut short.
+// Device scratch memory for one encode, stream-ordered: blocks come from gradwire's memory
+// pool on the device current when the scratch is made (cudaMallocFromPoolAsync on the
+// caller's stream) and go back to it in stream order when the scratch is destroyed
+// (cudaFreeAsync). So two encodes on two streams never share a block, nothing waits for
+// the device (no cudaFree, which waits for every stream and could stall behind a trainer's
+// kernel), and memory follows the device the work runs on. The pool keeps what it was
+// given (release threshold unlimited), so a steady training loop asks the driver for
+// nothing: its allocations are pool hits.
 #pragma once
+
+#include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -11,33 +17,38 @@
 
 namespace gw::kern {
 
+// gradwire's scratch pool on the current device, made on first use (per device, never
+// destroyed: it lives as long as the CUDA context).
+Result<cudaMemPool_t> scratch_pool();
+
 class DeviceScratch {
  public:
   static constexpr int kSlots = 8;
 
-  DeviceScratch() = default;
+  explicit DeviceScratch(cudaStream_t stream = nullptr) : stream_(stream) {}
   ~DeviceScratch();
   DeviceScratch(const DeviceScratch&) = delete;
   DeviceScratch& operator=(const DeviceScratch&) = delete;
 
-  // Device memory for count elements of T in slot, 256-byte aligned; contents undefined.
+  cudaStream_t stream() const { return stream_; }
+
+  // Device memory for count elements of T in slot, 256-byte aligned; contents undefined. A
+  // slot asked for more than it holds is released (in stream order, after the work already
+  // queued that uses it) and replaced.
   template <class T>
   Result<T*> get(int slot, size_t count) {
     Result<void*> p = raw(slot, count * sizeof(T));
     if (!p) return p.status();
     return static_cast<T*>(*p);
   }
-  // Pinned host memory (slot-less, one block) for results the host must read back.
-  Result<void*> host(size_t bytes);
-  size_t bytes_held() const;
 
  private:
   Result<void*> raw(int slot, size_t bytes);
 
+  cudaStream_t stream_;
+  cudaMemPool_t pool_ = nullptr;
   void* slots_[kSlots] = {};
   size_t sizes_[kSlots] = {};
-  void* host_ = nullptr;
-  size_t host_bytes_ = 0;
 };
 
 }  // namespace gw::kern
