@@ -43,6 +43,9 @@ class DeviceBackend {
   virtual Status fold_owner(float* owner, float* sum, size_t n, int divisor) = 0;
   virtual Status divide(float* x, size_t n, int divisor) = 0;
   // The host codec's encode (same bytes) of n float32 at src, into out (device, cap bytes).
+  // Returns the bytes to copy down: the message's length, or for a codec whose length only
+  // the device learns (dgc) the most it can be; the exact length is then in the header
+  // (wire::encoded_length on the staged copy). Enqueues only.
   virtual Result<size_t> encode_input(const Codec& codec, const float* src, size_t n, const EncodeContext& ctx,
                                       void* out, size_t cap) = 0;
   // encode_accumulated: on return acc holds what the message failed to carry.

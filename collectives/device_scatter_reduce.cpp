@@ -94,7 +94,10 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
       GW_ASSIGN_OR_RETURN(DeviceBackend::Fence f, dev.fence());
       transport::Op* sent = &sends[slot(owner, k)];
       const uint64_t tag = c.tag(0, k);
-      fenced.push(f, [&c, owner, tag, buf = out_h + at, len, sent] { return c.tp.isend(owner, tag, buf, len, *sent); });
+      fenced.push(f, [&c, owner, tag, buf = out_h + at, len, sent]() -> Status {
+        GW_ASSIGN_OR_RETURN(const size_t exact, wire::encoded_length(buf, len));
+        return c.tp.isend(owner, tag, buf, exact, *sent);
+      });
     }
   }
 
@@ -117,12 +120,13 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
     }
     GW_RETURN_IF_ERROR(dev.copy(own_h + at, own_dev + at, mlen));
     GW_ASSIGN_OR_RETURN(DeviceBackend::Fence f, dev.fence());
-    fenced.push(f, [&, k, at, mlen]() -> Status {
-      GW_ASSIGN_OR_RETURN(wire::Header h, wire::read_header(own_h + at, mlen));
-      GW_RETURN_IF_ERROR(dev.apply(h, own_dev + at, mlen, recv + own_start + chunks.offset(k), DecodeMode::kOverwrite));
+    fenced.push(f, [&, k, at, copied = mlen]() -> Status {
+      GW_ASSIGN_OR_RETURN(const size_t exact, wire::encoded_length(own_h + at, copied));
+      GW_ASSIGN_OR_RETURN(wire::Header h, wire::read_header(own_h + at, exact));
+      GW_RETURN_IF_ERROR(dev.apply(h, own_dev + at, exact, recv + own_start + chunks.offset(k), DecodeMode::kOverwrite));
       for (int i = 1; i < p; ++i) {
         const int peer = c.wrap(c.rank + i);
-        GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(1, k), own_h + at, mlen, sends[per_phase + slot(peer, k)]));
+        GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(1, k), own_h + at, exact, sends[per_phase + slot(peer, k)]));
       }
       return Status::ok();
     });

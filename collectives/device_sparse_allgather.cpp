@@ -58,6 +58,7 @@ Status device_sparse_allgather_allreduce(Context& c, DeviceBackend& dev, const f
     if (!mine_sent) {
       GW_ASSIGN_OR_RETURN(bool landed, dev.reached(mine));
       if (landed) {
+        GW_ASSIGN_OR_RETURN(len, wire::encoded_length(msgs_h + at(c.rank), len));
         for (uint32_t j = 0; j < pieces; ++j) {
           for (int i = 1; i < p; ++i) {
             const int peer = c.wrap(c.rank + i);  // staggered, so that no rank is everyone's first

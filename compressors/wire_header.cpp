@@ -19,6 +19,16 @@ void write_header(const Header& h, uint8_t* out) {
   store_u64(out + 48, h.payload_bytes);
 }
 
+Result<size_t> encoded_length(const uint8_t* head, size_t copied) {
+  if (copied < kHeaderBytes) return internal_error("a staged message is shorter than its header");
+  const uint64_t payload = load_u64(head + 48);
+  if (payload > copied - kHeaderBytes) {
+    return internal_error("a staged message's header claims " + std::to_string(payload) +
+                          " payload bytes, more than its encode could write (" + std::to_string(copied) + ")");
+  }
+  return kHeaderBytes + static_cast<size_t>(payload);
+}
+
 Result<Header> read_header(const uint8_t* msg, size_t len) {
   if (msg == nullptr) return invalid_argument("message pointer is null");
   if (len < kHeaderBytes) {

@@ -36,6 +36,10 @@ void write_header(const Header& header, uint8_t* out);
 // dtype and flags, count in range, and len == header + payload. Codec parameters are
 // checked by the codec's own validator.
 Result<Header> read_header(const uint8_t* msg, size_t len);
+// The length (header + payload) that the header of a message this library encoded gives,
+// from a copy of its first `copied` >= 56 bytes (a device encode's upper bound): for
+// messages whose length only the device knew. An error if it exceeds `copied`.
+Result<size_t> encoded_length(const uint8_t* head, size_t copied);
 
 inline void store_u16(uint8_t* p, uint16_t v) {
   p[0] = static_cast<uint8_t>(v);

@@ -1,9 +1,11 @@
 // The device-memory half of the codec C ABI: argument checks, then kernels/device_codec.hpp.
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "compressors/c_api_handles.hpp"
 #include "compressors/c_api_support.hpp"
+#include "compressors/wire_header.hpp"
 #include "gradwire/gradwire.h"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_codec.hpp"
@@ -21,9 +23,28 @@ Status check_enums(gw_dtype_t dtype) {
   return Status::ok();
 }
 
+// Made on a codec's first device encode; encodes may come from several threads at once.
 gw::kern::DeviceEncoder& encoder_of(gw_codec_t codec) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
   if (!codec->device) codec->device = std::make_shared<gw::kern::DeviceEncoder>(*codec->codec);
   return *static_cast<gw::kern::DeviceEncoder*>(codec->device.get());
+}
+
+// Both encode entry points: checks, then the encode; never waits.
+gw::Result<gw::kern::EncodedSize> encode(gw_codec_t codec, const void* src, size_t count, gw_dtype_t dtype,
+                                         uint64_t step, uint32_t rank, gw_ef_state_t ef, void* dst,
+                                         size_t capacity, void* stream) {
+  if (codec == nullptr) return null_arg("codec");
+  GW_RETURN_IF_ERROR(check_enums(dtype));
+  gw::kern::DeviceResidual* residual = nullptr;
+  if (ef != nullptr) {
+    if (!ef->device) return gw::invalid_argument("ef is a host state: make it with gw_ef_state_create_device");
+    residual = static_cast<gw::kern::DeviceResidual*>(ef->device.get());
+  }
+  GW_RETURN_IF_ERROR(gw::kern::device_ready());
+  return encoder_of(codec).encode(src, count, static_cast<gw::DType>(dtype), gw::EncodeContext{step, rank}, residual,
+                                  dst, capacity, static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace
@@ -55,19 +76,32 @@ gw_result_t gw_encode_device(gw_codec_t codec, const void* src, size_t count, gw
                              uint32_t rank, gw_ef_state_t ef, void* dst, size_t capacity, size_t* written,
                              void* stream) {
   return guard("gw_encode_device", [&]() -> Status {
-    if (codec == nullptr) return null_arg("codec");
     if (written == nullptr) return null_arg("written");
     *written = 0;
-    GW_RETURN_IF_ERROR(check_enums(dtype));
-    gw::kern::DeviceResidual* residual = nullptr;
-    if (ef != nullptr) {
-      if (!ef->device) return gw::invalid_argument("ef is a host state: make it with gw_ef_state_create_device");
-      residual = static_cast<gw::kern::DeviceResidual*>(ef->device.get());
+    GW_ASSIGN_OR_RETURN(gw::kern::EncodedSize size,
+                        encode(codec, src, count, dtype, step, rank, ef, dst, capacity, stream));
+    if (!size.exact) {
+      // The documented wait: the length is in the header the device wrote.
+      uint8_t head[gw::wire::kHeaderBytes];
+      auto s = static_cast<cudaStream_t>(stream);
+      GW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(head, dst, sizeof head, cudaMemcpyDeviceToHost, s));
+      GW_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+      GW_ASSIGN_OR_RETURN(size.bytes, gw::wire::encoded_length(head, size.bytes));
     }
-    GW_RETURN_IF_ERROR(gw::kern::device_ready());
-    GW_ASSIGN_OR_RETURN(*written, encoder_of(codec).encode(src, count, static_cast<gw::DType>(dtype),
-                                                           gw::EncodeContext{step, rank}, residual, dst, capacity,
-                                                           static_cast<cudaStream_t>(stream)));
+    *written = size.bytes;
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_encode_device_async(gw_codec_t codec, const void* src, size_t count, gw_dtype_t dtype, uint64_t step,
+                                   uint32_t rank, gw_ef_state_t ef, void* dst, size_t capacity, size_t* max_written,
+                                   void* stream) {
+  return guard("gw_encode_device_async", [&]() -> Status {
+    if (max_written == nullptr) return null_arg("max_written");
+    *max_written = 0;
+    GW_ASSIGN_OR_RETURN(gw::kern::EncodedSize size,
+                        encode(codec, src, count, dtype, step, rank, ef, dst, capacity, stream));
+    *max_written = size.bytes;
     return Status::ok();
   });
 }

@@ -32,6 +32,12 @@ gw_result_t gw_encode_device(gw_codec_t, const void*, size_t, gw_dtype_t, uint64
   return no_cuda("gw_encode_device");
 }
 
+gw_result_t gw_encode_device_async(gw_codec_t, const void*, size_t, gw_dtype_t, uint64_t, uint32_t, gw_ef_state_t,
+                                   void*, size_t, size_t* max_written, void*) {
+  if (max_written != nullptr) *max_written = 0;
+  return no_cuda("gw_encode_device_async");
+}
+
 gw_result_t gw_decode_device(const void*, size_t, void*, size_t, gw_dtype_t, gw_decode_mode_t, void*) {
   return no_cuda("gw_decode_device");
 }

@@ -121,12 +121,14 @@ class CudaBackend final : public DeviceBackend {
   Result<size_t> encode_input(const Codec& codec, const float* src, size_t n, const EncodeContext& ctx, void* out,
                               size_t cap) override {
     GW_ASSIGN_OR_RETURN(kern::DeviceEncoder * enc, encoder(codec));
-    return enc->encode(src, n, DType::kFloat32, ctx, nullptr, out, cap, stream_);
+    GW_ASSIGN_OR_RETURN(kern::EncodedSize size, enc->encode(src, n, DType::kFloat32, ctx, nullptr, out, cap, stream_));
+    return size.bytes;
   }
   Result<size_t> encode_accumulated(const Codec& codec, float* acc, size_t n, const EncodeContext& ctx, void* out,
                                     size_t cap) override {
     GW_ASSIGN_OR_RETURN(kern::DeviceEncoder * enc, encoder(codec));
-    return enc->encode_accumulated(acc, n, ctx, out, cap, stream_);
+    GW_ASSIGN_OR_RETURN(kern::EncodedSize size, enc->encode_accumulated(acc, n, ctx, out, cap, stream_));
+    return size.bytes;
   }
   Status apply(const wire::Header& header, const uint8_t* msg, size_t len, float* dst, DecodeMode mode) override {
     if (len < wire::kHeaderBytes) return internal_error("a validated message is shorter than its header");

@@ -1,5 +1,6 @@
 #include "kernels/device_codec.hpp"
 
+#include <memory>
 #include <string>
 
 #include "compressors/codec_registry.hpp"
@@ -65,17 +66,22 @@ DeviceResidual::~DeviceResidual() {
   cudaFree(owner_);
 }
 
+// Not a hot path (a reset, a new owner segment). The residual may be in use on any stream,
+// and the legacy stream does not order against non-blocking ones (nor against a per-thread
+// default stream), so the whole device is waited for before and after the zeroing.
+Status DeviceResidual::zero(float* p, size_t n) {
+  if (n == 0) return Status::ok();
+  GW_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  GW_CUDA_RETURN_IF_ERROR(cudaMemset(p, 0, n * sizeof(float)));
+  return cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
 Status DeviceResidual::reset() {
-  if (count_ > 0) GW_CUDA_RETURN_IF_ERROR(cudaMemset(data_, 0, count_ * sizeof(float)));
-  if (owner_count_ > 0) GW_CUDA_RETURN_IF_ERROR(cudaMemset(owner_, 0, owner_count_ * sizeof(float)));
-  GW_RETURN_IF_ERROR(zeroed());
+  GW_RETURN_IF_ERROR(zero(data_, count_));
+  GW_RETURN_IF_ERROR(zero(owner_, owner_count_));
   step_ = 0;
   return Status::ok();
 }
-
-// cudaMemset on device memory may return before it is done, on the legacy stream, with which
-// non-blocking streams (the collectives', often the caller's) do not synchronize: wait for it.
-Status DeviceResidual::zeroed() { return cuda_status(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize"); }
 
 Result<float*> DeviceResidual::owner_residual(size_t n) {
   if (owner_ != nullptr && owner_count_ == n) return owner_;
@@ -88,8 +94,7 @@ Result<float*> DeviceResidual::owner_residual(size_t n) {
   GW_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, n > 0 ? n * sizeof(float) : 1));
   owner_ = static_cast<float*>(p);
   owner_count_ = n;
-  if (n > 0) GW_CUDA_RETURN_IF_ERROR(cudaMemset(owner_, 0, n * sizeof(float)));
-  GW_RETURN_IF_ERROR(zeroed());
+  GW_RETURN_IF_ERROR(zero(owner_, n));
   return owner_;
 }
 
@@ -129,8 +134,8 @@ Status DeviceResidual::copy_owner_in(const float* host, size_t n) {
   return Status::ok();
 }
 
-Result<size_t> DeviceEncoder::encode(const void* src, size_t n, DType dtype, const EncodeContext& ctx,
-                                     DeviceResidual* ef, void* out, size_t cap, cudaStream_t stream) {
+Result<EncodedSize> DeviceEncoder::encode(const void* src, size_t n, DType dtype, const EncodeContext& ctx,
+                                          DeviceResidual* ef, void* out, size_t cap, cudaStream_t stream) const {
   if (ef == nullptr) return run(src, nullptr, n, dtype, ctx, out, cap, stream);
   if (ef->count() != n) {
     return invalid_argument("error-feedback state holds " + std::to_string(ef->count()) +
@@ -138,19 +143,19 @@ Result<size_t> DeviceEncoder::encode(const void* src, size_t n, DType dtype, con
   }
   if (dtype != DType::kFloat32) return unsupported("error feedback takes float32 input only");
   if (src == nullptr && n > 0) return invalid_argument("src is null");
-  GW_ASSIGN_OR_RETURN(size_t written, run(src, ef->data(), n, dtype, ctx, out, cap, stream));
+  GW_ASSIGN_OR_RETURN(EncodedSize written, run(src, ef->data(), n, dtype, ctx, out, cap, stream));
   ef->advance();
   return written;
 }
 
-Result<size_t> DeviceEncoder::encode_accumulated(float* acc, size_t n, const EncodeContext& ctx, void* out,
-                                                 size_t cap, cudaStream_t stream) {
+Result<EncodedSize> DeviceEncoder::encode_accumulated(float* acc, size_t n, const EncodeContext& ctx, void* out,
+                                                      size_t cap, cudaStream_t stream) const {
   if (acc == nullptr && n > 0) return invalid_argument("residual buffer is null");
   return run(nullptr, acc, n, DType::kFloat32, ctx, out, cap, stream);
 }
 
-Result<size_t> DeviceEncoder::run(const void* src, float* residual, size_t n, DType dtype,
-                                  const EncodeContext& ctx, void* out, size_t cap, cudaStream_t stream) {
+Result<EncodedSize> DeviceEncoder::run(const void* src, float* residual, size_t n, DType dtype,
+                                       const EncodeContext& ctx, void* out, size_t cap, cudaStream_t stream) const {
   if (!dtype_valid(static_cast<int>(dtype))) return invalid_argument("dtype is not a gw_dtype_t");
   if (!codec_.accepts(dtype)) {
     return unsupported(std::string("codec ") + codec_name(codec_.id()) + " does not take " + dtype_name(dtype) +
@@ -172,17 +177,22 @@ Result<size_t> DeviceEncoder::run(const void* src, float* residual, size_t n, DT
   auto* bytes = static_cast<uint8_t*>(out);
   wire::Header header;
   if (n == 0) {
-    // Nothing to compute: the host codec writes the header (its codec fields for n = 0).
+    // Nothing to compute: a host codec writes the header (its codec fields for n = 0). A
+    // fresh one, since the encoder's codec is shared with whoever else encodes with it.
     uint8_t host[wire::kHeaderBytes];
-    GW_ASSIGN_OR_RETURN(size_t len, codec_.encode(nullptr, 0, dtype, ctx, host, sizeof host));
+    GW_ASSIGN_OR_RETURN(std::unique_ptr<Codec> fresh, Codec::create(codec_.spec()));
+    GW_ASSIGN_OR_RETURN(size_t len, fresh->encode(nullptr, 0, dtype, ctx, host, sizeof host));
     GW_ASSIGN_OR_RETURN(header, wire::read_header(host, len));
     GW_RETURN_IF_ERROR(write_header_async(header, bytes, stream));
-    return len;
+    return EncodedSize{len, true};
   }
   header.codec = codec_.id();
   header.dtype = dtype;
   header.count = n;
-  const EncodeJob job{src, residual, n, dtype, &codec_.spec(), ctx, bytes + wire::kHeaderBytes, &scratch_, stream};
+  // Released in stream order when this call returns, after the work that uses it.
+  DeviceScratch scratch(stream);
+  const EncodeJob job{src, residual, n, dtype, &codec_.spec(), ctx, bytes + wire::kHeaderBytes, &scratch, stream};
+  const uint64_t* kept = nullptr;
   Result<uint64_t> payload = internal_error("no device encoder");
   switch (codec_.id()) {
     case CodecId::kNone:
@@ -191,13 +201,13 @@ Result<size_t> DeviceEncoder::run(const void* src, float* residual, size_t n, DT
     case CodecId::kQsgd: payload = encode_qsgd(job, header); break;
     case CodecId::kSign: payload = encode_sign(job, header); break;
     case CodecId::kTopk: payload = encode_topk(job, header); break;
-    case CodecId::kDgc: payload = encode_dgc(job, header); break;
+    case CodecId::kDgc: payload = encode_dgc(job, header, &kept); break;
     case CodecId::kRandomk: payload = encode_randomk(job, header); break;
   }
   if (!payload) return payload.status().with_context(std::string(codec_name(codec_.id())) + " device encode");
   header.payload_bytes = *payload;
-  GW_RETURN_IF_ERROR(write_header_async(header, bytes, stream));
-  return wire::kHeaderBytes + *payload;
+  GW_RETURN_IF_ERROR(write_header_async(header, bytes, stream, kept, detail::index_bytes(n)));
+  return EncodedSize{wire::kHeaderBytes + *payload, kept == nullptr};
 }
 
 Status apply_validated(const wire::Header& header, const uint8_t* payload, void* dst, DType dtype,
@@ -217,31 +227,6 @@ Status apply_validated(const wire::Header& header, const uint8_t* payload, void*
   return internal_error("no device decoder for codec " + std::to_string(static_cast<int>(header.codec)));
 }
 
-namespace {
-
-// Runs check_sparse_indices and reads its verdict back (waits on stream).
-Status check_indices_on_device(const wire::Header& header, const uint8_t* payload, cudaStream_t stream) {
-  if (header.k == 0) return Status::ok();
-  void* flag = nullptr;
-  GW_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&flag, sizeof(uint32_t), stream));
-  auto* bad = static_cast<uint32_t*>(flag);
-  uint32_t verdict = 0;
-  Status s = cuda_status(cudaMemsetAsync(bad, 0, sizeof(uint32_t), stream), "cudaMemsetAsync");
-  if (s) s = check_sparse_indices(header, payload, bad, stream);
-  if (s) s = cuda_status(cudaMemcpyAsync(&verdict, bad, sizeof verdict, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
-  const Status freed = cuda_status(cudaFreeAsync(flag, stream), "cudaFreeAsync");
-  if (s) s = cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  if (!s) return s;
-  if (!freed) return freed;
-  if (verdict != 0) {
-    return invalid_message("an index is out of range (count " + std::to_string(header.count) +
-                           ") or not strictly increasing");
-  }
-  return Status::ok();
-}
-
-}  // namespace
-
 Status decode_device(const void* msg, size_t len, void* dst, size_t n, DType dtype, DecodeMode mode,
                      cudaStream_t stream) {
   if (!dtype_valid(static_cast<int>(dtype))) return invalid_argument("dtype is not a gw_dtype_t");
@@ -252,20 +237,34 @@ Status decode_device(const void* msg, size_t len, void* dst, size_t n, DType dty
   if (dst == nullptr && n > 0) return invalid_argument("dst is null");
   GW_RETURN_IF_ERROR(check_device(msg, "msg"));
   if (n > 0) GW_RETURN_IF_ERROR(check_device(dst, "dst"));
-
-  uint8_t host[wire::kHeaderBytes] = {};
-  const size_t head = len < wire::kHeaderBytes ? len : wire::kHeaderBytes;
-  if (head > 0) {
-    GW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, msg, head, cudaMemcpyDeviceToHost, stream));
-    GW_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  if (len < wire::kHeaderBytes) {
+    const uint8_t none = 0;
+    return wire::read_header(&none, len).status();
   }
-  GW_ASSIGN_OR_RETURN(wire::Header header, wire::read_header(host, len));
+
+  // One round trip. The device checks the message as a topk/dgc message of n float32 and
+  // applies it only if it is one (and every index is sound) while its header comes back;
+  // the host then reads the header: for a sparse codec it reports the device's verdict (or
+  // its own, more precise, error), for a dense codec, which needs no check on the device,
+  // it enqueues the decode.
+  const auto* bytes = static_cast<const uint8_t*>(msg);
+  DeviceScratch scratch(stream);
+  SparseVerdict back{};
+  const bool may_be_sparse = dtype == DType::kFloat32 && n <= wire::kMaxCount;
+  if (may_be_sparse) {
+    GW_ASSIGN_OR_RETURN(SparseVerdict* verdict, scratch.get<SparseVerdict>(0, 1));
+    GW_RETURN_IF_ERROR(decode_sparse_untrusted(bytes, len, static_cast<float*>(dst), n, mode, verdict, stream));
+    GW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&back, verdict, sizeof back, cudaMemcpyDeviceToHost, stream));
+  } else {
+    GW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(back.header, bytes, wire::kHeaderBytes, cudaMemcpyDeviceToHost, stream));
+  }
+  GW_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+
+  GW_ASSIGN_OR_RETURN(wire::Header header, wire::read_header(back.header, len));
   const detail::CodecEntry* entry = detail::find_codec(header.codec);
   if (entry == nullptr) return invalid_message("unknown codec id");
-  const auto* payload = static_cast<const uint8_t*>(msg) + wire::kHeaderBytes;
   if (sparse_indices(header.codec)) {
     GW_RETURN_IF_ERROR(detail::validate_sparse_fields(header).with_context(entry->name));
-    GW_RETURN_IF_ERROR(check_indices_on_device(header, payload, stream).with_context(entry->name));
   } else {
     uint64_t nnz = 0;
     GW_RETURN_IF_ERROR(entry->validate(header, nullptr, nnz).with_context(entry->name));
@@ -277,7 +276,18 @@ Status decode_device(const void* msg, size_t len, void* dst, size_t n, DType dty
   if (!entry->any_dst_dtype && dtype != DType::kFloat32) {
     return unsupported(std::string(entry->name) + " messages decode into float32 only, not " + dtype_name(dtype));
   }
-  return apply_validated(header, payload, dst, dtype, mode, stream);
+  if (!sparse_indices(header.codec)) {
+    const auto* payload = bytes + wire::kHeaderBytes;
+    return apply_validated(header, payload, dst, dtype, mode, stream);
+  }
+  if (back.index_bad != 0) {
+    return invalid_message(std::string(entry->name) + ": an index is out of range (count " +
+                           std::to_string(header.count) + ") or not strictly increasing");
+  }
+  if (back.header_bad != 0) {
+    return internal_error(std::string(entry->name) + ": the device refused a header that the host accepts");
+  }
+  return Status::ok();  // applied on the device
 }
 
 }  // namespace gw::kern

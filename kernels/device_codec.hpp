@@ -40,7 +40,7 @@ class DeviceResidual final : public DeviceEfState {
   float* residual() override { return data_; }
   // Made (zeroed) on first use and whenever n changes, as gw::ErrorFeedback's.
   Result<float*> owner_residual(size_t n) override;
-  // Zeroes the residual (waits for it) and the step.
+  // Zeroes the residual and the step (waits for the device: not a hot path).
   Status reset() override;
   // Copies the residual to host memory (waits for work in flight on every stream).
   Status copy_out(float* host, size_t count) const override;
@@ -52,7 +52,7 @@ class DeviceResidual final : public DeviceEfState {
 
  private:
   DeviceResidual(float* data, size_t count) : data_(data), count_(count) {}
-  Status zeroed();
+  static Status zero(float* p, size_t n);
   float* data_;
   size_t count_;
   uint64_t step_ = 0;
@@ -60,34 +60,42 @@ class DeviceResidual final : public DeviceEfState {
   size_t owner_count_ = 0;
 };
 
-// Encodes device buffers with one codec; owns the device scratch its kernels reuse. One
-// encoder must not run two encodes at once (the scratch is shared), as for gw::Codec.
+// How long a device message is, as far as the call that enqueued its encode knows: exactly,
+// or (dgc, whose count only the device knows) at most `bytes`, the exact length being in the
+// header the device writes (wire::encoded_length on a host copy of its first bytes).
+struct EncodedSize {
+  size_t bytes;
+  bool exact;
+};
+
+// Encodes device buffers with one codec. Holds no mutable state: its scratch is taken per
+// call, stream-ordered, on the call's stream (device_scratch.hpp), so encodes may run on
+// several streams at once.
 class DeviceEncoder {
  public:
-  explicit DeviceEncoder(Codec& codec) : codec_(codec) {}
+  explicit DeviceEncoder(const Codec& codec) : codec_(codec) {}
 
   // Writes the message for n elements at src (device) into out (device, 8-byte aligned,
   // cap >= codec.max_encoded_bytes). With ef, encodes src + residual and leaves the new
-  // residual in ef, then advances ef's step. Returns the message's length; only work is
-  // enqueued on stream, except for dgc, whose length depends on the data: it waits on stream.
-  Result<size_t> encode(const void* src, size_t n, DType dtype, const EncodeContext& ctx,
-                        DeviceResidual* ef, void* out, size_t cap, cudaStream_t stream);
+  // residual in ef, then advances ef's step. Only enqueues work on stream; never waits.
+  Result<EncodedSize> encode(const void* src, size_t n, DType dtype, const EncodeContext& ctx,
+                             DeviceResidual* ef, void* out, size_t cap, cudaStream_t stream) const;
   // encode_accumulated for device memory: acc (device) already holds g + residual; on return
   // it holds what the message failed to carry.
-  Result<size_t> encode_accumulated(float* acc, size_t n, const EncodeContext& ctx, void* out,
-                                    size_t cap, cudaStream_t stream);
+  Result<EncodedSize> encode_accumulated(float* acc, size_t n, const EncodeContext& ctx, void* out,
+                                         size_t cap, cudaStream_t stream) const;
 
  private:
-  Result<size_t> run(const void* src, float* residual, size_t n, DType dtype,
-                     const EncodeContext& ctx, void* out, size_t cap, cudaStream_t stream);
+  Result<EncodedSize> run(const void* src, float* residual, size_t n, DType dtype,
+                          const EncodeContext& ctx, void* out, size_t cap, cudaStream_t stream) const;
 
-  Codec& codec_;
-  DeviceScratch scratch_;
+  const Codec& codec_;
 };
 
-// Decodes a message in device memory into dst (device). The message is untrusted: its
-// header is copied to the host and checked, and a topk or dgc message's indices are checked
-// on the device, before dst is touched; so this waits on stream. On error dst is untouched.
+// Decodes a message in device memory into dst (device). The message is untrusted: it is
+// checked (a topk or dgc message's indices on the device) before dst is touched, and on
+// error dst is untouched. Waits on stream once, for the header and the device's verdict; a
+// sparse message is already applied then, a dense one is enqueued after.
 Status decode_device(const void* msg, size_t len, void* dst, size_t n, DType dtype,
                      DecodeMode mode, cudaStream_t stream);
 

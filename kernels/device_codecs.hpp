@@ -1,6 +1,6 @@
 // The per-codec device launchers: what each kernels/<codec>_kernels.cu provides. Internal;
 // the public entry points are in kernels/device_codec.hpp. Every launcher only enqueues work
-// on the job's stream (nothing synchronizes the device), except where noted.
+// on the job's stream: nothing waits on the host, nothing synchronizes the device.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -33,18 +33,20 @@ struct EncodeJob {
   EncodeContext ctx;
   uint8_t* payload;       // device, right after the 56-byte header; 8-byte aligned; room for
                           // the host codec's max_encoded_bytes(n) - 56
-  DeviceScratch* scratch;
+  DeviceScratch* scratch; // stream-ordered on `stream`
   cudaStream_t stream;
 };
 
 // Each sets the header fields the host codec sets (bits, bucket, flags, k, seed, step) and
-// returns the payload bytes. dgc alone keeps a data-dependent count: its launcher waits on
-// the job's stream (not the device) to learn it.
+// returns the payload bytes. dgc's count depends on the data and is known only on the
+// device: when *kept comes back set (device memory, valid in stream order until the job's
+// scratch is released), header.k and the returned length are the most the message can
+// carry, and the header kernel writes the real ones from *kept.
 Result<uint64_t> encode_dense(const EncodeJob& job, wire::Header& header);  // none, fp16, bf16
 Result<uint64_t> encode_qsgd(const EncodeJob& job, wire::Header& header);
 Result<uint64_t> encode_sign(const EncodeJob& job, wire::Header& header);
 Result<uint64_t> encode_topk(const EncodeJob& job, wire::Header& header);
-Result<uint64_t> encode_dgc(const EncodeJob& job, wire::Header& header);
+Result<uint64_t> encode_dgc(const EncodeJob& job, wire::Header& header, const uint64_t** kept);
 Result<uint64_t> encode_randomk(const EncodeJob& job, wire::Header& header);
 
 // Applies a message whose header the host has validated (wire::read_header and the codec's
@@ -70,5 +72,19 @@ Status decode_randomk(const DecodeJob& job);
 // before it, leaves it alone otherwise. The caller zeroes *bad first.
 Status check_sparse_indices(const wire::Header& header, const uint8_t* payload, uint32_t* bad,
                             cudaStream_t stream);
+
+// An untrusted message in device memory, checked and applied on the device as a topk or dgc
+// message of n float32, without the host reading it first: a one-block kernel copies the
+// header into verdict->header and checks every field a sparse message must have (the k that
+// len implies for n elements, zero quantizer fields, payload = len - 56, ...), the index
+// check runs only on a header that passed, and dst is zeroed (overwrite) and scattered into
+// only when both passed. Enqueues only; verdict is device memory the caller reads back.
+struct SparseVerdict {
+  uint8_t header[wire::kHeaderBytes];
+  uint32_t header_bad;  // not a sparse message of these dimensions (maybe another codec's)
+  uint32_t index_bad;   // an index out of range or not increasing
+};
+Status decode_sparse_untrusted(const uint8_t* msg, size_t len, float* dst, uint64_t n, DecodeMode mode,
+                               SparseVerdict* verdict, cudaStream_t stream);
 
 }  // namespace gw::kern

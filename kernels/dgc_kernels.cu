@@ -1,9 +1,10 @@
 // dgc on the device, the choices of compressors/dgc_codec.cpp: small inputs (or k >= n / 4)
 // take the exact top-k; otherwise a stratified sample of m keys gives the threshold that
 // over-selects by 25%, one pass over the input compacts every index at or above it (with
-// error feedback that pass also stores residual + src), and the host waits once, on the
-// job's stream, for the candidate count c: more than cap falls back to the exact top-k of
-// everything, at most k are all sent, otherwise an exact top-k runs over the candidates.
+// error feedback that pass also stores residual + src), and the candidate count c decides,
+// on the device: more than cap falls back to the exact top-k of everything, at most k are
+// all sent, otherwise an exact top-k runs over the candidates. Nothing waits on the host:
+// the message's length is written into its header by the device.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -45,18 +46,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Sends every candidate (c <= k): the list is already in index order.
-template <class Idx>
-__global__ void __launch_bounds__(kThreads)
-    emit_all_kernel(const float* x, const Idx* cand, uint64_t c, SparseOut<Idx> out) {
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t j = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < c; j += stride) {
-    const Idx i = cand[j];
-    const float v = x[i];
-    out.index[j] = i;
-    out.value[j] = v;
-    if (out.residual != nullptr) out.residual[i] = hd::sub(v, v);
-  }
+// How many elements the message carries: k, or every candidate when there are at most k.
+__global__ void kept_kernel(const uint64_t* count, uint64_t k, uint64_t cap, uint64_t* kept) {
+  if (threadIdx.x != 0) return;
+  const uint64_t c = *count;
+  *kept = c > cap || c > k ? k : c;
 }
 
 struct DgcPlan {
@@ -80,19 +74,27 @@ DgcPlan plan(const CodecSpec& spec, uint64_t n, uint64_t k) {
 
 size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// Scratch slots 5 (sample keys) and 6 (candidates, their keys, their count) and the pinned
-// host word; radix_select uses 0 to 4. Returns how many elements the message carries.
+// Scratch slots 5 (sample keys) and 6 (candidates, their keys, their count and the kept
+// count); radix_select uses 0 to 4. Both selections that can follow the candidate pass are
+// enqueued, each gated on the device by the candidate count c: the exact top-k of
+// everything when c > cap, else the exact top-min(k, c) of the candidates, so the host never
+// waits to learn c. The candidate list is padded to cap with key 0, which no candidate has
+// (their keys are >= the sampled threshold, which is above 0 unless every element is a
+// candidate, and then c = n = cap and there is no padding). *kept receives how many elements
+// the message carries.
 template <class Idx>
-Result<uint64_t> sampled_select(const EncodeJob& job, const DgcPlan& p) {
+Status sampled_select(const EncodeJob& job, const DgcPlan& p, const uint64_t** kept_out) {
   DeviceScratch& scratch = *job.scratch;
   const auto* src = static_cast<const float*>(job.src);
   GW_ASSIGN_OR_RETURN(uint32_t* sample, scratch.get<uint32_t>(5, p.m));
   const size_t cand_bytes = align_up(p.cap * sizeof(Idx));
   const size_t key_bytes = align_up(p.cap * sizeof(uint32_t));
-  GW_ASSIGN_OR_RETURN(uint8_t* list, scratch.get<uint8_t>(6, cand_bytes + key_bytes + sizeof(uint64_t)));
+  GW_ASSIGN_OR_RETURN(uint8_t* list, scratch.get<uint8_t>(6, cand_bytes + key_bytes + 2 * sizeof(uint64_t)));
   auto* cand = reinterpret_cast<Idx*>(list);
   auto* cand_keys = reinterpret_cast<uint32_t*>(list + cand_bytes);
   auto* count = reinterpret_cast<uint64_t*>(list + cand_bytes + key_bytes);
+  uint64_t* kept = count + 1;
+  GW_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(cand_keys, 0, p.cap * sizeof(uint32_t), job.stream));
 
   const RandomStream rs{job.spec->seed, job.ctx.step, job.ctx.rank};
   sample_kernel<<<blocks_for(p.m), kThreads, 0, job.stream>>>(src, job.residual, job.n, p.m, rs, sample);
@@ -100,55 +102,41 @@ Result<uint64_t> sampled_select(const EncodeJob& job, const DgcPlan& p) {
   const SelectArray in{src, job.residual, job.n};
   GW_RETURN_IF_ERROR(
       select_at_least_kth<Idx>(sample, p.m, p.rank, in, cand, cand_keys, p.cap, count, scratch, job.stream));
-
-  GW_ASSIGN_OR_RETURN(void* host, scratch.host(sizeof(uint64_t)));
-  GW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, count, sizeof(uint64_t), cudaMemcpyDeviceToHost, job.stream));
-  GW_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(job.stream));
-  const uint64_t c = *static_cast<const uint64_t*>(host);
+  kept_kernel<<<1, 32, 0, job.stream>>>(count, p.k, p.cap, kept);
+  GW_RETURN_IF_ERROR(launch_status("kept_kernel"));
 
   // The candidate pass was the input's first: the accumulated values now sit in values().
   const SelectArray acc{job.residual != nullptr ? nullptr : src, job.residual, job.n};
-  const float* x = acc.values();
-  if (c > p.cap) {
-    GW_RETURN_IF_ERROR(
-        select_topk<Idx>(acc, p.k, sparse_out<Idx>(job.payload, p.k, job.residual), scratch, job.stream));
-    return p.k;
-  }
-  if (c <= p.k) {
-    if (c > 0) {
-      emit_all_kernel<<<blocks_for(c), kThreads, 0, job.stream>>>(x, cand, c,
-                                                                  sparse_out<Idx>(job.payload, c, job.residual));
-      GW_RETURN_IF_ERROR(launch_status("emit_all_kernel"));
-    }
-    return c;
-  }
-  const SelectList<Idx> list_in{x, cand, cand_keys, c};
-  GW_RETURN_IF_ERROR(
-      select_topk<Idx>(list_in, p.k, sparse_out<Idx>(job.payload, p.k, job.residual), scratch, job.stream));
-  return p.k;
+  GW_RETURN_IF_ERROR(select_topk<Idx>(acc, p.k, sparse_out<Idx>(job.payload, p.k, job.residual), scratch,
+                                      job.stream, SelectGate{count, p.cap, true}));
+  const SelectList<Idx> list_in{acc.values(), cand, cand_keys, p.cap};
+  const SparseOut<Idx> out{reinterpret_cast<Idx*>(job.payload), nullptr, job.residual, kept};
+  GW_RETURN_IF_ERROR(select_topk<Idx>(list_in, p.k, out, scratch, job.stream, SelectGate{count, p.cap, false}));
+  *kept_out = kept;
+  return Status::ok();
 }
 
 }  // namespace
 
-Result<uint64_t> encode_dgc(const EncodeJob& job, wire::Header& header) {
+Result<uint64_t> encode_dgc(const EncodeJob& job, wire::Header& header, const uint64_t** kept) {
+  *kept = nullptr;
   if (job.dtype != DType::kFloat32) {
     return unsupported(std::string("dgc does not take ") + dtype_name(job.dtype) + " input");
   }
   const uint64_t n = job.n;
   const uint64_t k = job.spec->k_for(n);
-  Result<uint64_t> kept = with_index_type(n, [&](auto idx) -> Result<uint64_t> {
+  GW_RETURN_IF_ERROR(with_index_type(n, [&](auto idx) -> Status {
     using Idx = decltype(idx);
     if (n < kExactBelow || k * 4 >= n) {
       const SelectArray in{static_cast<const float*>(job.src), job.residual, n};
-      GW_RETURN_IF_ERROR(
-          select_topk<Idx>(in, k, sparse_out<Idx>(job.payload, k, job.residual), *job.scratch, job.stream));
-      return k;
+      return select_topk<Idx>(in, k, sparse_out<Idx>(job.payload, k, job.residual), *job.scratch, job.stream);
     }
-    return sampled_select<Idx>(job, plan(*job.spec, n, k));
-  });
-  if (!kept) return kept.status();
-  header.k = *kept;
-  return detail::sparse_payload_bytes(n, *kept);
+    return sampled_select<Idx>(job, plan(*job.spec, n, k), kept);
+  }));
+  // With *kept set, k and the payload length are the most the message can hold; the header
+  // kernel writes the real ones from *kept.
+  header.k = k;
+  return detail::sparse_payload_bytes(n, k);
 }
 
 }  // namespace gw::kern

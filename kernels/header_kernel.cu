@@ -6,17 +6,28 @@
 namespace gw::kern {
 namespace {
 
-__global__ void write_header_kernel(HeaderBytes header, uint8_t* out) {
+__global__ void write_header_kernel(HeaderBytes header, uint8_t* out, const uint64_t* kept, uint32_t index_bytes) {
   const unsigned i = threadIdx.x;
-  if (i < wire::kHeaderBytes) out[i] = header.bytes[i];
+  if (i >= wire::kHeaderBytes) return;
+  uint8_t b = header.bytes[i];
+  if (kept != nullptr) {
+    const uint64_t k = *kept;
+    if (i >= kHeaderKAt && i < kHeaderKAt + 8) b = static_cast<uint8_t>(k >> (8 * (i - kHeaderKAt)));
+    const uint64_t payload = k * (index_bytes + 4);
+    if (i >= kHeaderPayloadAt && i < kHeaderPayloadAt + 8) {
+      b = static_cast<uint8_t>(payload >> (8 * (i - kHeaderPayloadAt)));
+    }
+  }
+  out[i] = b;
 }
 
 }  // namespace
 
-Status write_header_async(const wire::Header& header, uint8_t* out, cudaStream_t stream) {
+Status write_header_async(const wire::Header& header, uint8_t* out, cudaStream_t stream, const uint64_t* kept,
+                          uint32_t index_bytes) {
   HeaderBytes bytes;
   wire::write_header(header, bytes.bytes);
-  write_header_kernel<<<1, 64, 0, stream>>>(bytes, out);
+  write_header_kernel<<<1, 64, 0, stream>>>(bytes, out, kept, index_bytes);
   return launch_status("write_header_kernel");
 }
 

@@ -15,6 +15,14 @@ struct HeaderBytes {
   uint8_t bytes[wire::kHeaderBytes];
 };
 
-Status write_header_async(const wire::Header& header, uint8_t* out, cudaStream_t stream);
+// Byte offsets of the fields a device-side count fills in (docs/wire-format.md).
+constexpr unsigned kHeaderKAt = 24;
+constexpr unsigned kHeaderPayloadAt = 48;
+
+// Writes header at out. With kept set (device memory, a sparse message whose count only the
+// device knows: dgc), k is *kept and payload_bytes is *kept * (index_bytes + 4) instead of
+// the host's values; the message's length is then known once the header is.
+Status write_header_async(const wire::Header& header, uint8_t* out, cudaStream_t stream,
+                          const uint64_t* kept = nullptr, uint32_t index_bytes = 0);
 
 }  // namespace gw::kern

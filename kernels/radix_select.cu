@@ -39,6 +39,7 @@ enum DoneSlot { kDoneTop, kDoneMid, kDoneLow, kDoneCandMid, kDoneCandLow, kDoneS
 
 // Boundary bin, threshold and the histograms of one selection; zeroed before each.
 struct SelectState {
+  uint32_t skip;  // set by the gate: this selection does nothing
   uint32_t mode;
   uint32_t top;        // boundary bin of the top digit
   uint32_t prefix;     // top and mid digits of the threshold
@@ -48,6 +49,7 @@ struct SelectState {
   uint32_t sure_from;
   uint32_t cand_from;
   unsigned int done[kDoneSlots];
+  ull k;           // how many to select (the gate may lower it)
   ull want;        // still wanted at the current digit
   ull ties;        // keys equal to the threshold that are taken (the lowest positions)
   ull cand_count;  // gathered candidates
@@ -133,19 +135,14 @@ __device__ __forceinline__ uint32_t warp_exclusive_sum(uint32_t v) {
 }
 
 // Adds one to hist[bin] for each lane that takes part. Gradients crowd into a few bins (all
-// zero in the worst case), so a warp whose lanes all hit one bin adds 32 once rather than
-// serializing 32 atomics on one shared word. Call with the whole warp.
+// zero in the worst case), so the lanes of a warp that hit one bin add their count once,
+// from the lowest of them, rather than serializing one atomic each on a shared word.
+// Call with the whole warp.
 __device__ __forceinline__ void hist_add(uint32_t* hist, uint32_t bin, bool take) {
-  const uint32_t takers = __ballot_sync(kFullMask, take);
-  if (takers == 0) return;
-  if (takers == kFullMask) {
-    const uint32_t first = __shfl_sync(kFullMask, bin, 0);
-    if (__all_sync(kFullMask, bin == first)) {
-      if (lane_id() == 0) atomicAdd(&hist[first], 32u);
-      return;
-    }
-  }
-  if (take) atomicAdd(&hist[bin], 1u);
+  if (__ballot_sync(kFullMask, take) == 0) return;
+  constexpr uint32_t kNoBin = 0xffffffffu;  // bins are below 2^11
+  const uint32_t peers = __match_any_sync(kFullMask, take ? bin : kNoBin);
+  if (take && lane_id() == static_cast<uint32_t>(__ffs(peers) - 1)) atomicAdd(&hist[bin], __popc(peers));
 }
 
 __device__ void flush_hist(const uint32_t* shared_hist, ull* hist, uint32_t bins) {
@@ -201,7 +198,8 @@ __device__ uint32_t find_boundary(const ull* hist, uint32_t bins, ull want, ull*
 }
 
 // The finishing steps of each digit, run by warp 0 of the last block.
-__device__ void finish_top(SelectState* st, ull k, ull gather_cap) {
+__device__ void finish_top(SelectState* st, ull gather_cap) {
+  const ull k = st->k;
   ull above = 0;
   const uint32_t bin = find_boundary(st->hist_top, kTopBins, k, &above);
   if (lane_id() != 0) return;
@@ -258,18 +256,20 @@ __device__ __forceinline__ void for_each_key(const Src& src, ull count, Fn&& fn)
 // hist_top of all keys; the last block finds the boundary bin for k and picks the mode.
 template <class Src>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    top_hist_kernel(Src src, ull count, SelectState* st, ull k, ull gather_cap) {
+    top_hist_kernel(Src src, ull count, SelectState* st, ull gather_cap) {
+  if (st->skip != 0) return;  // the same for every block: nobody counts, nobody finishes
   __shared__ uint32_t hist[kTopBins];
   for (uint32_t b = threadIdx.x; b < kTopBins; b += blockDim.x) hist[b] = 0;
   __syncthreads();
   for_each_key(src, count, [&](uint32_t key, bool in) { hist_add(hist, key >> kTopShift, in); });
   flush_hist(hist, st->hist_top, kTopBins);
-  if (last_block_done(&st->done[kDoneTop]) && threadIdx.x < 32) finish_top(st, k, gather_cap);
+  if (last_block_done(&st->done[kDoneTop]) && threadIdx.x < 32) finish_top(st, gather_cap);
 }
 
 // The mid (level 2) or low (level 3) digit's histogram over the keys that match the digits
-// found so far, when the state's mode is `mode`; over st->cand_count keys when
-// count_in_state. The last block finds that digit's boundary.
+// found so far, when the state's mode is `mode` (never in a skipped selection: its mode stays
+// 0); over st->cand_count keys when count_in_state. The last block finds that digit's
+// boundary.
 template <class Src>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     sub_hist_kernel(Src src, ull count, SelectState* st, int level, uint32_t mode,
@@ -362,6 +362,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     mark_kernel(Src src, ull count, SelectState* st, Marks marks, Idx* gather_pos,
                 uint32_t* gather_keys, ull gather_cap) {
   static_assert(!kMayGather || Src::kPure, "gathering reads a key a second time");
+  if (st->skip != 0) return;
   const bool gather = kMayGather && st->mode == kModeGather;
   const uint32_t sure_from = st->sure_from;
   const uint32_t cand_from = st->cand_from;
@@ -388,7 +389,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
 }
 
-// Gather mode: sets the gathered candidates' bits once the threshold is known.
+// Gather mode (never in a skipped selection): sets the gathered candidates' bits once the
+// threshold is known.
 template <class Idx>
 __global__ void __launch_bounds__(kThreads)
     patch_kernel(const SelectState* st, Marks marks, const Idx* gather_pos,
@@ -430,6 +432,7 @@ template <class Emit>
 __global__ void __launch_bounds__(kThreads)
     write_kernel(Emit emit, const SelectState* st, Marks marks, const TileCount* before,
                  bool take_all_ties, ull* total) {
+  if (st->skip != 0) return;
   const ull ties = take_all_ties ? ~0ull : st->ties;
   const uint32_t lane = lane_id();
   const ull warps = static_cast<ull>(gridDim.x) * blockDim.x / 32;
@@ -467,7 +470,8 @@ struct PayloadEmit {
     const ull i = src.index(p);
     const float v = src.value(p);
     out.index[pos] = static_cast<Idx>(i);
-    out.value[pos] = v;
+    float* values = out.kept != nullptr ? reinterpret_cast<float*>(out.index + *out.kept) : out.value;
+    values[pos] = v;
     if (out.residual != nullptr) out.residual[i] = hd::sub(v, v);
   }
 };
@@ -484,6 +488,25 @@ struct CandidateEmit {
     keys[pos] = hd::magnitude_key(x[p]);
   }
 };
+
+// Zeroes the state of one selection and applies its gate: how many to select, and whether
+// this selection runs at all. One block.
+__global__ void __launch_bounds__(kThreads) init_state_kernel(SelectState* st, ull k, SelectGate gate) {
+  static_assert(sizeof(SelectState) % sizeof(uint32_t) == 0, "the state is zeroed by words");
+  auto* words = reinterpret_cast<uint32_t*>(st);
+  for (uint32_t i = threadIdx.x; i < sizeof(SelectState) / sizeof(uint32_t); i += blockDim.x) words[i] = 0;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  ull want = k;
+  bool run = true;
+  if (gate.count != nullptr) {
+    const ull c = *gate.count;
+    run = (c > gate.cap) == gate.over_cap;
+    if (!gate.over_cap && c < want) want = c;
+  }
+  st->k = want;
+  st->skip = run && want > 0 ? 0 : 1;
+}
 
 // ---- host side ----
 
@@ -525,7 +548,8 @@ struct Work {
 };
 
 template <class Idx>
-Result<Work<Idx>> prepare(ull count, ull gather_cap, DeviceScratch& scratch, cudaStream_t stream) {
+Result<Work<Idx>> prepare(ull count, ull gather_cap, ull k, const SelectGate& gate, DeviceScratch& scratch,
+                          cudaStream_t stream) {
   Work<Idx> w;
   GW_ASSIGN_OR_RETURN(w.sms, device_sms());
   GW_ASSIGN_OR_RETURN(w.st, scratch.get<SelectState>(0, 1));
@@ -549,16 +573,17 @@ Result<Work<Idx>> prepare(ull count, ull gather_cap, DeviceScratch& scratch, cud
                                                          TileSum{}, TileCount{0, 0}, w.marks.num_tiles,
                                                          stream));
   GW_ASSIGN_OR_RETURN(w.scan_temp, scratch.get<uint8_t>(4, w.scan_bytes));
-  GW_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.st, 0, sizeof(SelectState), stream));
+  init_state_kernel<<<1, kThreads, 0, stream>>>(w.st, k, gate);
+  GW_RETURN_IF_ERROR(launch_status("init_state_kernel"));
   return w;
 }
 
 // The three digits by full histogram passes (the second and third run only in full mode).
 template <class FirstSrc, class Src>
-Status find_threshold(const FirstSrc& first, const Src& src, ull count, ull k, ull gather_cap,
-                      SelectState* st, int sms, cudaStream_t stream) {
+Status find_threshold(const FirstSrc& first, const Src& src, ull count, ull gather_cap, SelectState* st, int sms,
+                      cudaStream_t stream) {
   const unsigned int blocks = pass_blocks(count, sms);
-  top_hist_kernel<<<blocks, kThreads, 0, stream>>>(first, count, st, k, gather_cap);
+  top_hist_kernel<<<blocks, kThreads, 0, stream>>>(first, count, st, gather_cap);
   GW_RETURN_IF_ERROR(launch_status("top_hist_kernel"));
   sub_hist_kernel<<<blocks, kThreads, 0, stream>>>(src, count, st, 2, kModeFull, false, kDoneMid);
   GW_RETURN_IF_ERROR(launch_status("sub_hist_kernel (mid)"));
@@ -608,15 +633,15 @@ ull gather_cap_for(ull n) { return std::min<ull>(n, std::max<ull>(ull{1} << 16, 
 
 template <class Idx>
 Status select_topk(const SelectArray& in, uint64_t k, const SparseOut<Idx>& out, DeviceScratch& scratch,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, const SelectGate& gate) {
   if (k == 0) return Status::ok();
   const ull n = in.n;
-  GW_ASSIGN_OR_RETURN(Work<Idx> w, prepare<Idx>(n, gather_cap_for(n), scratch, stream));
+  GW_ASSIGN_OR_RETURN(Work<Idx> w, prepare<Idx>(n, gather_cap_for(n), k, gate, scratch, stream));
   const ArraySrc x{in.values()};
   if (in.src != nullptr && in.residual != nullptr) {
-    GW_RETURN_IF_ERROR(find_threshold(AccumSrc{in.src, in.residual}, x, n, k, w.gather_cap, w.st, w.sms, stream));
+    GW_RETURN_IF_ERROR(find_threshold(AccumSrc{in.src, in.residual}, x, n, w.gather_cap, w.st, w.sms, stream));
   } else {
-    GW_RETURN_IF_ERROR(find_threshold(x, x, n, k, w.gather_cap, w.st, w.sms, stream));
+    GW_RETURN_IF_ERROR(find_threshold(x, x, n, w.gather_cap, w.st, w.sms, stream));
   }
   GW_RETURN_IF_ERROR((mark<ArraySrc, Idx, true>(x, n, w, stream)));
   GW_RETURN_IF_ERROR(resolve_gathered(w, stream));
@@ -625,12 +650,12 @@ Status select_topk(const SelectArray& in, uint64_t k, const SparseOut<Idx>& out,
 
 template <class Idx>
 Status select_topk(const SelectList<Idx>& in, uint64_t k, const SparseOut<Idx>& out, DeviceScratch& scratch,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, const SelectGate& gate) {
   if (k == 0) return Status::ok();
   // Lists are short (dgc's candidates): no gathering, three histogram passes over the keys.
-  GW_ASSIGN_OR_RETURN(Work<Idx> w, prepare<Idx>(in.count, 0, scratch, stream));
+  GW_ASSIGN_OR_RETURN(Work<Idx> w, prepare<Idx>(in.count, 0, k, gate, scratch, stream));
   const KeySrc keys{in.keys};
-  GW_RETURN_IF_ERROR(find_threshold(keys, keys, in.count, k, 0, w.st, w.sms, stream));
+  GW_RETURN_IF_ERROR(find_threshold(keys, keys, in.count, 0, w.st, w.sms, stream));
   GW_RETURN_IF_ERROR((mark<KeySrc, Idx, false>(keys, in.count, w, stream)));
   return scan_and_write(PayloadEmit<Idx, ListSrc<Idx>>{ListSrc<Idx>{in.x, in.index}, out}, w, false, nullptr,
                         stream);
@@ -641,11 +666,11 @@ Status select_at_least_kth(const uint32_t* keys, uint64_t m, uint64_t rank, cons
                            uint32_t* cand_keys, uint64_t cap, uint64_t* count, DeviceScratch& scratch,
                            cudaStream_t stream) {
   const ull n = in.n;
-  GW_ASSIGN_OR_RETURN(Work<Idx> w, prepare<Idx>(n, 0, scratch, stream));
+  GW_ASSIGN_OR_RETURN(Work<Idx> w, prepare<Idx>(n, 0, rank, SelectGate{}, scratch, stream));
   const KeySrc sample{keys};
   // Full mode over the sample: the state ends with sure_from = T + 1 and cand_from = T, so
   // the marks split key > T (sure) and key == T (eq); all of both are written out.
-  GW_RETURN_IF_ERROR(find_threshold(sample, sample, m, rank, 0, w.st, w.sms, stream));
+  GW_RETURN_IF_ERROR(find_threshold(sample, sample, m, 0, w.st, w.sms, stream));
   const ArraySrc x{in.values()};
   if (in.src != nullptr && in.residual != nullptr) {
     GW_RETURN_IF_ERROR((mark<AccumSrc, Idx, false>(AccumSrc{in.src, in.residual}, n, w, stream)));
@@ -657,13 +682,13 @@ Status select_at_least_kth(const uint32_t* keys, uint64_t m, uint64_t rank, cons
 }
 
 template Status select_topk<uint32_t>(const SelectArray&, uint64_t, const SparseOut<uint32_t>&, DeviceScratch&,
-                                      cudaStream_t);
+                                      cudaStream_t, const SelectGate&);
 template Status select_topk<uint64_t>(const SelectArray&, uint64_t, const SparseOut<uint64_t>&, DeviceScratch&,
-                                      cudaStream_t);
+                                      cudaStream_t, const SelectGate&);
 template Status select_topk<uint32_t>(const SelectList<uint32_t>&, uint64_t, const SparseOut<uint32_t>&,
-                                      DeviceScratch&, cudaStream_t);
+                                      DeviceScratch&, cudaStream_t, const SelectGate&);
 template Status select_topk<uint64_t>(const SelectList<uint64_t>&, uint64_t, const SparseOut<uint64_t>&,
-                                      DeviceScratch&, cudaStream_t);
+                                      DeviceScratch&, cudaStream_t, const SelectGate&);
 template Status select_at_least_kth<uint32_t>(const uint32_t*, uint64_t, uint64_t, const SelectArray&, uint32_t*,
                                               uint32_t*, uint64_t, uint64_t*, DeviceScratch&, cudaStream_t);
 template Status select_at_least_kth<uint64_t>(const uint32_t*, uint64_t, uint64_t, const SelectArray&, uint64_t*,

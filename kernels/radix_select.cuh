@@ -45,12 +45,14 @@ struct SelectList {
 
 // Where a sparse message goes: k indices, then k values (x at those indices). With residual
 // set, residual[index] becomes hd::sub(v, v) at every index sent (what the host's subtracting
-// decode leaves).
+// decode leaves). With kept set (device memory: dgc, whose count the host does not know),
+// the values start at index + *kept instead of at value.
 template <class Idx>
 struct SparseOut {
   Idx* index;
   float* value;
   float* residual;
+  const uint64_t* kept = nullptr;
 };
 
 // The message body of `kept` entries at payload: indices first, then values.
@@ -68,14 +70,24 @@ decltype(auto) with_index_type(uint64_t n, Fn&& fn) {
   return fn(uint64_t{});
 }
 
+// Whether a selection runs, decided on the device (dgc picks one of two selections by its
+// candidate count c, which only the device knows): with count set it runs when c > cap
+// (over_cap) or when c <= cap, and in the latter case selects min(k, c). The default always
+// runs. A gated-off selection's kernels return at once.
+struct SelectGate {
+  const uint64_t* count = nullptr;  // device
+  uint64_t cap = 0;
+  bool over_cap = false;
+};
+
 // The k (1 <= k <= n) largest by magnitude key into out, indices increasing; ties at the
 // threshold go to the lower position. Enqueues on stream only. Uses scratch slots 0 to 4.
 template <class Idx>
 Status select_topk(const SelectArray& in, uint64_t k, const SparseOut<Idx>& out,
-                   DeviceScratch& scratch, cudaStream_t stream);
+                   DeviceScratch& scratch, cudaStream_t stream, const SelectGate& gate = SelectGate{});
 template <class Idx>
 Status select_topk(const SelectList<Idx>& in, uint64_t k, const SparseOut<Idx>& out,
-                   DeviceScratch& scratch, cudaStream_t stream);
+                   DeviceScratch& scratch, cudaStream_t stream, const SelectGate& gate = SelectGate{});
 
 // dgc's candidate pass. T = the rank-th largest of keys[0, m) (1 <= rank <= m); then every
 // index of `in` whose key is >= T, increasing, goes to cand (the first cap of them) and its

@@ -220,16 +220,31 @@ GW_API gw_result_t gw_ef_state_create_device(size_t count, gw_ef_state_t* ef);
 
 /* gw_encode for device memory: src and dst are device pointers (dst 8-byte aligned), ef is
  * NULL or a device state. Work is enqueued on stream; *written is valid on return. The
- * message is complete when stream reaches this point. dgc's length depends on the data, so
- * for dgc this waits for stream. Scratch memory is kept in the codec and reused: no
- * allocation once sizes stop growing. One codec must not encode on two streams at once. */
+ * message is complete when stream reaches this point. dgc's length depends on the data and
+ * only the device learns it, so for dgc this waits for stream (gw_encode_device_async does
+ * not). Scratch memory is stream-ordered (a pool per device that keeps what it was given,
+ * so a steady loop allocates nothing from the driver); one codec may encode on several
+ * streams at once, an ef state only on one at a time. */
 GW_API gw_result_t gw_encode_device(gw_codec_t codec, const void* src, size_t count, gw_dtype_t dtype,
                                     uint64_t step, uint32_t rank, gw_ef_state_t ef, void* dst,
                                     size_t capacity, size_t* written, void* stream);
+/* gw_encode_device that never waits: *max_written is the message's length for every codec
+ * but dgc, and for dgc the most it can be. The exact length is in the message's header when
+ * stream reaches this point: copy the first 56 bytes (or *max_written) to the host and call
+ * gw_message_length. */
+GW_API gw_result_t gw_encode_device_async(gw_codec_t codec, const void* src, size_t count, gw_dtype_t dtype,
+                                          uint64_t step, uint32_t rank, gw_ef_state_t ef, void* dst,
+                                          size_t capacity, size_t* max_written, void* stream);
+/* The length (header plus payload) that a message's header states, from a host copy of at
+ * least its first 56 bytes (len). Checks the magic and version only: gw_message_info and
+ * gw_decode check the rest against the whole message. */
+GW_API gw_result_t gw_message_length(const void* msg, size_t len, uint64_t* total_bytes);
 
-/* gw_decode for a message in device memory into dst (device). The message is untrusted: its
- * header is read back and checked, and a topk or dgc message's indices are checked on the
- * device, before dst is touched; so this waits for stream. On error dst is untouched. */
+/* gw_decode for a message in device memory into dst (device). The message is untrusted: it
+ * is checked before dst is touched, and on error dst is untouched. A topk or dgc message is
+ * checked (header and indices) and applied on the device, applied only if the device's own
+ * check passed; the call waits for stream once, for the header and that verdict (the other
+ * codecs' decode is enqueued after it and not waited for). */
 GW_API gw_result_t gw_decode_device(const void* msg, size_t len, void* dst, size_t count,
                                     gw_dtype_t dtype, gw_decode_mode_t mode, void* stream);
 
