@@ -13,10 +13,19 @@
 #define GW_HD inline
 #endif
 
+// The CPU kernel emulator (tools/kernel_emulator) compiles the kernels as host code with
+// GW_KERNEL_EMULATOR set: its stand-ins for the rounded-op intrinsics can then mimic the GPU
+// (the canonical NaN), so that host/device differences show without a GPU.
+#if defined(__CUDA_ARCH__) || defined(GW_KERNEL_EMULATOR)
+#define GW_HD_ROUNDED_OPS 1
+#else
+#define GW_HD_ROUNDED_OPS 0
+#endif
+
 namespace gw::hd {
 
 GW_HD float add(float a, float b) {
-#if defined(__CUDA_ARCH__)
+#if GW_HD_ROUNDED_OPS
   return __fadd_rn(a, b);
 #else
   return a + b;
@@ -24,7 +33,7 @@ GW_HD float add(float a, float b) {
 }
 
 GW_HD float sub(float a, float b) {
-#if defined(__CUDA_ARCH__)
+#if GW_HD_ROUNDED_OPS
   return __fsub_rn(a, b);
 #else
   return a - b;
@@ -32,7 +41,7 @@ GW_HD float sub(float a, float b) {
 }
 
 GW_HD float mul(float a, float b) {
-#if defined(__CUDA_ARCH__)
+#if GW_HD_ROUNDED_OPS
   return __fmul_rn(a, b);
 #else
   return a * b;
@@ -40,7 +49,7 @@ GW_HD float mul(float a, float b) {
 }
 
 GW_HD float div(float a, float b) {
-#if defined(__CUDA_ARCH__)
+#if GW_HD_ROUNDED_OPS
   return __fdiv_rn(a, b);
 #else
   return a / b;
@@ -75,9 +84,18 @@ GW_HD float bits_float(uint32_t u) {
 #endif
 }
 
-// Magnitude key: orders |x| for non-negative floats as unsigned integers (NaNs sort above
-// infinity, by their payload).
-GW_HD uint32_t magnitude_key(float x) { return float_bits(x) & 0x7fffffffu; }
+constexpr uint32_t kInfinityKey = 0x7f800000u;
+constexpr uint32_t kNanKey = 0x7fc00000u;
+
+// Magnitude key: orders |x| for non-negative floats as unsigned integers. Every NaN gets one
+// key (above infinity's), whatever its payload: with error feedback the host's add keeps an
+// input NaN's payload while the device's makes the canonical NaN, and keys that told NaNs
+// apart would let the two pick different indices at the k boundary. Tied NaNs go to the
+// lower index on both.
+GW_HD uint32_t magnitude_key(float x) {
+  const uint32_t m = float_bits(x) & 0x7fffffffu;
+  return m > kInfinityKey ? kNanKey : m;
+}
 
 GW_HD uint64_t mulhi64(uint64_t a, uint64_t b) {
 #if defined(__CUDA_ARCH__)

@@ -263,14 +263,20 @@ GW_TARGET_AVX512 inline uint64_t append_mask16(__mmask16 m, uint64_t base, Idx* 
   }
 }
 
-// Which of 8 (16) floats, given as their bits, have a magnitude key at least lo. For AVX2,
-// below = lo - 1: keys are under 2^31, so a signed compare with it is key >= lo (lo = 0: all).
+// Which of 8 (16) floats, given as their bits, have a magnitude key (hd::magnitude_key: one
+// key for every NaN) at least lo. For AVX2, below = lo - 1: keys are under 2^31, so a signed
+// compare with it is key >= lo (lo = 0: all).
 GW_TARGET_AVX2 inline uint32_t at_least8(__m256i bits, __m256i below) {
-  const __m256i keys = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+  const __m256i abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+  const __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(static_cast<int>(hd::kInfinityKey)));
+  const __m256i keys = _mm256_blendv_epi8(abs, _mm256_set1_epi32(static_cast<int>(hd::kNanKey)), nan);
   return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(keys, below))));
 }
 GW_TARGET_AVX512 inline __mmask16 at_least16(__m512i bits, __m512i lo) {
-  return _mm512_cmpge_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), lo);
+  const __m512i abs = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(static_cast<int>(hd::kInfinityKey)));
+  const __m512i keys = _mm512_mask_mov_epi32(abs, nan, _mm512_set1_epi32(static_cast<int>(hd::kNanKey)));
+  return _mm512_cmpge_epu32_mask(keys, lo);
 }
 
 template <class Idx>
