@@ -29,7 +29,7 @@ mkdir -p "$out/gen" "$out/obj"
 CXX=${CXX:-g++}
 # -ffp-contract=off matches the host build (the byte-identity contract depends on it).
 # Sanitizers catch out-of-bounds and misaligned accesses the GPU would fault on or ignore.
-flags=(-std=c++17 -O1 -g -ffp-contract=off -fsanitize=address,undefined -fno-sanitize-recover=undefined
+flags=(-std=c++17 -O1 -g -ffp-contract=off -DGW_KERNEL_EMULATOR -fsanitize=address,undefined -fno-sanitize-recover=undefined
        -include "$tool/runtime/emu.hpp" -I"$tool/runtime/include" -I"$tool/runtime" -I"$root" -I"$root/include"
        -I"$build/include" -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas)
 

@@ -1,5 +1,6 @@
 #include "emu.hpp"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #if defined(__SANITIZE_ADDRESS__)
@@ -38,6 +39,7 @@ long g_syncs = 0;
 long g_launches = 0;
 int g_l2 = 1 << 16;
 bool g_strict_memory = false;
+bool g_canonical_nan = false;
 int g_event_delay = std::getenv("EMU_EVENT_DELAY") ? std::atoi(std::getenv("EMU_EVENT_DELAY")) : 1;
 Thread* current = nullptr;
 Idx3 g_block, g_grid, g_bdim;
@@ -211,6 +213,41 @@ bool device_range(const void* p, size_t n, const char* what) {
 
 }  // namespace
 
+static std::atomic<int> g_hot{0};
+static std::atomic<long> g_hot_allowed{0};
+static std::atomic<long> g_hot_used{0};
+static const char* g_hot_what = "";
+
+static thread_local int t_exempt = 0;
+Exempt::Exempt() { ++t_exempt; }
+Exempt::~Exempt() { --t_exempt; }
+
+void blocking_call(const char* name) {
+  if (g_hot.load() == 0 || t_exempt > 0) return;
+  if (g_hot_used.fetch_add(1) + 1 > g_hot_allowed.load()) {
+    std::fprintf(stderr, "EMU FAILURE: %s waits for the device inside %s (%ld waits allowed there)\n", name,
+                 g_hot_what, g_hot_allowed.load());
+    std::abort();
+  }
+}
+
+HotPath::HotPath(const char* what, long allowed) {
+  if (g_hot.fetch_add(1) != 0) {
+    std::fprintf(stderr, "EMU FAILURE: nested HotPath %s\n", what);
+    std::abort();
+  }
+  g_hot_what = what;
+  g_hot_allowed = allowed;
+  g_hot_used = 0;
+}
+HotPath::~HotPath() { g_hot.fetch_sub(1); }
+long HotPath::used() const { return g_hot_used.load(); }
+
+bool pageable(const void* p) {
+  std::lock_guard<std::mutex> lock(mem_mu());
+  return find_block(p) == blocks().end();
+}
+
 cudaError_t check_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
   if (!g_strict_memory || n == 0) return cudaSuccess;
   const bool d = device_range(dst, n, "cudaMemcpy destination runs past the end of its device allocation");
@@ -240,11 +277,42 @@ cudaError_t check_set(void* p, size_t n) {
 
 }  // namespace emu
 
+struct CUmemPoolHandle_st {
+  int device;
+};
+cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props) {
+  if (pool == nullptr || props == nullptr || props->allocType != cudaMemAllocationTypePinned ||
+      props->location.type != cudaMemLocationTypeDevice || props->location.id != 0) {
+    return cudaErrorInvalidValue;
+  }
+  // Pools live as long as the context (the process): static storage, so that one left for
+  // the context's end is no leak.
+  static CUmemPoolHandle_st handles[64];
+  static std::atomic<int> made{0};
+  const int i = made.fetch_add(1);
+  if (i >= 64) return cudaErrorMemoryAllocation;
+  *pool = &handles[i];
+  return cudaSuccess;
+}
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) { return pool == nullptr ? cudaErrorInvalidValue : cudaSuccess; }
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  return pool == nullptr || attr != cudaMemPoolAttrReleaseThreshold || value == nullptr ? cudaErrorInvalidValue
+                                                                                       : cudaSuccess;
+}
+// Stream-ordered: neither waits for the device, on a real GPU either.
+cudaError_t cudaMallocFromPoolAsync(void** p, size_t n, cudaMemPool_t pool, cudaStream_t) {
+  if (pool == nullptr) return cudaErrorInvalidValue;
+  *p = emu::alloc(n, emu::Kind::kDevice);
+  return *p != nullptr || n == 0 ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
 cudaError_t cudaMalloc(void** p, size_t n) {
+  emu::blocking_call("cudaMalloc");
   *p = emu::alloc(n, emu::Kind::kDevice);
   return *p != nullptr || n == 0 ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFree(void* p) {
+  emu::blocking_call("cudaFree");
   emu::release(p, emu::Kind::kDevice, "cudaFree");
   return cudaSuccess;
 }
@@ -254,10 +322,12 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
   return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) {
+  emu::blocking_call("cudaHostAlloc");
   *p = emu::alloc(n, emu::Kind::kPinned);
   return *p != nullptr || n == 0 ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFreeHost(void* p) {
+  emu::blocking_call("cudaFreeHost");
   emu::release(p, emu::Kind::kPinned, "cudaFreeHost");
   return cudaSuccess;
 }
@@ -318,6 +388,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  emu::blocking_call("cudaEventSynchronize");
   if (e == nullptr) return cudaErrorInvalidResourceHandle;
   e->not_ready = 0;
   return cudaSuccess;

@@ -48,7 +48,7 @@ inline void fail(const char* what) {
   std::abort();
 }
 
-enum Op { kBallot, kAll, kShfl, kShflUp, kShflDown, kReduceAdd, kSync };
+enum Op { kBallot, kAll, kShfl, kShflUp, kShflDown, kReduceAdd, kMatchAny, kSync };
 
 template <class Compute>
 uint64_t collective(Rendezvous& rv, int members, int me, int op, uint64_t val, uint64_t arg, Compute compute) {
@@ -127,6 +127,17 @@ inline unsigned reduce_add(unsigned mask, unsigned v) {
     for (int l = 0; l < 32; ++l) rv.results[l] = static_cast<uint32_t>(s);
   }));
 }
+// __match_any_sync on 32-bit values: each lane gets the mask of the lanes holding its value.
+inline unsigned match_any(unsigned mask, unsigned v) {
+  check_mask(mask);
+  return static_cast<unsigned>(collective(my_warp(), 32, my_lane(), kMatchAny, v, 0, [](Rendezvous& rv) {
+    for (int l = 0; l < 32; ++l) {
+      uint64_t m = 0;
+      for (int o = 0; o < 32; ++o) m |= (rv.vals[o] == rv.vals[l] ? 1ull : 0ull) << o;
+      rv.results[l] = m;
+    }
+  }));
+}
 inline void syncthreads() { collective(g_block_rv, g_nthreads, current->tid.x, kSync, 0, 0, [](Rendezvous&) {}); }
 
 void launch_impl(dim3 grid, dim3 block, std::function<void()> body);
@@ -150,6 +161,7 @@ template <class T> T __shfl_xor_sync(unsigned m, T v, int o) { return emu::shfl(
 template <class T> T __shfl_down_sync(unsigned m, T v, unsigned d) { return emu::shfl_down(m, v, d); }
 template <class T> T __shfl_up_sync(unsigned m, T v, unsigned d) { return emu::shfl_up(m, v, d); }
 inline unsigned __reduce_add_sync(unsigned m, unsigned v) { return emu::reduce_add(m, v); }
+inline unsigned __match_any_sync(unsigned m, unsigned v) { return emu::match_any(m, v); }
 inline void __syncthreads() { emu::syncthreads(); }
 inline void __threadfence() {}
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
@@ -161,9 +173,22 @@ inline unsigned atomicOr(unsigned* p, unsigned v) { unsigned o = *p; *p = o | v;
 inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 // Round-to-nearest single-precision ops: plain host arithmetic (SSE, -ffp-contract=off).
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fdiv_rn(float a, float b) { return a / b; }
+// A GPU's float arithmetic returns the canonical NaN (0x7fffffff) whatever NaN went in, where
+// x86 keeps an operand's payload; with emu::g_canonical_nan set (sparse_harness) the
+// emulated ops do as the GPU does, so host/device differences that come from NaN payloads show.
+namespace emu {
+extern bool g_canonical_nan;
+inline float gpu_nan(float r) {
+  if (!g_canonical_nan || r == r) return r;
+  const unsigned u = 0x7fffffffu;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+}  // namespace emu
+inline float __fadd_rn(float a, float b) { return emu::gpu_nan(a + b); }
+inline float __fsub_rn(float a, float b) { return emu::gpu_nan(a - b); }
+inline float __fmul_rn(float a, float b) { return emu::gpu_nan(a * b); }
+inline float __fdiv_rn(float a, float b) { return emu::gpu_nan(a / b); }
 using std::isnan;
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }

@@ -63,7 +63,50 @@ extern bool g_strict_memory;
 extern int g_event_delay;
 cudaError_t check_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind);
 cudaError_t check_set(void* p, size_t n);
+// Calls that make the host wait for the device on a real GPU (synchronize calls, cudaFree,
+// cudaMalloc, cudaHostAlloc, cudaFreeHost, blocking cudaMemcpy/cudaMemset, a cudaMemcpyAsync
+// into pageable host memory) report here. Inside a HotPath (set by a harness around code that
+// must only enqueue: encodes, collectives in steady state) each one beyond the scope's
+// allowance aborts with EMU FAILURE naming the call. Process-wide, since collectives run on
+// their progress threads.
+void blocking_call(const char* name);
+bool pageable(const void* p);  // host memory the runtime did not allocate (not pinned, not device)
+class HotPath {
+ public:
+  explicit HotPath(const char* what, long allowed = 0);
+  ~HotPath();
+  long used() const;
+  HotPath(const HotPath&) = delete;
+  HotPath& operator=(const HotPath&) = delete;
+};
+// The harness's own uploads and downloads on this thread, not counted against a HotPath.
+class Exempt {
+ public:
+  Exempt();
+  ~Exempt();
+  Exempt(const Exempt&) = delete;
+  Exempt& operator=(const Exempt&) = delete;
+};
 }
+struct CUmemPoolHandle_st;
+using cudaMemPool_t = CUmemPoolHandle_st*;
+enum cudaMemAllocationType { cudaMemAllocationTypeInvalid = 0, cudaMemAllocationTypePinned = 1 };
+enum cudaMemLocationType { cudaMemLocationTypeInvalid = 0, cudaMemLocationTypeDevice = 1 };
+struct cudaMemLocation { cudaMemLocationType type; int id; };
+struct cudaMemPoolProps {
+  cudaMemAllocationType allocType;
+  int handleTypes;
+  cudaMemLocation location;
+  void* win32SecurityAttributes;
+  size_t maxSize;
+  unsigned short usage;
+  unsigned char reserved[54];
+};
+enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
+cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props);
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
+cudaError_t cudaMallocFromPoolAsync(void** p, size_t n, cudaMemPool_t pool, cudaStream_t stream);
 cudaError_t cudaMalloc(void** p, size_t n);
 cudaError_t cudaFree(void* p);
 cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t stream);
@@ -100,15 +143,31 @@ inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = null
   if (n > 0) std::memset(p, v, n);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemset(void* p, int v, size_t n) { return cudaMemsetAsync(p, v, n); }
+inline cudaError_t cudaMemset(void* p, int v, size_t n) {
+  emu::blocking_call("cudaMemset");
+  return cudaMemsetAsync(p, v, n);
+}
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind kind, cudaStream_t = nullptr) {
+  if (cudaError_t e = emu::check_copy(d, s, n, kind)) return e;
+  if (n > 0 && kind == cudaMemcpyDeviceToHost && emu::pageable(d)) emu::blocking_call("cudaMemcpyAsync into pageable memory");
+  if (n > 0) std::memcpy(d, s, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind kind) {
+  emu::blocking_call("cudaMemcpy");
   if (cudaError_t e = emu::check_copy(d, s, n, kind)) return e;
   if (n > 0) std::memcpy(d, s, n);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind kind) { return cudaMemcpyAsync(d, s, n, kind); }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { __atomic_fetch_add(&emu::g_syncs, 1, __ATOMIC_RELAXED); return cudaSuccess; }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  __atomic_fetch_add(&emu::g_syncs, 1, __ATOMIC_RELAXED);
+  emu::blocking_call("cudaStreamSynchronize");
+  return cudaSuccess;
+}
+inline cudaError_t cudaDeviceSynchronize() {
+  emu::blocking_call("cudaDeviceSynchronize");
+  return cudaSuccess;
+}
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
 inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
