@@ -23,6 +23,7 @@ Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, si
                                   Codec& codec, ErrorFeedback* ef);
 
 struct Topology;
+class NodeShm;
 struct HierarchicalArgs {
   const void* send;
   void* recv;
@@ -34,6 +35,7 @@ struct HierarchicalArgs {
   ErrorFeedback* ef;   // the caller's (n elements) or null; the inter-node leg's residual
   ErrorFeedback* shard_ef;  // the communicator's scratch state for this rank's shard
   bool flush_ef;       // ef may hold a flat call's residual: send it densely first
+  NodeShm* node_shm;   // the node's shared segment for the legs inside it (null: the transport)
 };
 // Dense inside nodes, `inner` between them (hierarchical_allreduce.cpp); t.hierarchical().
 Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalArgs& a);

@@ -22,6 +22,7 @@
 #include "collectives/call_descriptor.hpp"
 #include "collectives/context.hpp"
 #include "collectives/device_backend.hpp"
+#include "collectives/node_shm.hpp"
 #include "collectives/policy.hpp"
 #include "collectives/stats.hpp"
 #include "collectives/timeline.hpp"
@@ -202,6 +203,7 @@ struct Communicator::Impl {
   // and back to the caller's state around the inter-node leg), and the caller's EF states
   // whose residual the hierarchical path last filled (zero outside this rank's shard).
   ErrorFeedback shard_ef{0};                  // progress thread only
+  coll::NodeShm node_shm;                     // progress thread only
   std::unordered_set<const void*> ef_hier;    // progress thread only
   // Where hierarchical was asked for by name and the layout runs flat: said once.
   mutable std::atomic<bool> told_flat{false};

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "collectives/algorithms.hpp"
+#include "collectives/node_pipeline.hpp"
+#include "collectives/node_shm.hpp"
 #include "collectives/reduce.hpp"
 #include "collectives/subgroup_transport.hpp"
 #include "collectives/topology.hpp"
@@ -19,6 +21,7 @@ namespace {
 // uses fewer than 2 * ranks steps, and a leg has at most 1024 ranks).
 constexpr uint32_t kInterSteps = 1024;
 constexpr uint32_t kGatherSteps = 3072;
+constexpr uint32_t kBarrierStep = 3610;
 
 Context leg(const Context& c, transport::Transport& tp, int rank, int size, uint32_t step_base) {
   Context x{tp, rank, size, c.deadline, c.seq, c.chunk_bytes, c.scratch};
@@ -32,6 +35,64 @@ Context leg(const Context& c, transport::Transport& tp, int rank, int size, uint
 uint64_t owner_segment(Algo inner, int j, int nodes) {
   return static_cast<uint64_t>(inner == Algo::kCompressedRing ? (j + 1) % nodes : j);
 }
+
+// The inter-node leg on len elements at data (this rank's shard from element start, or a
+// piece of it when dense): kAvg sums here, the caller divides.
+Status inter_leg(Context& across, const Topology& t, const HierarchicalArgs& a, uint8_t* data, uint64_t start,
+                 uint64_t len) {
+  const ReduceOp sum_op = a.op == ReduceOp::kAvg ? ReduceOp::kSum : a.op;
+  if (a.inner == Algo::kRing || a.codec == nullptr) return ring_allreduce(across, data, data, len, a.dtype, sum_op);
+  const int N = t.nnodes;
+  auto* f = reinterpret_cast<float*>(data);
+  ErrorFeedback* ef = nullptr;
+  if (a.ef != nullptr) {
+    // The shard's residual lives in the caller's EF state (zero elsewhere): checkpoints and
+    // a later flat call see it where they expect it.
+    ef = a.shard_ef;
+    if (ef->count() != len) *ef = ErrorFeedback(len);
+    if (len > 0) std::memcpy(ef->residual(), a.ef->residual() + start, len * sizeof(float));
+    ef->set_step(a.ef->step());
+  }
+  Status s;
+  switch (a.inner) {
+    case Algo::kCompressedRing: s = compressed_ring_allreduce(across, f, f, len, sum_op, *a.codec, ef); break;
+    case Algo::kSparseAllgather: s = sparse_allgather_allreduce(across, f, f, len, sum_op, *a.codec, ef); break;
+    default: s = scatter_reduce_allreduce(across, f, f, len, sum_op, *a.codec, ef); break;
+  }
+  GW_RETURN_IF_ERROR(s.with_context("inter-node leg"));
+  if (ef != nullptr) {
+    // The owner's re-encoding error goes back into this rank's own residual at the same
+    // elements: it reaches the sum with the next contribution, and no state stays here.
+    const size_t olen = ef->owner_count();
+    const Partition inner_part{len, static_cast<uint64_t>(N)};
+    const uint64_t owned = owner_segment(a.inner, t.node, N);
+    if (olen > 0 && olen == inner_part.length(owned)) {
+      float* res = ef->residual() + inner_part.start(owned);
+      float* own = ef->owner_residual(olen);
+      for (size_t i = 0; i < olen; ++i) res[i] += own[i];
+      std::memset(own, 0, olen * sizeof(float));
+    }
+    if (len > 0) std::memcpy(a.ef->residual() + start, ef->residual(), len * sizeof(float));
+    a.ef->set_step(ef->step());
+  }
+  return Status::ok();
+}
+
+// The inter-node transport of a pipelined call: its waits do the node's background work.
+class PumpingTransport final : public transport::ForwardingTransport {
+ public:
+  PumpingTransport(transport::Transport& inner, NodePipeline& pipe) : ForwardingTransport(inner), pipe_(pipe) {}
+  bool progress() override {
+    const bool moved = inner_.progress();
+    return pipe_.pump() || moved;
+  }
+  void wait_for_events(transport::Clock::time_point deadline) override {
+    if (!pipe_.pump()) inner_.wait_for_events(deadline);
+  }
+
+ private:
+  NodePipeline& pipe_;
+};
 
 }  // namespace
 
@@ -50,54 +111,48 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
   Context across = leg(c, across_tp, t.node, N, kInterSteps);
   Context gather = leg(c, node_tp, t.local_rank, L, kGatherSteps);
 
-  // 1. Inside the node, dense. A residual left by a flat compressed call covers elements
-  // outside this rank's shard: it joins this call's input once, exactly, and is cleared.
+  // A residual left by a flat compressed call covers elements outside this rank's shard: it
+  // joins this call's input once, exactly (flush_ef), and is cleared before the inter-node
+  // leg fills the shard's part again.
   const void* src = a.send;
   if (a.flush_ef) src = prepare_accumulator(c, static_cast<const float*>(a.send), a.n, a.ef, 0);
-  GW_RETURN_IF_ERROR(ring_reduce_scatter(in_node, src, shard, part, a.dtype, a.op));
-  if (a.flush_ef && a.n > 0) std::memset(a.ef->residual(), 0, a.n * sizeof(float));
+  auto clear_flushed = [&] {
+    if (a.flush_ef && a.n > 0) std::memset(a.ef->residual(), 0, a.n * sizeof(float));
+  };
 
-  // 2. Between nodes, one all-reduce per local rank. kAvg sums here and divides once below.
-  const ReduceOp sum_op = a.op == ReduceOp::kAvg ? ReduceOp::kSum : a.op;
-  if (a.inner == Algo::kRing || a.codec == nullptr) {
-    GW_RETURN_IF_ERROR(ring_allreduce(across, shard, shard, len, a.dtype, sum_op));
-  } else {
-    auto* f = reinterpret_cast<float*>(shard);
-    ErrorFeedback* ef = nullptr;
-    if (a.ef != nullptr) {
-      // The shard's residual lives in the caller's EF state (zero elsewhere): checkpoints and
-      // a later flat call see it where they expect it.
-      ef = a.shard_ef;
-      if (ef->count() != len) *ef = ErrorFeedback(len);
-      if (len > 0) std::memcpy(ef->residual(), a.ef->residual() + start, len * sizeof(float));
-      ef->set_step(a.ef->step());
-    }
-    Status s;
-    switch (a.inner) {
-      case Algo::kCompressedRing: s = compressed_ring_allreduce(across, f, f, len, sum_op, *a.codec, ef); break;
-      case Algo::kSparseAllgather: s = sparse_allgather_allreduce(across, f, f, len, sum_op, *a.codec, ef); break;
-      default: s = scatter_reduce_allreduce(across, f, f, len, sum_op, *a.codec, ef); break;
-    }
-    GW_RETURN_IF_ERROR(s.with_context("inter-node leg"));
-    if (ef != nullptr) {
-      // The owner's re-encoding error goes back into this rank's own residual at the same
-      // elements: it reaches the sum with the next contribution, and no state stays here.
-      const size_t olen = ef->owner_count();
-      const Partition inner_part{len, static_cast<uint64_t>(N)};
-      const uint64_t seg = owner_segment(a.inner, t.node, N);
-      if (olen > 0 && olen == inner_part.length(seg)) {
-        float* res = ef->residual() + inner_part.start(seg);
-        float* own = ef->owner_residual(olen);
-        for (size_t i = 0; i < olen; ++i) res[i] += own[i];
-        std::memset(own, 0, olen * sizeof(float));
-      }
-      if (len > 0) std::memcpy(a.ef->residual() + start, ef->residual(), len * sizeof(float));
-      a.ef->set_step(ef->step());
-    }
+  uint8_t* seg = nullptr;
+  if (a.node_shm != nullptr && a.n > 0) {
+    // Every local rank must size and read the segment alike: the call must match first.
+    GW_RETURN_IF_ERROR(c.verify_all_calls());
+    const size_t bytes = NodePipeline::header_bytes(L) + static_cast<size_t>(L) * a.n * es;
+    GW_ASSIGN_OR_RETURN(seg, a.node_shm->map(in_node, bytes));
   }
-  if (a.op == ReduceOp::kAvg) divide(shard, len, a.dtype, c.size);
+  if (seg != nullptr) {
+    // Dense calls are cut into pieces (each a separate inter-node ring, in its own tag range);
+    // compressed ones keep the shard whole: the codec and its EF state see the shard.
+    const bool dense = a.inner == Algo::kRing || a.codec == nullptr;
+    const uint32_t stride = 2 * static_cast<uint32_t>(N);
+    const int pieces = dense ? NodePipeline::pieces_for(part.length(0) * es, static_cast<int>(2048 / stride)) : 1;
+    NodePipeline pipe(c, seg, L, t.local_rank, a.n, a.dtype, a.op, src, a.recv, c.seq + 1, pieces);
+    PumpingTransport pumping(across_tp, pipe);
+    const Status ran = pipe.run(
+        [&](int k, uint8_t* data, uint64_t plen) -> Status {
+          Context x = leg(c, pumping, t.node, N, kInterSteps + static_cast<uint32_t>(k) * stride);
+          GW_RETURN_IF_ERROR(inter_leg(x, t, a, data, start, plen));
+          if (a.op == ReduceOp::kAvg) divide(data, plen, a.dtype, c.size);
+          return Status::ok();
+        },
+        [&](int) { clear_flushed(); });
+    GW_RETURN_IF_ERROR(ran);
+    Context fence = leg(c, node_tp, t.local_rank, L, kBarrierStep);
+    return barrier(fence);  // nobody writes the slots again before everyone has read them
+  }
 
-  // 3. Inside the node, dense: every shard to every local rank.
+  // Without shared memory, through the transport: reduce-scatter, inter-node leg, all-gather.
+  GW_RETURN_IF_ERROR(ring_reduce_scatter(in_node, src, shard, part, a.dtype, a.op));
+  clear_flushed();
+  GW_RETURN_IF_ERROR(inter_leg(across, t, a, shard, start, len));
+  if (a.op == ReduceOp::kAvg) divide(shard, len, a.dtype, c.size);
   std::vector<uint64_t> displs(static_cast<size_t>(L)), lengths(static_cast<size_t>(L));
   for (int r = 0; r < L; ++r) {
     displs[static_cast<size_t>(r)] = part.start(static_cast<uint64_t>(r)) * es;

@@ -317,7 +317,7 @@ TEST(DenseCollectives, HierarchicalAllreduceEveryLayoutOpAndDtype) {
           }
         }
       }
-      const size_t n = 1000003;  // large, prime: many chunks in every leg
+      const size_t n = 3000017;  // large: many chunks in every leg, several pieces in the node
       const auto send = input(DType::kFloat32, ReduceOp::kSum, n, rank, p);
       std::vector<uint8_t> recv(n * 4);
       EXPECT_CALL_OK(rank, c.allreduce(send.data(), recv.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr, Algo::kAuto));

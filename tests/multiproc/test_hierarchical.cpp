@@ -8,6 +8,7 @@
 // (every op, dtype, size and layout) is in test_dense_collectives.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -277,7 +278,10 @@ TEST(Hierarchical, KilledPeerFailsEveryRankWithinSeconds) {
   const auto codes = run_layout({2, 2}, config(), [&](Communicator& c, int rank, int) {
     std::vector<float> x(1 << 18, 1.0f);
     CALL_OK(rank, c.allreduce(x.data(), x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, nullptr, nullptr));
-    if (rank == 3) raise(SIGKILL);
+    if (rank == 3) {
+      usleep(300000);  // the others have finished the first call (a peer lost inside a call fails it too)
+      raise(SIGKILL);
+    }
     const auto start = std::chrono::steady_clock::now();
     const Status s = c.allreduce(x.data(), x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, nullptr, nullptr);
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

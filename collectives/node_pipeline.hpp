@@ -1,0 +1,69 @@
+// The hierarchical all-reduce's legs inside a node through the node's shared segment,
+// overlapped with the inter-node leg. Each local rank's slot holds its input (copied in piece
+// by piece) and, for its own shard, the node's sum that the inter-node leg reduces in place;
+// flags in the segment's header say which pieces are in. The shard is cut into pieces: while
+// piece k crosses the inter-node links, the waits of that leg copy the next pieces in,
+// reduce them, and copy finished pieces of every shard out (pump()), so the work inside the
+// node hides behind the scarce links instead of adding to them.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "collectives/context.hpp"
+#include "gradwire/communicator.hpp"
+
+namespace gw::coll {
+
+class NodePipeline {
+ public:
+  static constexpr int kMaxPieces = 64;
+  static size_t header_bytes(int local_size);
+  // The pieces a shard of shard_bytes is cut into (at most max_pieces).
+  static int pieces_for(uint64_t shard_bytes, int max_pieces);
+
+  // seg: the mapped segment (header_bytes + local_size slots of n elements); c: the whole
+  // call's context (deadline, transport, call check); gen: this call's unique flag value.
+  NodePipeline(const Context& c, uint8_t* seg, int local_size, int local_rank, uint64_t n, DType dtype, ReduceOp op,
+               const void* src, void* recv, uint64_t gen, int pieces);
+
+  // Runs the pipeline: inter(k, data, len) reduces piece k of this rank's shard (in the
+  // segment) across nodes, in place; before(k) runs just before it. Returns when every
+  // piece of every shard is in recv (the caller then fences the node with a barrier).
+  Status run(const std::function<Status(int, uint8_t*, uint64_t)>& inter, const std::function<void(int)>& before);
+  // One step of background work, if any is ready (never blocks). True if it did something.
+  bool pump();
+
+ private:
+  std::atomic<uint64_t>* flag(int kind, int r, int k) const;
+  uint8_t* slot(int r) const { return seg_ + header_ + static_cast<size_t>(r) * n_ * es_; }
+  uint64_t piece_start(int r, int k) const;  // element offset of piece k of shard r
+  uint64_t piece_len(int r, int k) const;
+  void copy_in(int k);
+  bool inputs_ready(int k) const;
+  void reduce(int k);
+  bool copy_out_ready();
+  Status wait_until(const std::function<bool()>& ready, const char* what);
+
+  const Context& c_;
+  uint8_t* seg_;
+  size_t header_;
+  int L_, l_;
+  uint64_t n_;
+  size_t es_;
+  DType dtype_;
+  ReduceOp op_;
+  const uint8_t* src_;
+  uint8_t* recv_;
+  uint64_t gen_;
+  int P_;
+  int next_in_ = 0, next_reduce_ = 0, current_ = 0;
+  std::vector<int> next_out_;  // per local rank: the next piece of its shard to copy out
+  int outs_left_ = 0;
+  bool busy_ = false;
+};
+
+}  // namespace gw::coll
