@@ -176,7 +176,7 @@ netns_run_kill() {
 # mpirun with one rank in each of the first n hosts (GW_NETNS_PER_HOST ranks each when set,
 # consecutive ranks on one host): mpirun itself runs in host 0 (so that its out-of-band
 # channel is on the cluster's subnet) and starts each host's ranks through rsh-agent.sh; the
-# TCP BTL and the OOB are kept on the cluster's subnet.
+# TCP BTL and the OOB are kept on the cluster's subnet. GW_NETNS_TIMEOUT (seconds) bounds it.
 netns_mpirun() {  # n mpirun-args...
   local n=$1; shift
   local m=${GW_NETNS_PER_HOST:-1}
@@ -186,7 +186,9 @@ netns_mpirun() {  # n mpirun-args...
   for ((i = 0; i < n; ++i)); do echo "$(netns_host "$i") slots=$m"; done >"$hostfile"
   local rc=0 map=node
   [ "$m" -gt 1 ] && map=slot
-  ip netns exec "$(netns_host 0)" mpirun --allow-run-as-root -np "$((n * m))" --hostfile "$hostfile" --map-by "$map" \
+  local limit=()
+  [ -n "${GW_NETNS_TIMEOUT:-}" ] && limit=(timeout "$GW_NETNS_TIMEOUT")
+  ip netns exec "$(netns_host 0)" "${limit[@]}" mpirun --allow-run-as-root -np "$((n * m))" --hostfile "$hostfile" --map-by "$map" \
     --bind-to none --mca plm_rsh_agent "$here/rsh-agent.sh" \
     --mca btl_tcp_if_include "$(netns_cidr)" --mca oob_tcp_if_include "$(netns_cidr)" "$@" || rc=$?
   rm -f "$hostfile"
