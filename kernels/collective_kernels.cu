@@ -2,17 +2,13 @@
 // the host loops in collectives/ (built with -ffp-contract=off).
 #include "kernels/collective_kernels.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/grid_size.cuh"
+#include "kernels/precise_math.cuh"
 
 namespace gw::kern {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr uint64_t kMaxBlocks = 4096;  // grid-stride beyond this
-
-unsigned blocks_for(uint64_t n) {
-  const uint64_t b = (n + kBlock - 1) / kBlock;
-  return static_cast<unsigned>(b < kMaxBlocks ? b : kMaxBlocks);
-}
 
 __global__ void add_kernel(float* acc, const float* x, uint64_t n) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
@@ -43,19 +39,22 @@ __global__ void divide_kernel(float* x, uint64_t n, int divisor) {
 
 Status launch_add(float* acc, const float* x, uint64_t n, cudaStream_t stream) {
   if (n == 0) return Status::ok();
-  add_kernel<<<blocks_for(n), kBlock, 0, stream>>>(acc, x, n);
+  GW_ASSIGN_OR_RETURN(const unsigned grid, grid_for(add_kernel, kBlock, n, kBlock));
+  add_kernel<<<grid, kBlock, 0, stream>>>(acc, x, n);
   return launch_status("add_kernel");
 }
 
 Status launch_fold_owner(float* owner, float* sum, uint64_t n, int divisor, cudaStream_t stream) {
   if (n == 0) return Status::ok();
-  fold_owner_kernel<<<blocks_for(n), kBlock, 0, stream>>>(owner, sum, n, divisor);
+  GW_ASSIGN_OR_RETURN(const unsigned grid, grid_for(fold_owner_kernel, kBlock, n, kBlock));
+  fold_owner_kernel<<<grid, kBlock, 0, stream>>>(owner, sum, n, divisor);
   return launch_status("fold_owner_kernel");
 }
 
 Status launch_divide(float* x, uint64_t n, int divisor, cudaStream_t stream) {
   if (n == 0) return Status::ok();
-  divide_kernel<<<blocks_for(n), kBlock, 0, stream>>>(x, n, divisor);
+  GW_ASSIGN_OR_RETURN(const unsigned grid, grid_for(divide_kernel, kBlock, n, kBlock));
+  divide_kernel<<<grid, kBlock, 0, stream>>>(x, n, divisor);
   return launch_status("divide_kernel");
 }
 

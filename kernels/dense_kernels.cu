@@ -97,24 +97,27 @@ Result<uint64_t> encode_dense(const EncodeJob& job, wire::Header&) {
   if (job.residual != nullptr && job.dtype != DType::kFloat32) {
     return internal_error("dense device encode with error feedback takes float32 only");
   }
-  GW_ASSIGN_OR_RETURN(const DeviceShape dev, device_shape());
-  const unsigned grid = elementwise_grid(job.n / 4 > 0 ? job.n / 4 : job.n, dev);
+  const uint64_t items = job.n / 4 > 0 ? job.n / 4 : job.n;
   const uint32_t out_width = access_width(job.payload, quad_bytes(pt));
   if (job.residual != nullptr) {
     const AccSource in = AccSource::of(job.src, job.residual);
-    with_dtype(pt, [&](auto out) {
-      feedback_kernel<decltype(out)::value>
-          <<<grid, kThreads, 0, job.stream>>>(in, job.payload, out_width, job.n);
-    });
+    GW_RETURN_IF_ERROR(with_dtype(pt, [&](auto out) -> Status {
+      const auto kernel = feedback_kernel<decltype(out)::value>;
+      GW_ASSIGN_OR_RETURN(const unsigned grid, elementwise_grid(kernel, items));
+      kernel<<<grid, kThreads, 0, job.stream>>>(in, job.payload, out_width, job.n);
+      return Status::ok();
+    }));
   } else {
     const auto* src = static_cast<const uint8_t*>(job.src);
     const uint32_t src_width = access_width(src, quad_bytes(job.dtype));
-    with_dtype(job.dtype, [&](auto in) {
-      with_dtype(pt, [&](auto out) {
-        convert_kernel<decltype(in)::value, decltype(out)::value>
-            <<<grid, kThreads, 0, job.stream>>>(src, src_width, job.payload, out_width, job.n);
+    GW_RETURN_IF_ERROR(with_dtype(job.dtype, [&](auto in) -> Status {
+      return with_dtype(pt, [&](auto out) -> Status {
+        const auto kernel = convert_kernel<decltype(in)::value, decltype(out)::value>;
+        GW_ASSIGN_OR_RETURN(const unsigned grid, elementwise_grid(kernel, items));
+        kernel<<<grid, kThreads, 0, job.stream>>>(src, src_width, job.payload, out_width, job.n);
+        return Status::ok();
       });
-    });
+    }));
   }
   GW_RETURN_IF_ERROR(launch_status("dense encode kernel"));
   return bytes;
@@ -129,17 +132,16 @@ Status decode_dense(const DecodeJob& job) {
         cudaMemcpyAsync(job.dst, job.payload, h.count * 4, cudaMemcpyDeviceToDevice, job.stream),
         "cudaMemcpyAsync (dense decode)");
   }
-  GW_ASSIGN_OR_RETURN(const DeviceShape dev, device_shape());
-  const unsigned grid = elementwise_grid(h.count / 4 > 0 ? h.count / 4 : h.count, dev);
+  const uint64_t items = h.count / 4 > 0 ? h.count / 4 : h.count;
   const uint32_t payload_width = access_width(job.payload, quad_bytes(pt));
   auto* dst = static_cast<uint8_t*>(job.dst);
   const uint32_t dst_width = access_width(dst, quad_bytes(job.dtype));
   return with_dtype(pt, [&](auto pay) {
     return with_dtype(job.dtype, [&](auto out) {
-      return with_mode(job.mode, [&](auto km) {
-        decode_kernel<decltype(pay)::value, decltype(out)::value, decltype(km)::value>
-            <<<grid, kThreads, 0, job.stream>>>(job.payload, payload_width, dst, dst_width,
-                                                h.count);
+      return with_mode(job.mode, [&](auto km) -> Status {
+        const auto kernel = decode_kernel<decltype(pay)::value, decltype(out)::value, decltype(km)::value>;
+        GW_ASSIGN_OR_RETURN(const unsigned grid, elementwise_grid(kernel, items));
+        kernel<<<grid, kThreads, 0, job.stream>>>(job.payload, payload_width, dst, dst_width, h.count);
         return launch_status("dense decode kernel");
       });
     });

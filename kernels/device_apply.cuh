@@ -13,6 +13,8 @@
 #include "gradwire/status.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_scratch.hpp"
+#include "kernels/grid_size.cuh"
+#include "kernels/precise_math.cuh"
 
 namespace gw::kern {
 
@@ -419,21 +421,22 @@ inline Result<DeviceShape> device_shape() {
                      l2 > 0 ? static_cast<uint64_t>(l2) : 0};
 }
 
-// Blocks of kThreads for a grid-stride loop over `items` (one per thread): at most a full
-// device (8 blocks of 256 threads per SM).
-inline unsigned elementwise_grid(uint64_t items, const DeviceShape& dev) {
-  const uint64_t want = (items + kThreads - 1) / kThreads;
-  const uint64_t cap = dev.sms * 8;
-  return static_cast<unsigned>(want == 0 ? 1 : (want < cap ? want : cap));
+// Blocks of kThreads for a grid-stride loop of `kernel` over `items` (one per thread): at
+// most one wave of it (grid_size.cuh).
+template <class Kernel>
+Result<unsigned> elementwise_grid(Kernel kernel, uint64_t items) {
+  return grid_for(kernel, kThreads, items, kThreads);
 }
 
-// Blocks for a warp-per-bucket kernel over nb buckets of bucket_bytes (input bytes per
-// bucket), of which an SM holds blocks_per_sm (the kernel's launch bounds): one wave. When
-// the second pass re-reads a bucket (larger than the registers hold), the buckets in flight
-// are kept to half the L2 so that the re-read does not reach DRAM.
-inline unsigned bucket_grid(uint64_t nb, uint64_t bucket_bytes, bool rereads, int blocks_per_sm,
-                            const DeviceShape& dev) {
-  uint64_t warps = dev.sms * static_cast<uint64_t>(blocks_per_sm) * kWarpsPerBlock;
+// Blocks for a warp-per-bucket `kernel` over nb buckets of bucket_bytes (input bytes per
+// bucket): one wave of it. When the second pass re-reads a bucket (larger than the registers
+// hold), the buckets in flight are kept to half the L2 so that the re-read does not reach
+// DRAM.
+template <class Kernel>
+Result<unsigned> bucket_grid(Kernel kernel, uint64_t nb, uint64_t bucket_bytes, bool rereads,
+                             const DeviceShape& dev) {
+  GW_ASSIGN_OR_RETURN(const uint64_t wave, resident_blocks(kernel, kThreads));
+  uint64_t warps = wave * kWarpsPerBlock;
   if (rereads) {
     uint64_t fit = dev.l2_bytes / 2 / (bucket_bytes > 0 ? bucket_bytes : 1);
     if (fit < dev.sms * 4) fit = dev.sms * 4;

@@ -17,8 +17,9 @@
 namespace gw::kern {
 
 // Blocks of `kernel` (threads per block, dynamic shared memory in bytes) resident on the
-// whole current device at once; at least 1. Asked once per (device, kernel, threads, smem)
-// and thread, then answered from a cache without a runtime call beyond cudaGetDevice.
+// whole current device at once; at least 1. The occupancy query is made once per (device,
+// kernel, threads, smem) and thread; the SM count is asked each time (an attribute the
+// runtime keeps, no driver round trip), so a stand-in device that changes it is followed.
 template <class Kernel>
 Result<uint64_t> resident_blocks(Kernel kernel, int threads, size_t smem = 0) {
   struct Entry {
@@ -26,22 +27,23 @@ Result<uint64_t> resident_blocks(Kernel kernel, int threads, size_t smem = 0) {
     Kernel kernel;
     int threads;
     size_t smem;
-    uint64_t blocks;
+    int per_sm;
   };
   thread_local std::vector<Entry> cache;
   int device = 0;
   GW_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  int per_sm = -1;
   for (const Entry& e : cache) {
-    if (e.device == device && e.kernel == kernel && e.threads == threads && e.smem == smem) return e.blocks;
+    if (e.device == device && e.kernel == kernel && e.threads == threads && e.smem == smem) per_sm = e.per_sm;
   }
-  int per_sm = 0;
+  if (per_sm < 0) {
+    GW_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    cache.push_back(Entry{device, kernel, threads, smem, per_sm});
+  }
   int sms = 0;
-  GW_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
   GW_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   // 0 means the kernel cannot launch with these resources; the launch itself then says why.
-  const uint64_t blocks = static_cast<uint64_t>(per_sm > 0 ? per_sm : 1) * static_cast<uint64_t>(sms > 0 ? sms : 1);
-  cache.push_back(Entry{device, kernel, threads, smem, blocks});
-  return blocks;
+  return static_cast<uint64_t>(per_sm > 0 ? per_sm : 1) * static_cast<uint64_t>(sms > 0 ? sms : 1);
 }
 
 // Blocks for a grid-stride loop over `items` work items, `per_block` of them per block per

@@ -1,7 +1,6 @@
 // randomk on the device (compressors/randomk_codec.cpp): value j of the message is the
 // accumulated input at stratified_index(j) of the shared stream (seed, step, all ranks), a
 // thread per value; the indices are never sent. Enqueues only.
-#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -9,17 +8,14 @@
 #include "compressors/stratified.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_codecs.hpp"
+#include "kernels/grid_size.cuh"
+#include "kernels/precise_math.cuh"
 
 namespace gw::kern {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
-constexpr uint64_t kMaxBlocks = 16384;
-
-unsigned int blocks_for(uint64_t items) {
-  return static_cast<unsigned int>(std::clamp<uint64_t>((items + kThreads - 1) / kThreads, 1, kMaxBlocks));
-}
 
 // residual[i] = residual[i] + src[i] everywhere: the residual must hold the accumulated value
 // at every index the message does not carry.
@@ -86,13 +82,14 @@ Result<uint64_t> encode_randomk(const EncodeJob& job, wire::Header& header) {
   header.step = job.ctx.step;
   const auto* src = static_cast<const float*>(job.src);
   if (src != nullptr && job.residual != nullptr) {
-    accumulate_kernel<<<blocks_for((n + kUnroll - 1) / kUnroll), kThreads, 0, job.stream>>>(job.residual, src, n);
+    GW_ASSIGN_OR_RETURN(const unsigned grid, grid_for(accumulate_kernel, kThreads, (n + kUnroll - 1) / kUnroll, kThreads));
+    accumulate_kernel<<<grid, kThreads, 0, job.stream>>>(job.residual, src, n);
     GW_RETURN_IF_ERROR(launch_status("accumulate_kernel"));
   }
   const float* x = job.residual != nullptr ? job.residual : src;
   const RandomStream rs{header.seed, header.step, kSharedStreamRank};
-  gather_kernel<<<blocks_for(k), kThreads, 0, job.stream>>>(x, n, k, rs, reinterpret_cast<float*>(job.payload),
-                                                            job.residual);
+  GW_ASSIGN_OR_RETURN(const unsigned grid, grid_for(gather_kernel, kThreads, k, kThreads));
+  gather_kernel<<<grid, kThreads, 0, job.stream>>>(x, n, k, rs, reinterpret_cast<float*>(job.payload), job.residual);
   GW_RETURN_IF_ERROR(launch_status("gather_kernel"));
   return k * sizeof(float);
 }
@@ -108,7 +105,8 @@ Status decode_randomk(const DecodeJob& job) {
   }
   if (h.k == 0) return Status::ok();
   const RandomStream rs{h.seed, h.step, kSharedStreamRank};
-  scatter_kernel<<<blocks_for(h.k), kThreads, 0, job.stream>>>(job.payload, h.count, h.k, rs, dst, job.mode);
+  GW_ASSIGN_OR_RETURN(const unsigned grid, grid_for(scatter_kernel, kThreads, h.k, kThreads));
+  scatter_kernel<<<grid, kThreads, 0, job.stream>>>(job.payload, h.count, h.k, rs, dst, job.mode);
   return launch_status("scatter_kernel");
 }
 

@@ -216,12 +216,14 @@ Result<uint64_t> encode_sign(const EncodeJob& job, wire::Header& header) {
                         reinterpret_cast<float*>(job.payload), sink};
   const uint64_t in_bytes = static_cast<uint64_t>(bucket) * (args.in.b != nullptr ? 8 : 4);
   if (bucket <= kCachedElements / 2) {
-    const unsigned grid = bucket_grid(nb, in_bytes, false, kEncodeBlocksPerSm<16>, dev);
-    encode_kernel<16><<<grid, kThreads, 0, job.stream>>>(args);
+    const auto kernel = encode_kernel<16>;
+    GW_ASSIGN_OR_RETURN(const unsigned grid, bucket_grid(kernel, nb, in_bytes, false, dev));
+    kernel<<<grid, kThreads, 0, job.stream>>>(args);
   } else {
-    const unsigned grid =
-        bucket_grid(nb, in_bytes, bucket > kCachedElements, kEncodeBlocksPerSm<32>, dev);
-    encode_kernel<32><<<grid, kThreads, 0, job.stream>>>(args);
+    const auto kernel = encode_kernel<32>;
+    GW_ASSIGN_OR_RETURN(const unsigned grid,
+                        bucket_grid(kernel, nb, in_bytes, bucket > kCachedElements, dev));
+    kernel<<<grid, kThreads, 0, job.stream>>>(args);
   }
   GW_RETURN_IF_ERROR(launch_status("sign encode kernel"));
   GW_RETURN_IF_ERROR(finish_codes(sink, job.stream));
@@ -231,7 +233,6 @@ Result<uint64_t> encode_sign(const EncodeJob& job, wire::Header& header) {
 Status decode_sign(const DecodeJob& job) {
   const wire::Header& h = *job.header;
   if (h.count == 0) return Status::ok();
-  GW_ASSIGN_OR_RETURN(const DeviceShape dev, device_shape());
   const uint64_t nb = quant::bucket_count(h.count, h.bucket);
   const DecodeArgs args{job.payload,
                         access_width(job.payload, 4),
@@ -241,9 +242,10 @@ Status decode_sign(const DecodeJob& job) {
                         h.count,
                         h.bucket,
                         BucketDiv::of(h.bucket)};
-  const unsigned grid = elementwise_grid((h.count + 3) / 4, dev);
-  return with_mode(job.mode, [&](auto km) {
-    decode_kernel<decltype(km)::value><<<grid, kThreads, 0, job.stream>>>(args);
+  return with_mode(job.mode, [&](auto km) -> Status {
+    const auto kernel = decode_kernel<decltype(km)::value>;
+    GW_ASSIGN_OR_RETURN(const unsigned grid, elementwise_grid(kernel, (h.count + 3) / 4));
+    kernel<<<grid, kThreads, 0, job.stream>>>(args);
     return launch_status("sign decode kernel");
   });
 }
