@@ -5,7 +5,8 @@
 // are re-read from L2 in the second pass) and finds the bucket's min and max; the second
 // quantizes, packs the codes and writes the new residual. A lane holds 4 elements, one Philox
 // block; the lanes of one 32-bit code word are adjacent and or their codes together.
-// Decode: one thread per 4 elements.
+// Buckets too large and too few for a warp each to fill the device take a grid-wide path
+// instead ("Large buckets" below). Decode: one thread per 4 elements.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -70,15 +71,11 @@ struct LaneMinMax {
   float mx = 0.0f;
   uint32_t mn_at = kNoIndex;
   uint32_t mx_at = kNoIndex;
-  bool first_nan = false;
-  uint32_t nan_bits = 0;
+  uint32_t nan_bits = 0;  // a NaN first element's bits (never 0)
 
   __device__ void add(float v, uint32_t rel) {
     if (isnan(v)) {
-      if (rel == 0) {
-        first_nan = true;
-        nan_bits = hd::float_bits(v);
-      }
+      if (rel == 0) nan_bits = hd::float_bits(v);
       return;
     }
     if (mn_at == kNoIndex || v < mn) {
@@ -92,11 +89,11 @@ struct LaneMinMax {
   }
 
   __device__ uint64_t min_key() const {
-    if (first_nan) return nan_bits;
+    if (nan_bits != 0) return nan_bits;
     return mn_at == kNoIndex ? ~uint64_t{0} : value_key(order_of(mn), mn, mn_at);
   }
   __device__ uint64_t max_key() const {
-    if (first_nan) return nan_bits;
+    if (nan_bits != 0) return nan_bits;
     return mx_at == kNoIndex ? ~uint64_t{0} : value_key(~order_of(mx), mx, mx_at);
   }
 };
@@ -133,10 +130,11 @@ __device__ __forceinline__ void scan_quad(LaneMinMax& mm, const float (&x)[4], u
   }
 }
 
-// One bucket as a warp sees it: elements [lo, lo + len), read through `in` from quad
-// `first` (the start of the code word that holds lo) on.
+// One bucket as a warp sees it: elements [lo, lo + len), read from quad `first` (the start
+// of the code word that holds lo) on. The arrays are not kept here but rederived from the
+// kernel's arguments (constant memory) where used: with them held in registers, four of the
+// kRows = 4 variants spilled under their 64-register budget (4 blocks of 256 per SM) on sm_80.
 struct BucketView {
-  AccSource in;
   uint64_t first;
   uint64_t lo;
   uint32_t len;
@@ -166,7 +164,7 @@ __device__ __forceinline__ void emit_quad(const EncodeArgs& a, const BucketView&
       res[j] = hd::sub(x[j], quant::qsgd_dequantize(c, s));
       if ((m >> j & 1u) != 0) piece |= c << (j * kBits);
     }
-    if (v.in.residual != nullptr) store_floats(v.in.residual, t, m, v.in.vec, res);
+    if (a.in.residual != nullptr) store_floats(a.in.residual + 4 * v.first, t, m, a.in.vec, res);
   }
   uint32_t word = piece << ((lane % kQuadsPerWord) * 4 * kBits);
 #pragma unroll
@@ -199,23 +197,25 @@ __global__ void __launch_bounds__(kThreads, kEncodeBlocksPerSm<kRows>)
     // Rows start at the code word that holds lo, so that a word's quads are adjacent lanes.
     v.first = v.lo / (4 * kQuadsPerWord) * kQuadsPerWord;
     v.skip = static_cast<uint32_t>(v.lo - 4 * v.first);
-    v.in = a.in.shifted(4 * v.first);
     const uint32_t rows = (v.skip + v.len + 127) / 128;
 
-    uint32_t masks[kRows];
-#pragma unroll
-    for (uint32_t r = 0; r < kRows; ++r)
-      masks[r] = r < rows ? quad_mask(32 * r + lane, v.skip, v.len) : 0u;
     float cache[kRows][4];
-    load_acc<kRows>(v.in, lane, masks, cache);
+    {  // the masks die with the loads (recomputed for the scan): fewer registers live
+      uint32_t masks[kRows];
+#pragma unroll
+      for (uint32_t r = 0; r < kRows; ++r)
+        masks[r] = r < rows ? quad_mask(32 * r + lane, v.skip, v.len) : 0u;
+      load_acc<kRows>(a.in.shifted(4 * v.first), lane, masks, cache);
+    }
     LaneMinMax mm;
 #pragma unroll
-    for (uint32_t r = 0; r < kRows; ++r) scan_quad(mm, cache[r], 32 * r + lane, masks[r], v.skip);
+    for (uint32_t r = 0; r < kRows; ++r)
+      scan_quad(mm, cache[r], 32 * r + lane, r < rows ? quad_mask(32 * r + lane, v.skip, v.len) : 0u, v.skip);
     for (uint32_t r = kRows; r < rows; ++r) {
       const uint32_t t = 32 * r + lane;
       const uint32_t m = quad_mask(t, v.skip, v.len);
       float x[1][4];
-      load_acc<1>(v.in, t, &m, x);
+      load_acc<1>(a.in.shifted(4 * v.first), t, &m, x);
       scan_quad(mm, x[0], t, m, v.skip);
     }
     const float mn = key_value(warp_min(mm.min_key()), false);
@@ -232,22 +232,160 @@ __global__ void __launch_bounds__(kThreads, kEncodeBlocksPerSm<kRows>)
       const uint32_t t = 32 * r + lane;
       const uint32_t m = quad_mask(t, v.skip, v.len);
       float x[1][4];
-      load_acc<1>(v.in, t, &m, x);
+      load_acc<1>(a.in.shifted(4 * v.first), t, &m, x);
       emit_quad<kBits, kStochastic>(a, v, s, t, lane, x[0]);
     }
   }
 }
 
+// ---- Large buckets: the whole device on a few buckets. ----
+// A warp per bucket leaves the GPU idle when buckets are few and large (bucket 2^24 at 64M
+// elements: 4 warps). Then three grid-wide passes: blocks reduce chunks of one bucket to a
+// (min, max) key pair each; a warp per bucket takes the minimum of its chunks' keys; every
+// quad is quantized on its own with its bucket's scale. The keys and their minimum are those
+// of the warp path (a minimum does not depend on how the elements are grouped), so the bytes
+// are too. The input is read twice, as the warp path re-reads buckets this large. Needs
+// bucket % 128 == 0: every 32-quad row and every code word then lies in one bucket.
+constexpr uint32_t kChunkQuadsPerThread = 8;
+constexpr uint32_t kChunkElements = 4 * kThreads * kChunkQuadsPerThread;
+
+struct ChunkArgs {
+  AccSource in;
+  uint64_t n;
+  uint32_t bucket;
+  uint64_t chunks_per_bucket;
+  uint64_t chunks;      // nb * chunks_per_bucket
+  uint64_t* partial;    // 2 keys (min, max) per chunk
+  uint64_t* keys;       // 2 keys per bucket
+};
+
+__global__ void __launch_bounds__(kThreads) chunk_minmax_kernel(const ChunkArgs a) {
+  __shared__ uint64_t warp_keys[2][kWarpsPerBlock];
+  const uint32_t lane = threadIdx.x % 32;
+  const uint32_t warp = threadIdx.x / 32;
+  for (uint64_t c = blockIdx.x; c < a.chunks; c += gridDim.x) {  // uniform across the block
+    const uint64_t b = c / a.chunks_per_bucket;
+    const uint64_t lo = b * a.bucket;
+    const auto len = static_cast<uint32_t>(a.n - lo < a.bucket ? a.n - lo : a.bucket);
+    const auto t0 = static_cast<uint32_t>((c % a.chunks_per_bucket) * (kChunkElements / 4));
+    const AccSource in = a.in.shifted(lo);
+    LaneMinMax mm;
+    // Each thread's quads in increasing order, so its strict scan keeps the first of equals.
+    for (uint32_t k = 0; k < kChunkQuadsPerThread; ++k) {
+      const uint32_t t = t0 + k * kThreads + threadIdx.x;
+      const uint32_t m = quad_mask(t, 0, len);
+      if (m == 0) continue;
+      float x[1][4] = {};
+      load_acc<1>(in, t, &m, x);
+      scan_quad(mm, x[0], t, m, 0);
+    }
+    const uint64_t kmin = warp_min(mm.min_key());
+    const uint64_t kmax = warp_min(mm.max_key());
+    if (lane == 0) {
+      warp_keys[0][warp] = kmin;
+      warp_keys[1][warp] = kmax;
+    }
+    __syncthreads();
+    if (threadIdx.x < 2) {
+      uint64_t k = warp_keys[threadIdx.x][0];
+      for (int w = 1; w < kWarpsPerBlock; ++w) k = warp_keys[threadIdx.x][w] < k ? warp_keys[threadIdx.x][w] : k;
+      a.partial[2 * c + threadIdx.x] = k;
+    }
+    __syncthreads();  // warp_keys is reused by the next chunk
+  }
+}
+
+// A warp per bucket: the minimum of its chunks' key pairs.
+__global__ void __launch_bounds__(kThreads) bucket_keys_kernel(const ChunkArgs a) {
+  const uint32_t lane = threadIdx.x % 32;
+  const uint64_t nb = a.chunks / a.chunks_per_bucket;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kWarpsPerBlock;
+  for (uint64_t b = static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; b < nb; b += stride) {
+    uint64_t kmin = ~uint64_t{0};
+    uint64_t kmax = ~uint64_t{0};
+    for (uint64_t c = b * a.chunks_per_bucket + lane; c < (b + 1) * a.chunks_per_bucket; c += 32) {
+      kmin = a.partial[2 * c] < kmin ? a.partial[2 * c] : kmin;
+      kmax = a.partial[2 * c + 1] < kmax ? a.partial[2 * c + 1] : kmax;
+    }
+    kmin = warp_min(kmin);
+    kmax = warp_min(kmax);
+    if (lane == 0) {
+      a.keys[2 * b] = kmin;
+      a.keys[2 * b + 1] = kmax;
+    }
+  }
+}
+
+// A warp per row of 32 quads, all in one bucket; the lane at the bucket's first quad writes
+// its scale record.
 template <uint32_t kBits, bool kStochastic>
-Status launch_encode(const EncodeArgs& a, const DeviceShape& dev, cudaStream_t stream) {
+__global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const EncodeArgs a, const uint64_t* keys) {
+  constexpr uint32_t kLevels = (1u << kBits) - 1u;
+  const uint32_t lane = threadIdx.x % 32;
+  const uint64_t rows = (a.n + 127) / 128;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kWarpsPerBlock;
+  for (uint64_t row = static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; row < rows;
+       row += stride) {
+    const uint64_t b = 128 * row / a.bucket;
+    BucketView v;
+    v.lo = b * a.bucket;
+    v.len = static_cast<uint32_t>(a.n - v.lo < a.bucket ? a.n - v.lo : a.bucket);
+    v.first = v.lo / 4;
+    v.skip = 0;
+    const quant::QsgdScale s =
+        quant::qsgd_scale(key_value(keys[2 * b], false), key_value(keys[2 * b + 1], true), kLevels);
+    const auto t = static_cast<uint32_t>(32 * row + lane - v.first);
+    if (t == 0) *reinterpret_cast<float2*>(a.scales + kScaleBytes * b) = make_float2(s.min, s.unit);
+    const uint32_t m = quad_mask(t, 0, v.len);
+    float x[1][4] = {};
+    load_acc<1>(a.in.shifted(4 * v.first), t, &m, x);
+    emit_quad<kBits, kStochastic>(a, v, s, t, lane, x[0]);
+  }
+}
+
+// Whether a's buckets are better spread over the device: large, row-aligned, and too few
+// for a warp each to fill it.
+template <uint32_t kBits, bool kStochastic>
+Result<bool> spread_buckets(const EncodeArgs& a) {
+  if (a.bucket <= kCachedElements || a.bucket % 128 != 0) return false;
+  GW_ASSIGN_OR_RETURN(const uint64_t wave, resident_blocks(encode_kernel<kBits, kStochastic, 8>, kThreads));
+  return a.nb < wave * kWarpsPerBlock;
+}
+
+template <uint32_t kBits, bool kStochastic>
+Status launch_spread(const EncodeArgs& a, DeviceScratch* scratch, cudaStream_t stream) {
+  if (scratch == nullptr) return internal_error("qsgd device encode of large buckets needs scratch memory");
+  ChunkArgs c{a.in, a.n, a.bucket, (a.bucket + kChunkElements - 1) / kChunkElements, 0, nullptr, nullptr};
+  c.chunks = a.nb * c.chunks_per_bucket;
+  GW_ASSIGN_OR_RETURN(uint64_t* keys, scratch->get<uint64_t>(1, 2 * (c.chunks + a.nb)));
+  c.partial = keys;
+  c.keys = keys + 2 * c.chunks;
+  GW_ASSIGN_OR_RETURN(const unsigned g1, grid_for(chunk_minmax_kernel, kThreads, c.chunks, 1));
+  chunk_minmax_kernel<<<g1, kThreads, 0, stream>>>(c);
+  GW_RETURN_IF_ERROR(launch_status("qsgd chunk min/max kernel"));
+  GW_ASSIGN_OR_RETURN(const unsigned g2, grid_for(bucket_keys_kernel, kThreads, a.nb, kWarpsPerBlock));
+  bucket_keys_kernel<<<g2, kThreads, 0, stream>>>(c);
+  GW_RETURN_IF_ERROR(launch_status("qsgd bucket keys kernel"));
+  const auto kernel = quantize_rows_kernel<kBits, kStochastic>;
+  GW_ASSIGN_OR_RETURN(const unsigned g3, grid_for(kernel, kThreads, (a.n + 127) / 128, kWarpsPerBlock));
+  kernel<<<g3, kThreads, 0, stream>>>(a, c.keys);
+  return launch_status("qsgd quantize kernel");
+}
+
+template <uint32_t kBits, bool kStochastic>
+Status launch_encode(const EncodeArgs& a, const DeviceShape& dev, DeviceScratch* scratch, cudaStream_t stream) {
+  GW_ASSIGN_OR_RETURN(const bool spread, (spread_buckets<kBits, kStochastic>(a)));
+  if (spread) return launch_spread<kBits, kStochastic>(a, scratch, stream);
   const uint64_t in_bytes = static_cast<uint64_t>(a.bucket) * (a.in.b != nullptr ? 8 : 4);
   if (a.bucket <= kCachedElements / 2) {
-    const unsigned grid = bucket_grid(a.nb, in_bytes, false, kEncodeBlocksPerSm<4>, dev);
-    encode_kernel<kBits, kStochastic, 4><<<grid, kThreads, 0, stream>>>(a);
+    const auto kernel = encode_kernel<kBits, kStochastic, 4>;
+    GW_ASSIGN_OR_RETURN(const unsigned grid, bucket_grid(kernel, a.nb, in_bytes, false, dev));
+    kernel<<<grid, kThreads, 0, stream>>>(a);
   } else {
-    const unsigned grid =
-        bucket_grid(a.nb, in_bytes, a.bucket > kCachedElements, kEncodeBlocksPerSm<8>, dev);
-    encode_kernel<kBits, kStochastic, 8><<<grid, kThreads, 0, stream>>>(a);
+    const auto kernel = encode_kernel<kBits, kStochastic, 8>;
+    GW_ASSIGN_OR_RETURN(const unsigned grid,
+                        bucket_grid(kernel, a.nb, in_bytes, a.bucket > kCachedElements, dev));
+    kernel<<<grid, kThreads, 0, stream>>>(a);
   }
   return launch_status("qsgd encode kernel");
 }
@@ -356,8 +494,8 @@ Result<uint64_t> encode_qsgd(const EncodeJob& job, wire::Header& header) {
                         sink};
   GW_RETURN_IF_ERROR(with_bits(spec.bits, [&](auto kb) {
     constexpr uint32_t kBits = decltype(kb)::value;
-    return spec.stochastic ? launch_encode<kBits, true>(args, dev, job.stream)
-                           : launch_encode<kBits, false>(args, dev, job.stream);
+    return spec.stochastic ? launch_encode<kBits, true>(args, dev, job.scratch, job.stream)
+                           : launch_encode<kBits, false>(args, dev, job.scratch, job.stream);
   }));
   GW_RETURN_IF_ERROR(finish_codes(sink, job.stream));
   return payload_bytes;
@@ -366,7 +504,6 @@ Result<uint64_t> encode_qsgd(const EncodeJob& job, wire::Header& header) {
 Status decode_qsgd(const DecodeJob& job) {
   const wire::Header& h = *job.header;
   if (h.count == 0) return Status::ok();
-  GW_ASSIGN_OR_RETURN(const DeviceShape dev, device_shape());
   const uint64_t nb = quant::bucket_count(h.count, h.bucket);
   const uint8_t* codes = job.payload + nb * kScaleBytes;
   const DecodeArgs args{job.payload,
@@ -378,11 +515,11 @@ Status decode_qsgd(const DecodeJob& job) {
                         h.count,
                         h.bucket,
                         BucketDiv::of(h.bucket)};
-  const unsigned grid = elementwise_grid((h.count + 3) / 4, dev);
   return with_bits(h.bits, [&](auto kb) {
-    return with_mode(job.mode, [&](auto km) {
-      decode_kernel<decltype(kb)::value, decltype(km)::value>
-          <<<grid, kThreads, 0, job.stream>>>(args);
+    return with_mode(job.mode, [&](auto km) -> Status {
+      const auto kernel = decode_kernel<decltype(kb)::value, decltype(km)::value>;
+      GW_ASSIGN_OR_RETURN(const unsigned grid, elementwise_grid(kernel, (h.count + 3) / 4));
+      kernel<<<grid, kThreads, 0, job.stream>>>(args);
       return launch_status("qsgd decode kernel");
     });
   });
