@@ -341,6 +341,35 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "bucket %u done: %" PRIu64 " checks, %" PRIu64 " failures, %ld launches\n", bucket, checks, failures, emu::g_launches);
   }
+  // Large buckets (above 1024 elements, a multiple of 128): qsgd spreads them over the
+  // device when they are too few for a warp each (many SMs here), and keeps a warp per
+  // bucket when they fill it (one SM, 40 buckets); sign always keeps a warp per bucket. Both
+  // against the host, with NaN first elements and every EF mode.
+  struct Large { uint32_t bucket; size_t n; int sms; };
+  std::vector<Large> large = {{1152, 1152 * 3 + 5, 64}, {1152, 1152 * 40 + 5, 1}, {4096, 4096, 64},
+                              {4096, 4096 * 2 + 4097, 64}, {65536, 65536 * 2 + 1001, 64},
+                              {1u << 18, (1u << 18) + 77, 64}, {1u << 18, 1u << 19, 2}};
+  if (quick) large = {{1152, 1152 * 3 + 5, 64}, {1152, 1152 * 40 + 5, 1}, {65536, 65536 + 1001, 64}};
+  for (const Large& l : large) {
+    for (const auto& c : codecs) {
+      ++iter;
+      emu::g_sms = l.sms;
+      const int kind = iter % 6;
+      std::vector<float> g(l.n), r0(l.n);
+      for (auto& v : g) v = random_float(kind);
+      for (auto& v : r0) v = random_float(kind == 4 ? 4 : 0) * 0.5f;
+      if (iter % 2 == 0) g[0] = bfloat(0x7fc00000u), r0[0] = 0.0f;  // NaN first element
+      if (l.n > l.bucket + 9) g[l.bucket + 9] = bfloat(0xffc00001u);  // a NaN inside a bucket
+      const int ef = iter % 3;
+      const size_t in_off = iter % 5 == 0 ? 4 : 0;
+      const std::string spec = c + std::to_string(l.bucket);
+      run_quant(spec, g, r0, ef, spec + " n=" + std::to_string(l.n) + " sms=" + std::to_string(l.sms) + " kind=" +
+                                     std::to_string(kind) + " ef=" + std::to_string(ef) + " off=" + std::to_string(in_off),
+                in_off);
+    }
+    std::fprintf(stderr, "large bucket %u n=%zu done: %" PRIu64 " checks, %" PRIu64 " failures, %ld launches\n", l.bucket,
+                 l.n, checks, failures, emu::g_launches);
+  }
   std::printf("%" PRIu64 " checks, %" PRIu64 " failures\n", checks, failures);
   return failures != 0;
 }
