@@ -367,6 +367,32 @@ static void round_trip_fp16(void) {
   CHECK(info.nnz == RT_N);
   CHECK(info.total_bytes == written);
 
+  /* The length from the header alone: the first 56 bytes are enough; fewer, a foreign magic
+   * or another wire version are refused, and nothing is claimed. */
+  uint64_t total = 0;
+  EXPECT_OK(gw_message_length(msg, 56, &total));
+  CHECK(total == written);
+  EXPECT_OK(gw_message_length(msg, written, &total));
+  CHECK(total == written);
+  total = 9;
+  EXPECT_ERR(gw_message_length(msg, 55, &total), GW_ERR_INVALID_MESSAGE, "shorter than the 56-byte header");
+  CHECK(total == 0);
+  EXPECT_ERR(gw_message_length(NULL, 56, &total), GW_ERR_INVALID_ARGUMENT, "msg");
+  EXPECT_ERR(gw_message_length(msg, 56, NULL), GW_ERR_INVALID_ARGUMENT, "total_bytes");
+  {
+    unsigned char forged[56];
+    memcpy(forged, msg, sizeof forged);
+    forged[0] = 'X';
+    EXPECT_ERR(gw_message_length(forged, sizeof forged, &total), GW_ERR_INVALID_MESSAGE, "magic");
+    memcpy(forged, msg, sizeof forged);
+    forged[4] = 99;
+    EXPECT_ERR(gw_message_length(forged, sizeof forged, &total), GW_ERR_INVALID_MESSAGE, "version 99");
+    memcpy(forged, msg, sizeof forged);
+    memset(forged + 48, 0xff, 8); /* a payload length near 2^64: refused, no wrap-around */
+    EXPECT_ERR(gw_message_length(forged, sizeof forged, &total), GW_ERR_INVALID_MESSAGE, "payload bytes");
+    CHECK(total == 0);
+  }
+
   /* Too little room: refused, nothing claimed written. */
   written = 12345;
   EXPECT_ERR(gw_encode(codec, x, RT_N, GW_FLOAT32, 0, 0, NULL, msg, max_bytes - 1, &written),
@@ -901,6 +927,12 @@ static void test_device_calls_without_gpu(void) {
   size_t written = 7;
   EXPECT_ERR(gw_encode_device(codec, x, 16, GW_FLOAT32, 0, 0, NULL, out, sizeof out, &written, NULL), r, "gw_encode_device");
   CHECK(written == 0);
+  written = 7;
+  EXPECT_ERR(gw_encode_device_async(codec, x, 16, GW_FLOAT32, 0, 0, NULL, out, sizeof out, &written, NULL), r,
+             "gw_encode_device_async");
+  CHECK(written == 0);
+  EXPECT_ERR(gw_encode_device_async(codec, x, 16, GW_FLOAT32, 0, 0, NULL, out, sizeof out, NULL, NULL),
+             r == GW_ERR_UNSUPPORTED ? r : GW_ERR_INVALID_ARGUMENT, r == GW_ERR_UNSUPPORTED ? "without CUDA" : "max_written");
   EXPECT_ERR(gw_decode_device(out, sizeof out, x, 16, GW_FLOAT32, GW_DECODE_OVERWRITE, NULL), r, "gw_decode_device");
 
   /* The device collectives: refused with the same reason, and the communicator goes on. */

@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gradwire/gradwire.h"
@@ -319,6 +320,141 @@ TEST_F(DeviceCodecs, ForgedSparseMessageLeavesDestinationUntouched) {
   DeviceBuffer<float> ddst(n);
   EXPECT_EQ(gw_decode_device(dmsg.get(), len - 1, ddst.get(), n, GW_FLOAT32, GW_DECODE_OVERWRITE, stream_),
             GW_ERR_INVALID_MESSAGE);
+}
+
+// NaN with error feedback: the device's adds make the canonical NaN where the host keeps an
+// input NaN's payload, so the residuals hold different NaN bits after the first step. top-k
+// and dgc must still send the same indices (every NaN has one magnitude key, ties to the lower
+// index); only NaN values may differ, NaN for NaN.
+TEST_F(DeviceCodecs, NanWithErrorFeedbackSendsTheSameIndices) {
+  const size_t n = 20011;
+  const uint32_t payloads[] = {0x7fc00000u, 0x7fc00001u, 0x7fd12345u, 0xffc00000u, 0x7fa00001u, 0xff800007u};
+  for (const char* spec : {"topk:ratio=0.01", "topk:k=3", "dgc:ratio=0.01", "dgc:ratio=0.001"}) {
+    SCOPED_TRACE(spec);
+    Codec codec(spec);
+    const size_t cap = codec.cap(n);
+    gw_ef_state_t host_ef = nullptr, dev_ef = nullptr;
+    ASSERT_EQ(gw_ef_state_create(n, &host_ef), GW_SUCCESS);
+    ASSERT_EQ(gw_ef_state_create_device(n, &dev_ef), GW_SUCCESS) << gw_get_last_error();
+    DeviceBuffer<float> dsrc(n);
+    DeviceBuffer<uint8_t> dmsg(cap);
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> x = input(n, 50 + static_cast<uint64_t>(step));
+      // More NaNs than k, with several payloads: the k boundary falls among them.
+      for (size_t i = static_cast<size_t>(step); i < n; i += 37) std::memcpy(&x[i], &payloads[i % 6], 4);
+      dsrc.upload(x);
+      std::vector<uint8_t> h(cap);
+      size_t hw = 0, dw = 0;
+      ASSERT_EQ(gw_encode(codec.c, x.data(), n, GW_FLOAT32, step, 2, host_ef, h.data(), cap, &hw), GW_SUCCESS);
+      ASSERT_EQ(gw_encode_device(codec.c, dsrc.get(), n, GW_FLOAT32, step, 2, dev_ef, dmsg.get(), cap, &dw, stream_),
+                GW_SUCCESS) << gw_get_last_error();
+      ASSERT_EQ(hw, dw) << "step " << step;
+      h.resize(hw);
+      const std::vector<uint8_t> d = dmsg.download(dw);
+      gw_message_info_t info{};
+      ASSERT_EQ(gw_message_info(h.data(), hw, &info), GW_SUCCESS);
+      const size_t values_at = hw - 4 * info.nnz;  // header and indices: byte for byte
+      ASSERT_EQ(first_difference(std::vector<uint8_t>(h.begin(), h.begin() + values_at),
+                                 std::vector<uint8_t>(d.begin(), d.begin() + values_at)), "")
+          << "step " << step;
+      std::vector<float> hv(info.nnz), dv(info.nnz);
+      std::memcpy(hv.data(), h.data() + values_at, 4 * info.nnz);
+      std::memcpy(dv.data(), d.data() + values_at, 4 * info.nnz);
+      std::string where;
+      ASSERT_TRUE(same_floats_nan_equal(hv, dv, &where)) << "values, step " << step << ": " << where;
+      std::vector<float> hr(n), dr(n);
+      ASSERT_EQ(gw_ef_state_get_residual(host_ef, hr.data(), n), GW_SUCCESS);
+      ASSERT_EQ(gw_ef_state_get_residual(dev_ef, dr.data(), n), GW_SUCCESS);
+      ASSERT_TRUE(same_floats_nan_equal(hr, dr, &where)) << "residual, step " << step << ": " << where;
+    }
+    gw_ef_state_destroy(host_ef);
+    gw_ef_state_destroy(dev_ef);
+  }
+}
+
+// gw_encode_device_async never waits: for dgc it answers the most the message can be, and
+// the header (copied back once the stream is done) gives the exact length, the host's.
+TEST_F(DeviceCodecs, AsyncEncodeLeavesTheLengthInTheHeader) {
+  for (const char* spec : {"dgc:ratio=0.01", "dgc:ratio=0.001", "topk:ratio=0.01", "qsgd:bits=4"}) {
+    for (size_t n : {size_t{1}, size_t{4097}, size_t{1000003}}) {
+      SCOPED_TRACE(std::string(spec) + " n=" + std::to_string(n));
+      Codec codec(spec);
+      const size_t cap = codec.cap(n);
+      const std::vector<float> x = input(n, 21);
+      DeviceBuffer<float> dsrc(n);
+      DeviceBuffer<uint8_t> dmsg(cap);
+      dsrc.upload(x);
+      std::vector<uint8_t> h(cap);
+      size_t hw = 0, bound = 0;
+      ASSERT_EQ(gw_encode(codec.c, x.data(), n, GW_FLOAT32, 9, 1, nullptr, h.data(), cap, &hw), GW_SUCCESS);
+      ASSERT_EQ(gw_encode_device_async(codec.c, dsrc.get(), n, GW_FLOAT32, 9, 1, nullptr, dmsg.get(), cap, &bound,
+                                       stream_), GW_SUCCESS) << gw_get_last_error();
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      ASSERT_GE(bound, hw);
+      ASSERT_LE(bound, cap);
+      const std::vector<uint8_t> d = dmsg.download(bound);
+      uint64_t total = 0;
+      ASSERT_EQ(gw_message_length(d.data(), 56, &total), GW_SUCCESS) << gw_get_last_error();
+      ASSERT_EQ(total, hw);
+      h.resize(hw);
+      ASSERT_EQ(first_difference(h, std::vector<uint8_t>(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(hw))), "");
+    }
+  }
+}
+
+// One codec encoding on two streams from two threads at once: each call's scratch is its own.
+TEST_F(DeviceCodecs, OneCodecOnTwoStreamsAtOnce) {
+  for (const char* spec : {"topk:ratio=0.01", "dgc:ratio=0.001", "qsgd:bits=4", "sign"}) {
+    SCOPED_TRACE(spec);
+    Codec codec(spec);
+    const size_t n = 1000003;
+    const size_t cap = codec.cap(n);
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(2);
+    for (int t = 0; t < 2; ++t) {
+      threads.emplace_back([&, t] {
+        cudaStream_t s = nullptr;
+        cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        DeviceBuffer<float> dsrc(n);
+        DeviceBuffer<uint8_t> dmsg(cap);
+        for (int i = 0; i < 5 && errors[t].empty(); ++i) {
+          const std::vector<float> x = input(n, 300 + 10 * static_cast<uint64_t>(t) + static_cast<uint64_t>(i));
+          std::vector<uint8_t> h(cap);
+          size_t hw = 0, dw = 0;
+          if (gw_encode(codec.c, x.data(), n, GW_FLOAT32, i, t, nullptr, h.data(), cap, &hw) != GW_SUCCESS) {
+            errors[t] = "host encode";
+            break;
+          }
+          dsrc.upload(x);
+          if (gw_encode_device(codec.c, dsrc.get(), n, GW_FLOAT32, i, t, nullptr, dmsg.get(), cap, &dw, s) !=
+              GW_SUCCESS) {
+            errors[t] = gw_get_last_error();
+            break;
+          }
+          cudaStreamSynchronize(s);
+          h.resize(hw);
+          const std::string diff = first_difference(h, dmsg.download(dw));
+          if (!diff.empty()) errors[t] = "call " + std::to_string(i) + ": " + diff;
+        }
+        cudaStreamDestroy(s);
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(errors[0], "");
+    EXPECT_EQ(errors[1], "");
+  }
+}
+
+// Past 2^31 elements (32-bit signed indexing would wrap) and, with GW_TEST_HUGE=1, past 2^32
+// (8-byte indices in sparse messages): about 9 and 18 GB of device memory.
+TEST_F(DeviceCodecs, MatchHostBeyond2Pow31Elements) {
+  std::vector<size_t> sizes = {(size_t{1} << 31) + 17};
+  if (std::getenv("GW_TEST_HUGE") != nullptr) sizes.push_back((size_t{1} << 32) + 33);
+  for (size_t n : sizes) {
+    for (const char* spec : {"qsgd:bits=4", "sign", "topk:ratio=0.0001", "dgc:ratio=0.0001"}) {
+      check_codec(spec, n, false, 1, stream_);
+    }
+  }
 }
 
 TEST_F(DeviceCodecs, HostPointersAndHostStatesAreRefused) {
