@@ -99,9 +99,10 @@ if [ -z "$nvcc_path" ]; then
   if [ -z "$listed" ]; then
     echo "gpu-check: no nvcc found (set CUDACXX)" | tee -a "$out/toolkits.txt" >&2
   else
-    echo "gpu-check: CANNOT BUILD FOR THIS GPU: the driver ($driver) runs CUDA $driver_cuda at most, and every" \
-      "toolkit here is of a newer major version. Install a CUDA toolkit <= $driver_cuda (point CUDACXX at its" \
-      "nvcc) or a newer driver." | tee -a "$out/toolkits.txt" >&2
+    echo "gpu-check: CANNOT BUILD FOR THIS GPU: the driver ($driver) runs CUDA ${driver_cuda:-?} at most and gradwire" \
+      "needs 12.0 or newer; none of the toolkits above is in between (nor of the driver's major version)." \
+      "Install a CUDA toolkit from 12.0 to ${driver_cuda:-?} (point CUDACXX at its nvcc) or a newer driver." \
+      | tee -a "$out/toolkits.txt" >&2
   fi
   exit 3
 fi
