@@ -39,6 +39,12 @@ struct HierarchicalArgs {
 };
 // Dense inside nodes, `inner` between them (hierarchical_allreduce.cpp); t.hierarchical().
 Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalArgs& a);
+// sparse_allgather and sparse_allgather_dense with each message crossing the inter-node
+// links once per node (hierarchical_sparse_allgather.cpp); t.hierarchical().
+Status hierarchical_sparse_allgather(Context& c, const Topology& t, const void* msg, size_t len, void* out,
+                                     size_t capacity, size_t* lengths, bool* fits);
+Status hierarchical_sparse_allgather_dense(Context& c, const Topology& t, const void* msg, size_t len, float* dense,
+                                           size_t n);
 
 // fits: whether capacity held every message; when not, out is untouched (the messages went
 // to scratch) and lengths still tells what each rank sent.

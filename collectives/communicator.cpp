@@ -446,7 +446,12 @@ Status Communicator::sparse_allgather(const void* msg, size_t len, void* out, si
   return run([=]() -> Status {
     bool fits = true;
     GW_RETURN_IF_ERROR(impl_->collective(
-        [&](coll::Context& c) { return coll::sparse_allgather(c, msg, len, out, capacity, lengths, &fits); },
+        [&](coll::Context& c) {
+          if (impl_->topo.hierarchical()) {
+            return coll::hierarchical_sparse_allgather(c, impl_->topo, msg, len, out, capacity, lengths, &fits);
+          }
+          return coll::sparse_allgather(c, msg, len, out, capacity, lengths, &fits);
+        },
         call(CallKind::kSparseAllgather)));
     if (fits) return Status::ok();
     uint64_t total = 0;
@@ -462,8 +467,14 @@ Status Communicator::sparse_allgather_dense(const void* msg, size_t len, float* 
   GW_RETURN_IF_ERROR(check_size("len", len, 1, "bytes"));
   GW_RETURN_IF_ERROR(check_size("count", count, sizeof(float), "float32"));
   return run([=]() -> Status {
-    return impl_->collective([&](coll::Context& c) { return coll::sparse_allgather_dense(c, msg, len, dense, count); },
-                             call(CallKind::kSparseAllgatherDense, count));
+    return impl_->collective(
+        [&](coll::Context& c) {
+          if (impl_->topo.hierarchical()) {
+            return coll::hierarchical_sparse_allgather_dense(c, impl_->topo, msg, len, dense, count);
+          }
+          return coll::sparse_allgather_dense(c, msg, len, dense, count);
+        },
+        call(CallKind::kSparseAllgatherDense, count));
   });
 }
 

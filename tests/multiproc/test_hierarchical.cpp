@@ -4,7 +4,8 @@
 // the same bits; error feedback leaves a residual only on this rank's shard (the inter-node
 // leg); switching between flat and hierarchical calls on one EF state loses no gradient;
 // mismatched calls fail on every rank; a killed peer fails the others within seconds; a
-// launcher hint that disagrees with the host identities is warned about. The dense path
+// launcher hint that disagrees with the host identities is warned about; sparse all-gather
+// (raw and dense) goes hierarchical too. The dense path
 // (every op, dtype, size and layout) is in test_dense_collectives.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -252,6 +253,54 @@ TEST(Hierarchical, SwitchingBetweenFlatAndHierarchicalKeepsTheResidual) {
     if (err > 1e-5) return fail(rank, "running sum plus residual off by " + std::to_string(err));
     return kOk;
   }));
+}
+
+// Sparse all-gather on hierarchical layouts: every rank's message (some empty) in rank order,
+// and the dense form the same bits as decoding every message in rank order here.
+TEST(Hierarchical, SparseAllgatherOnEveryLayout) {
+  for (const Layout& l : {Layout{2, 2}, Layout{3, 2}, Layout{2, 3}}) {
+    expect_all_ok(run_layout(l, config(), [&](Communicator& c, int rank, int np) {
+      auto msg_of = [](int r) {
+        std::vector<uint8_t> m(static_cast<size_t>((r * 37 % 11) * 13));
+        for (size_t i = 0; i < m.size(); ++i) m[i] = static_cast<uint8_t>(r * 31 + static_cast<int>(i));
+        return m;
+      };
+      std::vector<uint8_t> want;
+      for (int r = 0; r < np; ++r) {
+        const auto m = msg_of(r);
+        want.insert(want.end(), m.begin(), m.end());
+      }
+      const auto mine = msg_of(rank);
+      std::vector<uint8_t> out(want.size() + 5, 0xee);
+      std::vector<size_t> lengths(static_cast<size_t>(np));
+      CALL_OK(rank, c.sparse_allgather(mine.data(), mine.size(), out.data(), out.size(), lengths.data()));
+      if (!want.empty() && std::memcmp(out.data(), want.data(), want.size()) != 0) return fail(rank, "gathered bytes differ");
+      for (int r = 0; r < np; ++r) {
+        if (lengths[static_cast<size_t>(r)] != msg_of(r).size()) return fail(rank, "length of rank " + std::to_string(r));
+      }
+      // Dense: top-k messages of every rank's gradient.
+      auto codec = Codec::create("topk:ratio=0.05");
+      if (!codec.is_ok()) return kFailed;
+      const size_t n = 30011;
+      auto encode = [&](int r) {
+        const auto g = grad(n, r, 3);
+        std::vector<uint8_t> m((*codec)->max_encoded_bytes(n, DType::kFloat32));
+        auto len = (*codec)->encode(g.data(), n, DType::kFloat32, EncodeContext{7, static_cast<uint32_t>(r)}, m.data(), m.size());
+        m.resize(len.is_ok() ? *len : 0);
+        return m;
+      };
+      std::vector<float> expect(n, 0.0f);
+      for (int r = 0; r < np; ++r) {
+        const auto m = encode(r);
+        CALL_OK(rank, decode(m.data(), m.size(), expect.data(), n, DType::kFloat32, DecodeMode::kAccumulate));
+      }
+      const auto m = encode(rank);
+      std::vector<float> dense(n, -1.0f);
+      CALL_OK(rank, c.sparse_allgather_dense(m.data(), m.size(), dense.data(), n));
+      if (std::memcmp(dense.data(), expect.data(), n * sizeof(float)) != 0) return fail(rank, "dense sum differs");
+      return kOk;
+    }));
+  }
 }
 
 // A call that differs on one rank (count, algorithm) fails on every rank, never succeeds
