@@ -6,7 +6,8 @@
 // ones are re-read from L2) and sums magnitudes in the wire format's canonical order: each
 // lane adds its elements in index order, a rotation puts the bucket's elements l, l+32, ...
 // on lane l, and a shuffle-down fold finishes. The second pass writes bits and residuals.
-// Decode: one thread per 4 elements.
+// Buckets too large and too few for a warp each write their bits across the device
+// ("Large buckets" below). Decode: one thread per 4 elements.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -198,6 +199,68 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
   }
 }
 
+// ---- Large buckets: the bits over the whole device. ----
+// Buckets too large and too few for a warp each to fill the device (bucket 2^24 at 64M
+// elements: 4 warps) keep a warp per bucket for the mean only, and write bits and residuals
+// with a warp per code word across the device. The mean cannot be spread: the wire format's
+// canonical order makes lane l's sum one chain of bucket/32 dependent adds, and any other
+// grouping of them rounds differently (docs/architecture.md). Needs bucket % 32 == 0, so a
+// bucket starts at a code word (skip 0: lane l sums the canonical lane l, no rotation).
+__global__ void __launch_bounds__(kThreads) bucket_mean_kernel(const EncodeArgs a) {
+  const uint32_t lane = threadIdx.x % 32;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kWarpsPerBlock;
+  for (uint64_t b = static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; b < a.nb;
+       b += stride) {
+    const uint64_t lo = b * a.bucket;
+    const auto len = static_cast<uint32_t>(a.n - lo < a.bucket ? a.n - lo : a.bucket);
+    const AccSource in = a.in.shifted(lo);
+    // kDepth loads in flight per lane and array before their adds: one warp must stream
+    // the whole bucket, and the adds are a chain the loads must not wait on one by one.
+    constexpr uint32_t kDepth = 16;
+    float sum = 0.0f;
+    uint32_t e = lane;
+    for (; e + 32 * (kDepth - 1) < len; e += 32 * kDepth) {
+      float x[kDepth];
+#pragma unroll
+      for (uint32_t k = 0; k < kDepth; ++k) x[k] = in.a[e + 32 * k];
+      if (in.b != nullptr) {
+        float y[kDepth];
+#pragma unroll
+        for (uint32_t k = 0; k < kDepth; ++k) y[k] = in.b[e + 32 * k];
+#pragma unroll
+        for (uint32_t k = 0; k < kDepth; ++k) x[k] = hd::add(x[k], y[k]);
+      }
+#pragma unroll
+      for (uint32_t k = 0; k < kDepth; ++k) sum = hd::add(sum, fabsf(x[k]));
+    }
+    for (; e < len; e += 32) sum = hd::add(sum, fabsf(in.load(e)));
+#pragma unroll
+    for (int w = 16; w > 0; w /= 2) sum = hd::add(sum, __shfl_down_sync(kFullMask, sum, w));
+    if (lane == 0) a.scales[b] = hd::div(sum, static_cast<float>(len));
+  }
+}
+
+// A warp per code word, after bucket_mean_kernel in stream order.
+__global__ void __launch_bounds__(kThreads) word_bits_kernel(const EncodeArgs a) {
+  const uint32_t lane = threadIdx.x % 32;
+  const uint64_t words = (a.n + 31) / 32;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kWarpsPerBlock;
+  for (uint64_t w = static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; w < words;
+       w += stride) {
+    const uint64_t b = 32 * w / a.bucket;
+    BucketView v;
+    v.lo = b * a.bucket;
+    v.len = static_cast<uint32_t>(a.n - v.lo < a.bucket ? a.n - v.lo : a.bucket);
+    v.first = v.lo / 32;
+    v.skip = 0;
+    v.in = a.in.shifted(v.lo);
+    const auto r = static_cast<uint32_t>(w - v.first);
+    const uint32_t e = 32 * r + lane;
+    const uint32_t word = emit_word(v, a.scales[b], r, lane, v.has(e) ? v.in.load(e) : 0.0f);
+    if (lane == 0) put_bucket_word(a, v, r, word);
+  }
+}
+
 }  // namespace
 
 Result<uint64_t> encode_sign(const EncodeJob& job, wire::Header& header) {
@@ -215,7 +278,18 @@ Result<uint64_t> encode_sign(const EncodeJob& job, wire::Header& header) {
   const EncodeArgs args{AccSource::of(job.src, job.residual),  job.n, nb, bucket,
                         reinterpret_cast<float*>(job.payload), sink};
   const uint64_t in_bytes = static_cast<uint64_t>(bucket) * (args.in.b != nullptr ? 8 : 4);
-  if (bucket <= kCachedElements / 2) {
+  bool spread = false;
+  if (bucket > kCachedElements && bucket % 32 == 0) {
+    GW_ASSIGN_OR_RETURN(const uint64_t wave, resident_blocks(encode_kernel<32>, kThreads));
+    spread = nb < wave * kWarpsPerBlock;
+  }
+  if (spread) {
+    GW_ASSIGN_OR_RETURN(const unsigned g1, grid_for(bucket_mean_kernel, kThreads, nb, kWarpsPerBlock));
+    bucket_mean_kernel<<<g1, kThreads, 0, job.stream>>>(args);
+    GW_RETURN_IF_ERROR(launch_status("sign mean kernel"));
+    GW_ASSIGN_OR_RETURN(const unsigned g2, grid_for(word_bits_kernel, kThreads, (job.n + 31) / 32, kWarpsPerBlock));
+    word_bits_kernel<<<g2, kThreads, 0, job.stream>>>(args);
+  } else if (bucket <= kCachedElements / 2) {
     const auto kernel = encode_kernel<16>;
     GW_ASSIGN_OR_RETURN(const unsigned grid, bucket_grid(kernel, nb, in_bytes, false, dev));
     kernel<<<grid, kThreads, 0, job.stream>>>(args);
