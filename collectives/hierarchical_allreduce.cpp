@@ -23,14 +23,6 @@ constexpr uint32_t kInterSteps = 1024;
 constexpr uint32_t kGatherSteps = 3072;
 constexpr uint32_t kBarrierStep = 3610;
 
-Context leg(const Context& c, transport::Transport& tp, int rank, int size, uint32_t step_base) {
-  Context x{tp, rank, size, c.deadline, c.seq, c.chunk_bytes, c.scratch};
-  x.step_base = step_base;
-  x.stats = c.stats;
-  x.check = c.check;
-  return x;
-}
-
 // The segment of the shard whose owner-side residual `inner` keeps on inter-node rank j.
 uint64_t owner_segment(Algo inner, int j, int nodes) {
   return static_cast<uint64_t>(inner == Algo::kCompressedRing ? (j + 1) % nodes : j);
@@ -107,9 +99,9 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
 
   SubgroupTransport node_tp(c.tp, t.members[static_cast<size_t>(t.node)], t.local_rank);
   SubgroupTransport across_tp(c.tp, t.same_local_rank(t.local_rank), t.node);
-  Context in_node = leg(c, node_tp, t.local_rank, L, 0);
-  Context across = leg(c, across_tp, t.node, N, kInterSteps);
-  Context gather = leg(c, node_tp, t.local_rank, L, kGatherSteps);
+  Context in_node = in_group(c, node_tp, t.local_rank, L, 0);
+  Context across = in_group(c, across_tp, t.node, N, kInterSteps);
+  Context gather = in_group(c, node_tp, t.local_rank, L, kGatherSteps);
 
   // A residual left by a flat compressed call covers elements outside this rank's shard: it
   // joins this call's input once, exactly (flush_ef), and is cleared before the inter-node
@@ -137,14 +129,14 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
     PumpingTransport pumping(across_tp, pipe);
     const Status ran = pipe.run(
         [&](int k, uint8_t* data, uint64_t plen) -> Status {
-          Context x = leg(c, pumping, t.node, N, kInterSteps + static_cast<uint32_t>(k) * stride);
+          Context x = in_group(c, pumping, t.node, N, kInterSteps + static_cast<uint32_t>(k) * stride);
           GW_RETURN_IF_ERROR(inter_leg(x, t, a, data, start, plen));
           if (a.op == ReduceOp::kAvg) divide(data, plen, a.dtype, c.size);
           return Status::ok();
         },
         [&](int) { clear_flushed(); });
     GW_RETURN_IF_ERROR(ran);
-    Context fence = leg(c, node_tp, t.local_rank, L, kBarrierStep);
+    Context fence = in_group(c, node_tp, t.local_rank, L, kBarrierStep);
     return barrier(fence);  // nobody writes the slots again before everyone has read them
   }
 

@@ -16,16 +16,7 @@
 namespace gw::coll {
 namespace {
 
-constexpr uint32_t kLengthSteps = kMaxSteps / 2;  // as the flat gather's lengths
 constexpr uint32_t kAcrossSteps = 1024;           // intra-node rings use j * local_size from 0
-
-Context group(const Context& c, transport::Transport& tp, int rank, int size, uint32_t step_base) {
-  Context x{tp, rank, size, c.deadline, c.seq, c.chunk_bytes, c.scratch};
-  x.step_base = step_base;
-  x.stats = c.stats;
-  x.check = c.check;
-  return x;
-}
 
 // Every rank's message at offsets[r] of data (this rank's already there).
 Status gather_messages(Context& c, const Topology& t, uint8_t* data, const uint64_t* offsets, const uint64_t* lengths) {
@@ -37,7 +28,7 @@ Status gather_messages(Context& c, const Topology& t, uint8_t* data, const uint6
     off[static_cast<size_t>(j)] = offsets[across[static_cast<size_t>(j)]];
     len[static_cast<size_t>(j)] = lengths[across[static_cast<size_t>(j)]];
   }
-  Context x = group(c, across_tp, t.node, N, kAcrossSteps);
+  Context x = in_group(c, across_tp, t.node, N, kAcrossSteps);
   GW_RETURN_IF_ERROR(ring_allgatherv(x, data, off.data(), len.data()));
   const std::vector<int>& mine = t.members[static_cast<size_t>(t.node)];
   SubgroupTransport node_tp(c.tp, mine, t.local_rank);
@@ -47,23 +38,10 @@ Status gather_messages(Context& c, const Topology& t, uint8_t* data, const uint6
       off[static_cast<size_t>(r)] = offsets[theirs[static_cast<size_t>(r)]];
       len[static_cast<size_t>(r)] = lengths[theirs[static_cast<size_t>(r)]];
     }
-    Context in_node = group(c, node_tp, t.local_rank, L, static_cast<uint32_t>(j * L));
+    Context in_node = in_group(c, node_tp, t.local_rank, L, static_cast<uint32_t>(j * L));
     GW_RETURN_IF_ERROR(ring_allgatherv(in_node, data, off.data(), len.data()));
   }
   return Status::ok();
-}
-
-Result<uint64_t> layout(Context& c, size_t len, uint64_t* offsets, uint64_t* lengths) {
-  const uint64_t mine = len;
-  Context lengths_phase = c;
-  lengths_phase.step_base = kLengthSteps;
-  GW_RETURN_IF_ERROR(allgather(lengths_phase, &mine, lengths, sizeof(uint64_t)));
-  uint64_t total = 0;
-  for (int r = 0; r < c.size; ++r) {
-    offsets[r] = total;
-    if (__builtin_add_overflow(total, lengths[r], &total)) return Status(Code::kRemote, "message lengths from the ranks overflow");
-  }
-  return total;
 }
 
 }  // namespace
@@ -72,7 +50,7 @@ Status hierarchical_sparse_allgather(Context& c, const Topology& t, const void* 
                                      size_t capacity, size_t* lengths_out, bool* fits) {
   auto* offsets = c.scratch.bytes.get<uint64_t>(4, static_cast<size_t>(c.size));
   auto* lengths = c.scratch.bytes.get<uint64_t>(5, static_cast<size_t>(c.size));
-  GW_ASSIGN_OR_RETURN(uint64_t total, layout(c, len, offsets, lengths));
+  GW_ASSIGN_OR_RETURN(uint64_t total, gather_layout(c, len, offsets, lengths));
   *fits = total <= capacity;
   auto* data = *fits ? static_cast<uint8_t*>(out) : c.scratch.bytes.get<uint8_t>(3, total);
   if (len > 0) std::memmove(data + offsets[c.rank], msg, len);
@@ -85,12 +63,8 @@ Status hierarchical_sparse_allgather_dense(Context& c, const Topology& t, const 
                                            size_t n) {
   auto* offsets = c.scratch.bytes.get<uint64_t>(4, static_cast<size_t>(c.size));
   auto* lengths = c.scratch.bytes.get<uint64_t>(5, static_cast<size_t>(c.size));
-  GW_ASSIGN_OR_RETURN(uint64_t total, layout(c, len, offsets, lengths));
-  const uint64_t limit = static_cast<uint64_t>(c.size) * (n * sizeof(float) + 4096);
-  if (total > limit) {
-    return Status(Code::kRemote, "the ranks' messages total " + std::to_string(total) +
-                                     " bytes, more than any codec needs for " + std::to_string(n) + " elements");
-  }
+  GW_ASSIGN_OR_RETURN(uint64_t total, gather_layout(c, len, offsets, lengths));
+  GW_RETURN_IF_ERROR(check_messages_total(total, n, c.size));
   auto* data = c.scratch.bytes.get<uint8_t>(3, total);
   if (len > 0) std::memmove(data + offsets[c.rank], msg, len);
   GW_RETURN_IF_ERROR(gather_messages(c, t, data, offsets, lengths));

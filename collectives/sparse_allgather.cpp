@@ -12,9 +12,7 @@
 #include "collectives/message_pieces.hpp"
 
 namespace gw::coll {
-namespace {
 
-// Exchanges lengths and lays the messages out back to back; returns the total.
 Result<uint64_t> gather_layout(Context& c, size_t len, uint64_t* offsets, uint64_t* lengths) {
   const uint64_t mine = len;
   Context lengths_phase = c;  // its own tag range: the messages follow on the same ring
@@ -30,7 +28,14 @@ Result<uint64_t> gather_layout(Context& c, size_t len, uint64_t* offsets, uint64
   return total;
 }
 
-}  // namespace
+Status check_messages_total(uint64_t total, size_t n, int nranks) {
+  // Each message is at most as large as a dense one, with header: bounds what a peer can
+  // make us allocate.
+  const uint64_t limit = static_cast<uint64_t>(nranks) * (n * sizeof(float) + 4096);
+  if (total <= limit) return Status::ok();
+  return Status(Code::kRemote, "the ranks' messages total " + std::to_string(total) +
+                                   " bytes, more than any codec needs for " + std::to_string(n) + " elements");
+}
 
 Status sparse_allgather(Context& c, const void* msg, size_t len, void* out, size_t capacity,
                         size_t* lengths_out, bool* fits) {
@@ -51,13 +56,7 @@ Status sparse_allgather_dense(Context& c, const void* msg, size_t len, float* de
   auto* offsets = c.scratch.bytes.get<uint64_t>(4, static_cast<size_t>(c.size));
   auto* lengths = c.scratch.bytes.get<uint64_t>(5, static_cast<size_t>(c.size));
   GW_ASSIGN_OR_RETURN(uint64_t total, gather_layout(c, len, offsets, lengths));
-  // Each message is at most as large as a dense one, with header: bounds what a peer can
-  // make us allocate.
-  const uint64_t limit = static_cast<uint64_t>(c.size) * (n * sizeof(float) + 4096);
-  if (total > limit) {
-    return Status(Code::kRemote, "the ranks' messages total " + std::to_string(total) +
-                                     " bytes, more than any codec needs for " + std::to_string(n) + " elements");
-  }
+  GW_RETURN_IF_ERROR(check_messages_total(total, n, c.size));
   auto* data = c.scratch.bytes.get<uint8_t>(3, total);
   // Every message goes straight to every rank rather than around the ring (the same bytes
   // leave each rank, but nothing waits to be forwarded), and is decoded as soon as the

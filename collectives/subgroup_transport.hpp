@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/context.hpp"
 #include "transport/transport.hpp"
 
 namespace gw::coll {
@@ -28,5 +29,15 @@ class SubgroupTransport final : public transport::ForwardingTransport {
   std::vector<int> members_;
   int me_;
 };
+
+// c's call (deadline, sequence, scratch, statistics, call check) on a group of its ranks, in
+// the group's own step range.
+inline Context in_group(const Context& c, transport::Transport& group, int rank, int size, uint32_t step_base) {
+  Context x{group, rank, size, c.deadline, c.seq, c.chunk_bytes, c.scratch};
+  x.step_base = step_base;
+  x.stats = c.stats;
+  x.check = c.check;
+  return x;
+}
 
 }  // namespace gw::coll

@@ -93,7 +93,7 @@ run_system() {  # system json-prefix
       # han takes seconds per call at these sizes here (8 MiB: 3.3 s): round 1 only, one
       # call after one warm-up, bounded.
       [ "$round" = 1 ] || return 0
-      GW_NETNS_TIMEOUT=${GW_HAN_TIMEOUT:-300} GW_NETNS_PER_HOST=$per netns_mpirun "$nodes" "${mpi_args[@]}" \
+      GW_NETNS_TIMEOUT=${GW_NETNS_HAN_TIMEOUT:-300} GW_NETNS_PER_HOST=$per netns_mpirun "$nodes" "${mpi_args[@]}" \
         --mca coll_han_priority 100 "$build/perf/mpi_allreduce_perf" "${sizes[@]}" -n 1 -w 1 -J "$j.json" ;;
     gw_flat)
       gw_run "$j.none.json" ring --codec none
