@@ -32,7 +32,8 @@ class DeviceScratch {
 
   cudaStream_t stream() const { return stream_; }
 
-  // Device memory for count elements of T in slot, 256-byte aligned; contents undefined. A
+  // Device memory for count elements of T in slot (aligned for any type, as cudaMallocAsync
+  // aligns), contents undefined. A
   // slot asked for more than it holds is released (in stream order, after the work already
   // queued that uses it) and replaced.
   template <class T>

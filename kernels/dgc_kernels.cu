@@ -14,7 +14,9 @@
 #include "compressors/stratified.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_codecs.hpp"
+#include "kernels/grid_size.cuh"
 #include "kernels/radix_select.cuh"
+#include "kernels/precise_math.cuh"
 
 namespace gw::kern {
 namespace {
@@ -23,11 +25,7 @@ constexpr uint64_t kMinSample = 256;
 constexpr double kOverSelect = 1.25;
 constexpr uint64_t kExactBelow = 4096;
 constexpr int kThreads = 256;
-constexpr uint64_t kMaxBlocks = 16384;
 
-unsigned int blocks_for(uint64_t items) {
-  return static_cast<unsigned int>(std::clamp<uint64_t>((items + kThreads - 1) / kThreads, 1, kMaxBlocks));
-}
 
 // keys[j] = magnitude key of the accumulated value at stratified_index(rs, j, n, m).
 __global__ void __launch_bounds__(kThreads)
@@ -97,7 +95,8 @@ Status sampled_select(const EncodeJob& job, const DgcPlan& p, const uint64_t** k
   GW_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(cand_keys, 0, p.cap * sizeof(uint32_t), job.stream));
 
   const RandomStream rs{job.spec->seed, job.ctx.step, job.ctx.rank};
-  sample_kernel<<<blocks_for(p.m), kThreads, 0, job.stream>>>(src, job.residual, job.n, p.m, rs, sample);
+  GW_ASSIGN_OR_RETURN(const unsigned int blocks, grid_for(sample_kernel, kThreads, p.m, kThreads));
+  sample_kernel<<<blocks, kThreads, 0, job.stream>>>(src, job.residual, job.n, p.m, rs, sample);
   GW_RETURN_IF_ERROR(launch_status("sample_kernel"));
   const SelectArray in{src, job.residual, job.n};
   GW_RETURN_IF_ERROR(

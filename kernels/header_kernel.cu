@@ -2,6 +2,7 @@
 #include "kernels/header_kernel.hpp"
 
 #include "kernels/cuda_check.hpp"
+#include "kernels/precise_math.cuh"
 
 namespace gw::kern {
 namespace {

@@ -6,6 +6,8 @@
 
 #include "compressors/hd.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/grid_size.cuh"
+#include "kernels/precise_math.cuh"
 
 namespace gw::kern {
 namespace {
@@ -14,7 +16,7 @@ using ull = unsigned long long;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kBlocksPerSm = 4;  // with __launch_bounds__ below: all blocks resident at once
+constexpr int kBlocksPerSm = 4;  // at least this many blocks of the histogram kernels fit an SM
 constexpr int kUnroll = 8;       // independent loads in flight per thread
 constexpr uint32_t kFullMask = 0xffffffffu;
 
@@ -510,25 +512,13 @@ __global__ void __launch_bounds__(kThreads) init_state_kernel(SelectState* st, u
 
 // ---- host side ----
 
-Result<int> device_sms() {
-  int device = 0, sms = 0;
-  GW_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  GW_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
-// Blocks for a grid-stride pass over count elements: enough to fill the device once (more
-// would only queue behind it), and enough that no block counts more than kMaxPerBlock.
-unsigned int pass_blocks(ull count, int sms) {
-  const ull per_round = static_cast<ull>(kThreads) * kUnroll;
-  ull blocks = std::min<ull>((count + per_round - 1) / per_round, static_cast<ull>(sms) * kBlocksPerSm);
-  blocks = std::max<ull>(blocks, (count + kMaxPerBlock - 1) / kMaxPerBlock);
-  return static_cast<unsigned int>(std::max<ull>(blocks, 1));
-}
-
-unsigned int tile_blocks(ull tiles, int sms) {
-  const ull need = (tiles + kWarps - 1) / kWarps;
-  return static_cast<unsigned int>(std::max<ull>(1, std::min<ull>(need, static_cast<ull>(sms) * kBlocksPerSm)));
+// Blocks for a grid-stride histogram pass of `kernel` over count keys: enough for the work,
+// at most the wave the occupancy query says fits the device (more would only queue behind
+// it), and enough that no block counts more than kMaxPerBlock.
+template <class Kernel>
+Result<unsigned int> pass_blocks(Kernel kernel, ull count) {
+  GW_ASSIGN_OR_RETURN(const unsigned int blocks, grid_for(kernel, kThreads, count, ull{kThreads} * kUnroll));
+  return std::max<unsigned int>(blocks, static_cast<unsigned int>((count + kMaxPerBlock - 1) / kMaxPerBlock));
 }
 
 size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -544,14 +534,12 @@ struct Work {
   Idx* gather_pos = nullptr;
   uint32_t* gather_keys = nullptr;
   ull gather_cap = 0;
-  int sms = 0;
 };
 
 template <class Idx>
 Result<Work<Idx>> prepare(ull count, ull gather_cap, ull k, const SelectGate& gate, DeviceScratch& scratch,
                           cudaStream_t stream) {
   Work<Idx> w;
-  GW_ASSIGN_OR_RETURN(w.sms, device_sms());
   GW_ASSIGN_OR_RETURN(w.st, scratch.get<SelectState>(0, 1));
   w.marks.words = (count + kWordBits - 1) / kWordBits;
   w.marks.num_tiles = (count + kTileElems - 1) / kTileElems;
@@ -580,11 +568,12 @@ Result<Work<Idx>> prepare(ull count, ull gather_cap, ull k, const SelectGate& ga
 
 // The three digits by full histogram passes (the second and third run only in full mode).
 template <class FirstSrc, class Src>
-Status find_threshold(const FirstSrc& first, const Src& src, ull count, ull gather_cap, SelectState* st, int sms,
+Status find_threshold(const FirstSrc& first, const Src& src, ull count, ull gather_cap, SelectState* st,
                       cudaStream_t stream) {
-  const unsigned int blocks = pass_blocks(count, sms);
-  top_hist_kernel<<<blocks, kThreads, 0, stream>>>(first, count, st, gather_cap);
+  GW_ASSIGN_OR_RETURN(const unsigned int top_blocks, pass_blocks(top_hist_kernel<FirstSrc>, count));
+  top_hist_kernel<<<top_blocks, kThreads, 0, stream>>>(first, count, st, gather_cap);
   GW_RETURN_IF_ERROR(launch_status("top_hist_kernel"));
+  GW_ASSIGN_OR_RETURN(const unsigned int blocks, pass_blocks(sub_hist_kernel<Src>, count));
   sub_hist_kernel<<<blocks, kThreads, 0, stream>>>(src, count, st, 2, kModeFull, false, kDoneMid);
   GW_RETURN_IF_ERROR(launch_status("sub_hist_kernel (mid)"));
   sub_hist_kernel<<<blocks, kThreads, 0, stream>>>(src, count, st, 3, kModeFull, false, kDoneLow);
@@ -594,23 +583,23 @@ Status find_threshold(const FirstSrc& first, const Src& src, ull count, ull gath
 // Marks by the state's rule, then the exclusive scan over tiles.
 template <class Src, class Idx, bool kMayGather>
 Status mark(const Src& src, ull count, const Work<Idx>& w, cudaStream_t stream) {
-  mark_kernel<Src, Idx, kMayGather><<<tile_blocks(w.marks.num_tiles, w.sms), kThreads, 0, stream>>>(
-      src, count, w.st, w.marks, w.gather_pos, w.gather_keys, w.gather_cap);
+  GW_ASSIGN_OR_RETURN(const unsigned int blocks,
+                      grid_for(mark_kernel<Src, Idx, kMayGather>, kThreads, w.marks.num_tiles, kWarps));
+  mark_kernel<Src, Idx, kMayGather><<<blocks, kThreads, 0, stream>>>(src, count, w.st, w.marks, w.gather_pos,
+                                                                    w.gather_keys, w.gather_cap);
   return launch_status("mark_kernel");
 }
 
 template <class Idx>
 Status resolve_gathered(const Work<Idx>& w, cudaStream_t stream) {
   const KeySrc keys{w.gather_keys};
-  const unsigned int blocks = pass_blocks(w.gather_cap, w.sms);
+  GW_ASSIGN_OR_RETURN(const unsigned int blocks, pass_blocks(sub_hist_kernel<KeySrc>, w.gather_cap));
   sub_hist_kernel<<<blocks, kThreads, 0, stream>>>(keys, 0, w.st, 2, kModeGather, true, kDoneCandMid);
   GW_RETURN_IF_ERROR(launch_status("sub_hist_kernel (gathered mid)"));
   sub_hist_kernel<<<blocks, kThreads, 0, stream>>>(keys, 0, w.st, 3, kModeGather, true, kDoneCandLow);
   GW_RETURN_IF_ERROR(launch_status("sub_hist_kernel (gathered low)"));
-  const unsigned int patch_blocks =
-      static_cast<unsigned int>(std::min<ull>((w.gather_cap + kThreads - 1) / kThreads, static_cast<ull>(w.sms) * 8));
-  patch_kernel<<<std::max(patch_blocks, 1u), kThreads, 0, stream>>>(w.st, w.marks, w.gather_pos,
-                                                                    w.gather_keys, w.gather_cap);
+  GW_ASSIGN_OR_RETURN(const unsigned int patch_blocks, grid_for(patch_kernel<Idx>, kThreads, w.gather_cap, kThreads));
+  patch_kernel<<<patch_blocks, kThreads, 0, stream>>>(w.st, w.marks, w.gather_pos, w.gather_keys, w.gather_cap);
   return launch_status("patch_kernel");
 }
 
@@ -620,8 +609,8 @@ Status scan_and_write(const Emit& emit, const Work<Idx>& w, bool take_all_ties, 
   size_t bytes = w.scan_bytes;
   GW_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveScan(w.scan_temp, bytes, w.marks.tiles, w.before, TileSum{},
                                                          TileCount{0, 0}, w.marks.num_tiles, stream));
-  write_kernel<<<tile_blocks(w.marks.num_tiles, w.sms), kThreads, 0, stream>>>(emit, w.st, w.marks, w.before,
-                                                                                take_all_ties, total);
+  GW_ASSIGN_OR_RETURN(const unsigned int blocks, grid_for(write_kernel<Emit>, kThreads, w.marks.num_tiles, kWarps));
+  write_kernel<<<blocks, kThreads, 0, stream>>>(emit, w.st, w.marks, w.before, take_all_ties, total);
   return launch_status("write_kernel");
 }
 
@@ -639,9 +628,9 @@ Status select_topk(const SelectArray& in, uint64_t k, const SparseOut<Idx>& out,
   GW_ASSIGN_OR_RETURN(Work<Idx> w, prepare<Idx>(n, gather_cap_for(n), k, gate, scratch, stream));
   const ArraySrc x{in.values()};
   if (in.src != nullptr && in.residual != nullptr) {
-    GW_RETURN_IF_ERROR(find_threshold(AccumSrc{in.src, in.residual}, x, n, w.gather_cap, w.st, w.sms, stream));
+    GW_RETURN_IF_ERROR(find_threshold(AccumSrc{in.src, in.residual}, x, n, w.gather_cap, w.st, stream));
   } else {
-    GW_RETURN_IF_ERROR(find_threshold(x, x, n, w.gather_cap, w.st, w.sms, stream));
+    GW_RETURN_IF_ERROR(find_threshold(x, x, n, w.gather_cap, w.st, stream));
   }
   GW_RETURN_IF_ERROR((mark<ArraySrc, Idx, true>(x, n, w, stream)));
   GW_RETURN_IF_ERROR(resolve_gathered(w, stream));
@@ -655,7 +644,7 @@ Status select_topk(const SelectList<Idx>& in, uint64_t k, const SparseOut<Idx>& 
   // Lists are short (dgc's candidates): no gathering, three histogram passes over the keys.
   GW_ASSIGN_OR_RETURN(Work<Idx> w, prepare<Idx>(in.count, 0, k, gate, scratch, stream));
   const KeySrc keys{in.keys};
-  GW_RETURN_IF_ERROR(find_threshold(keys, keys, in.count, 0, w.st, w.sms, stream));
+  GW_RETURN_IF_ERROR(find_threshold(keys, keys, in.count, 0, w.st, stream));
   GW_RETURN_IF_ERROR((mark<KeySrc, Idx, false>(keys, in.count, w, stream)));
   return scan_and_write(PayloadEmit<Idx, ListSrc<Idx>>{ListSrc<Idx>{in.x, in.index}, out}, w, false, nullptr,
                         stream);
@@ -670,7 +659,7 @@ Status select_at_least_kth(const uint32_t* keys, uint64_t m, uint64_t rank, cons
   const KeySrc sample{keys};
   // Full mode over the sample: the state ends with sure_from = T + 1 and cand_from = T, so
   // the marks split key > T (sure) and key == T (eq); all of both are written out.
-  GW_RETURN_IF_ERROR(find_threshold(sample, sample, m, 0, w.st, w.sms, stream));
+  GW_RETURN_IF_ERROR(find_threshold(sample, sample, m, 0, w.st, stream));
   const ArraySrc x{in.values()};
   if (in.src != nullptr && in.residual != nullptr) {
     GW_RETURN_IF_ERROR((mark<AccumSrc, Idx, false>(AccumSrc{in.src, in.residual}, n, w, stream)));

@@ -11,16 +11,14 @@
 #include "compressors/sparse_layout.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_codecs.hpp"
+#include "kernels/grid_size.cuh"
+#include "kernels/precise_math.cuh"
 
 namespace gw::kern {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr uint64_t kMaxBlocks = 16384;
 
-unsigned int blocks_for(uint64_t items) {
-  return static_cast<unsigned int>(std::clamp<uint64_t>((items + kThreads - 1) / kThreads, 1, kMaxBlocks));
-}
 
 // Payload words at any alignment: the message may sit anywhere in a caller's buffer.
 __device__ __forceinline__ uint32_t load_u32(const uint8_t* p) {
@@ -137,7 +135,8 @@ Status decode_sparse(const DecodeJob& job) {
   if (h.k == 0) return Status::ok();
   return with_width(h.count, [&](auto idx) {
     using Idx = decltype(idx);
-    scatter_kernel<Idx><<<blocks_for(h.k), kThreads, 0, job.stream>>>(job.payload, h.k, dst, job.mode, nullptr);
+    GW_ASSIGN_OR_RETURN(const unsigned int blocks, grid_for(scatter_kernel<Idx>, kThreads, h.k, kThreads));
+    scatter_kernel<Idx><<<blocks, kThreads, 0, job.stream>>>(job.payload, h.k, dst, job.mode, nullptr);
     return launch_status("sparse scatter_kernel");
   });
 }
@@ -147,7 +146,8 @@ Status check_sparse_indices(const wire::Header& header, const uint8_t* payload, 
   if (header.k == 0) return Status::ok();
   return with_width(header.count, [&](auto idx) {
     using Idx = decltype(idx);
-    check_kernel<Idx><<<blocks_for(header.k), kThreads, 0, stream>>>(payload, header.k, header.count, bad, nullptr);
+    GW_ASSIGN_OR_RETURN(const unsigned int blocks, grid_for(check_kernel<Idx>, kThreads, header.k, kThreads));
+    check_kernel<Idx><<<blocks, kThreads, 0, stream>>>(payload, header.k, header.count, bad, nullptr);
     return launch_status("sparse check_kernel");
   });
 }
@@ -165,15 +165,18 @@ Status decode_sparse_untrusted(const uint8_t* msg, size_t len, float* dst, uint6
   return with_width(n, [&](auto idx) -> Status {
     using Idx = decltype(idx);
     if (k > 0) {
-      check_kernel<Idx><<<blocks_for(k), kThreads, 0, stream>>>(payload, k, n, &verdict->index_bad, verdict);
+      GW_ASSIGN_OR_RETURN(const unsigned int blocks, grid_for(check_kernel<Idx>, kThreads, k, kThreads));
+      check_kernel<Idx><<<blocks, kThreads, 0, stream>>>(payload, k, n, &verdict->index_bad, verdict);
       GW_RETURN_IF_ERROR(launch_status("sparse check_kernel"));
     }
     if (mode == DecodeMode::kOverwrite && n > 0) {
-      zero_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dst, n, verdict);
+      GW_ASSIGN_OR_RETURN(const unsigned int blocks, grid_for(zero_kernel, kThreads, n, kThreads));
+      zero_kernel<<<blocks, kThreads, 0, stream>>>(dst, n, verdict);
       GW_RETURN_IF_ERROR(launch_status("sparse zero_kernel"));
     }
     if (k == 0) return Status::ok();
-    scatter_kernel<Idx><<<blocks_for(k), kThreads, 0, stream>>>(payload, k, dst, mode, verdict);
+    GW_ASSIGN_OR_RETURN(const unsigned int blocks, grid_for(scatter_kernel<Idx>, kThreads, k, kThreads));
+    scatter_kernel<Idx><<<blocks, kThreads, 0, stream>>>(payload, k, dst, mode, verdict);
     return launch_status("sparse scatter_kernel");
   });
 }

@@ -5,6 +5,7 @@
 #include "compressors/sparse_layout.hpp"
 #include "kernels/device_codecs.hpp"
 #include "kernels/radix_select.cuh"
+#include "kernels/precise_math.cuh"
 
 namespace gw::kern {
 
