@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/gpu/require_gpu.hpp"
 #include "transport/nccl/nccl_comm.hpp"
 #include "transport/nccl/nccl_library.hpp"
 
@@ -206,6 +207,9 @@ void single_rank_collectives_on_gpu() {
 }
 
 TEST(NcclComm, OneRankCollectivesOnGpuElseCleanInitError) {
+  if (!have_gpu() && gw::testing::gpu_required()) {
+    FAIL() << "GW_REQUIRE_GPU is set, but there is no usable CUDA device";
+  }
   if (have_gpu()) {
     single_rank_collectives_on_gpu();
   } else {
@@ -216,6 +220,9 @@ TEST(NcclComm, OneRankCollectivesOnGpuElseCleanInitError) {
 // A second rank that never comes: with a GPU, init must give up at the deadline (kTimeout)
 // while calling progress; without one it fails as above, before waiting for peers.
 TEST(NcclComm, MissingPeerTimesOutOnGpuElseCleanInitError) {
+  if (!have_gpu() && gw::testing::gpu_required()) {
+    FAIL() << "GW_REQUIRE_GPU is set, but there is no usable CUDA device";
+  }
   uint8_t id[kUniqueIdBytes];
   ASSERT_TRUE(get_unique_id(id).is_ok());
   int polls = 0;
