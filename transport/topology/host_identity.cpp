@@ -97,8 +97,9 @@ std::string encode_host_info(const HostInfo& h) {
 }
 
 Result<HostInfo> parse_host_info(const std::string& blob, int rank, size_t* consumed) {
+  // The record leads the rank's address blob: a bad one is a malformed address from a peer.
   auto bad = [&](const char* why) {
-    return Status(Code::kInvalidMessage, "rank " + std::to_string(rank) + " sent a malformed host record: " + why);
+    return Status(Code::kRemote, "rank " + std::to_string(rank) + " sent a malformed address (its host record: " + why + ")");
   };
   if (blob.size() < 8 || blob.compare(0, 4, kMagic, 4) != 0) return bad("no magic");
   size_t at = 4;

@@ -28,7 +28,8 @@ std::string host_identity();
 HostInfo local_host_info();
 
 // The bytes a rank sends ahead of its transport address, and their parser (untrusted input:
-// kInvalidMessage naming the rank when malformed). consumed: how many bytes the record took.
+// kRemote, "rank N sent a malformed address", when malformed). consumed: how many bytes the
+// record took.
 std::string encode_host_info(const HostInfo& h);
 Result<HostInfo> parse_host_info(const std::string& blob, int rank, size_t* consumed);
 
