@@ -197,22 +197,7 @@ gw_result_t gw_message_length(const void* msg, size_t len, uint64_t* total_bytes
     *total_bytes = 0;
     if (msg == nullptr) return null_arg("msg");
     GW_RETURN_IF_ERROR(check_host(msg, "msg"));
-    const auto* head = static_cast<const uint8_t*>(msg);
-    if (len < gw::wire::kHeaderBytes) {
-      return gw::invalid_message("message is " + std::to_string(len) + " bytes, shorter than the " +
-                                 std::to_string(gw::wire::kHeaderBytes) + "-byte header");
-    }
-    for (int i = 0; i < 4; ++i) {
-      if (head[i] != gw::wire::kMagic[i]) return gw::invalid_message("bad magic: not a gradwire message");
-    }
-    if (head[4] != gw::wire::kVersion) {
-      return gw::invalid_message("wire format version " + std::to_string(head[4]) + " is not supported");
-    }
-    const uint64_t payload = gw::wire::load_u64(head + 48);
-    if (payload > UINT64_MAX - gw::wire::kHeaderBytes) {
-      return gw::invalid_message("header claims " + std::to_string(payload) + " payload bytes");
-    }
-    *total_bytes = gw::wire::kHeaderBytes + payload;
+    GW_ASSIGN_OR_RETURN(*total_bytes, gw::wire::stated_length(static_cast<const uint8_t*>(msg), len));
     return Status::ok();
   });
 }

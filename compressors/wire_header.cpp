@@ -13,23 +13,16 @@ void write_header(const Header& h, uint8_t* out) {
   store_u64(out + 8, h.count);
   store_u32(out + 16, h.bits);
   store_u32(out + 20, h.bucket);
-  store_u64(out + 24, h.k);
+  store_u64(out + kKAt, h.k);
   store_u64(out + 32, h.seed);
   store_u64(out + 40, h.step);
-  store_u64(out + 48, h.payload_bytes);
+  store_u64(out + kPayloadBytesAt, h.payload_bytes);
 }
 
-Result<size_t> encoded_length(const uint8_t* head, size_t copied) {
-  if (copied < kHeaderBytes) return internal_error("a staged message is shorter than its header");
-  const uint64_t payload = load_u64(head + 48);
-  if (payload > copied - kHeaderBytes) {
-    return internal_error("a staged message's header claims " + std::to_string(payload) +
-                          " payload bytes, more than its encode could write (" + std::to_string(copied) + ")");
-  }
-  return kHeaderBytes + static_cast<size_t>(payload);
-}
+namespace {
 
-Result<Header> read_header(const uint8_t* msg, size_t len) {
+// read_header's and stated_length's first checks: the size, the magic and the version.
+Status check_preamble(const uint8_t* msg, size_t len) {
   if (msg == nullptr) return invalid_argument("message pointer is null");
   if (len < kHeaderBytes) {
     return invalid_message("message is " + std::to_string(len) + " bytes, shorter than the " +
@@ -43,6 +36,32 @@ Result<Header> read_header(const uint8_t* msg, size_t len) {
                            " is not supported (this library reads version " +
                            std::to_string(kVersion) + ")");
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<uint64_t> stated_length(const uint8_t* msg, size_t len) {
+  GW_RETURN_IF_ERROR(check_preamble(msg, len));
+  const uint64_t payload = load_u64(msg + kPayloadBytesAt);
+  if (payload > UINT64_MAX - kHeaderBytes) {
+    return invalid_message("header claims " + std::to_string(payload) + " payload bytes");
+  }
+  return kHeaderBytes + payload;
+}
+
+Result<size_t> encoded_length(const uint8_t* head, size_t copied) {
+  if (copied < kHeaderBytes) return internal_error("a staged message is shorter than its header");
+  const uint64_t payload = load_u64(head + kPayloadBytesAt);
+  if (payload > copied - kHeaderBytes) {
+    return internal_error("a staged message's header claims " + std::to_string(payload) +
+                          " payload bytes, more than its encode could write (" + std::to_string(copied) + ")");
+  }
+  return kHeaderBytes + static_cast<size_t>(payload);
+}
+
+Result<Header> read_header(const uint8_t* msg, size_t len) {
+  GW_RETURN_IF_ERROR(check_preamble(msg, len));
   Header h;
   if (msg[5] > static_cast<uint8_t>(CodecId::kRandomk)) {
     return invalid_message("unknown codec id " + std::to_string(msg[5]));
@@ -57,10 +76,10 @@ Result<Header> read_header(const uint8_t* msg, size_t len) {
   h.count = load_u64(msg + 8);
   h.bits = load_u32(msg + 16);
   h.bucket = load_u32(msg + 20);
-  h.k = load_u64(msg + 24);
+  h.k = load_u64(msg + kKAt);
   h.seed = load_u64(msg + 32);
   h.step = load_u64(msg + 40);
-  h.payload_bytes = load_u64(msg + 48);
+  h.payload_bytes = load_u64(msg + kPayloadBytesAt);
   if (h.count > kMaxCount) {
     return invalid_message("element count " + std::to_string(h.count) + " exceeds the limit 2^48");
   }

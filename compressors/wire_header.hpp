@@ -17,6 +17,9 @@ constexpr uint8_t kFlagNearestRounding = 0x01;  // qsgd: deterministic rounding 
 constexpr uint8_t kKnownFlags = kFlagNearestRounding;
 // Largest element count a message may claim: keeps every size computation far from overflow.
 constexpr uint64_t kMaxCount = uint64_t{1} << 48;
+// Byte offsets of the fields that a device-side count fills in or a length is read from.
+constexpr unsigned kKAt = 24;
+constexpr unsigned kPayloadBytesAt = 48;
 
 struct Header {
   CodecId codec = CodecId::kNone;
@@ -36,6 +39,9 @@ void write_header(const Header& header, uint8_t* out);
 // dtype and flags, count in range, and len == header + payload. Codec parameters are
 // checked by the codec's own validator.
 Result<Header> read_header(const uint8_t* msg, size_t len);
+// The length (header + payload) that an untrusted header states, from at least its first 56
+// bytes: only the checks that need no payload (size, magic, version) are made.
+Result<uint64_t> stated_length(const uint8_t* msg, size_t len);
 // The length (header + payload) that the header of a message this library encoded gives,
 // from a copy of its first `copied` >= 56 bytes (a device encode's upper bound): for
 // messages whose length only the device knew. An error if it exceeds `copied`.

@@ -13,10 +13,10 @@ __global__ void write_header_kernel(HeaderBytes header, uint8_t* out, const uint
   uint8_t b = header.bytes[i];
   if (kept != nullptr) {
     const uint64_t k = *kept;
-    if (i >= kHeaderKAt && i < kHeaderKAt + 8) b = static_cast<uint8_t>(k >> (8 * (i - kHeaderKAt)));
+    if (i >= wire::kKAt && i < wire::kKAt + 8) b = static_cast<uint8_t>(k >> (8 * (i - wire::kKAt)));
     const uint64_t payload = k * (index_bytes + 4);
-    if (i >= kHeaderPayloadAt && i < kHeaderPayloadAt + 8) {
-      b = static_cast<uint8_t>(payload >> (8 * (i - kHeaderPayloadAt)));
+    if (i >= wire::kPayloadBytesAt && i < wire::kPayloadBytesAt + 8) {
+      b = static_cast<uint8_t>(payload >> (8 * (i - wire::kPayloadBytesAt)));
     }
   }
   out[i] = b;

@@ -15,10 +15,6 @@ struct HeaderBytes {
   uint8_t bytes[wire::kHeaderBytes];
 };
 
-// Byte offsets of the fields a device-side count fills in (docs/wire-format.md).
-constexpr unsigned kHeaderKAt = 24;
-constexpr unsigned kHeaderPayloadAt = 48;
-
 // Writes header at out. With kept set (device memory, a sparse message whose count only the
 // device knows: dgc), k is *kept and payload_bytes is *kept * (index_bytes + 4) instead of
 // the host's values; the message's length is then known once the header is.

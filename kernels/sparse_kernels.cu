@@ -108,8 +108,8 @@ __global__ void gate_kernel(const uint8_t* msg, uint64_t len, uint64_t n, uint64
   const bool ok = h[0] == 'G' && h[1] == 'W' && h[2] == 'R' && h[3] == 'E' && h[4] == kWireVersion &&
                   (h[5] == kTopkId || h[5] == kDgcId) && h[6] == kFloat32Id && h[7] == 0 &&
                   header_u64(h, 8) == n && header_u32(h, 16) == 0 && header_u32(h, 20) == 0 &&
-                  header_u64(h, 24) == k && header_u64(h, 32) == 0 && header_u64(h, 40) == 0 &&
-                  header_u64(h, 48) == len - wire::kHeaderBytes && k <= n;
+                  header_u64(h, wire::kKAt) == k && header_u64(h, 32) == 0 && header_u64(h, 40) == 0 &&
+                  header_u64(h, wire::kPayloadBytesAt) == len - wire::kHeaderBytes && k <= n;
   v->header_bad = ok ? 0 : 1;
   v->index_bad = 0;
 }
