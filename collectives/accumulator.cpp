@@ -9,7 +9,7 @@ float* prepare_accumulator(Context& c, const float* send, size_t n, ErrorFeedbac
   ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");  // part of encoding
   if (ef != nullptr) {
     float* acc = ef->residual();
-    detail::add_into(acc, send, n);
+    if (send != acc) detail::add_into(acc, send, n);
     return acc;
   }
   float* acc = c.scratch.bytes.get<float>(slot, n);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 #include "collectives/context.hpp"
 #include "gradwire/codec.hpp"
@@ -21,6 +22,13 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
                                 Codec& codec, ErrorFeedback* ef);
 Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
                                   Codec& codec, ErrorFeedback* ef);
+// Its messages without the sum: encodes send (+ ef's residual) and exchanges every rank's
+// message: rank r's lands at msgs + r * cap (cap: the codec's bound for n), lengths[r] its
+// bytes. on_message(r) runs for r in rank order as each is in (this rank's own included).
+// Nothing here validates a peer's message: whoever decodes it does.
+Status sparse_allgather_exchange(Context& c, const float* send, size_t n, Codec& codec, ErrorFeedback* ef,
+                                 uint8_t* msgs, size_t cap, uint64_t* lengths,
+                                 const std::function<Status(int)>& on_message);
 
 struct Topology;
 class NodeShm;
@@ -76,7 +84,9 @@ Status scatter(Context& c, const void* send, void* recv, size_t bytes, int root)
 
 // Shared by the lossy algorithms: acc = send (+ residual when ef), the buffer they compress
 // from. With ef the residual buffer itself is acc, so what each encode leaves behind stays
-// there as the next step's residual.
+// there as the next step's residual. send may be that residual itself: the input is then
+// already in it (the hierarchical all-reduce sums a node's inputs straight into it), and
+// every lossy algorithm takes it so.
 float* prepare_accumulator(Context& c, const float* send, size_t n, ErrorFeedback* ef, int slot);
 
 // Codec calls of the lossy algorithms, timed into the communicator's statistics.
@@ -91,6 +101,7 @@ inline Result<size_t> timed_encode(Context& c, Codec& codec, float* acc, size_t 
 inline Result<size_t> timed_encode_adding(Context& c, Codec& codec, float* residual, const float* g, size_t n,
                                           const EncodeContext& ctx, void* out, size_t cap) {
   ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode", hidden_counter(c), &c.tp);
+  if (g == residual) return codec.encode_accumulated(residual, n, ctx, out, cap);  // already added
   return codec.encode_adding(residual, g, n, ctx, out, cap);
 }
 // Without error feedback nothing keeps an encode's loss: encode straight from the input,

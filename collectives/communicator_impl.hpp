@@ -199,8 +199,8 @@ struct Communicator::Impl {
   std::unique_ptr<transport::Transport> tp;
   CommConfig config;
   coll::Topology topo;
-  // The hierarchical all-reduce's EF state for this rank's shard (its residual is copied from
-  // and back to the caller's state around the inter-node leg), and the caller's EF states
+  // The hierarchical all-reduce's EF state for this rank's shard (a view of the caller's
+  // state's residual at the shard, with its own owner-side residual), and the caller's EF states
   // whose residual the hierarchical path last filled (zero outside this rank's shard).
   ErrorFeedback shard_ef{0};                  // progress thread only
   coll::NodeShm node_shm;                     // progress thread only

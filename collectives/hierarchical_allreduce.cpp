@@ -28,28 +28,43 @@ uint64_t owner_segment(Algo inner, int j, int nodes) {
   return static_cast<uint64_t>(inner == Algo::kCompressedRing ? (j + 1) % nodes : j);
 }
 
+// Where the inter-node leg of a compressed call reads and leaves its data.
+struct LegIo {
+  bool summed_into_residual = false;  // the node's sum is in the EF residual, not at data
+  NodePipeline* sparse = nullptr;     // leave the messages in the node's segment, not a sum at data
+};
+
 // The inter-node leg on len elements at data (this rank's shard from element start, or a
 // piece of it when dense): kAvg sums here, the caller divides.
 Status inter_leg(Context& across, const Topology& t, const HierarchicalArgs& a, uint8_t* data, uint64_t start,
-                 uint64_t len) {
+                 uint64_t len, const LegIo& io = {}) {
   const ReduceOp sum_op = a.op == ReduceOp::kAvg ? ReduceOp::kSum : a.op;
   if (a.inner == Algo::kRing || a.codec == nullptr) return ring_allreduce(across, data, data, len, a.dtype, sum_op);
   const int N = t.nnodes;
   auto* f = reinterpret_cast<float*>(data);
   ErrorFeedback* ef = nullptr;
   if (a.ef != nullptr) {
-    // The shard's residual lives in the caller's EF state (zero elsewhere): checkpoints and
-    // a later flat call see it where they expect it.
+    // The shard's residual is the caller's state's own memory at the shard (zero elsewhere),
+    // so checkpoints and a later flat call see it where they expect it. The view persists
+    // while it covers the same memory: its owner-side residual is then reused.
     ef = a.shard_ef;
-    if (ef->count() != len) *ef = ErrorFeedback(len);
-    if (len > 0) std::memcpy(ef->residual(), a.ef->residual() + start, len * sizeof(float));
+    if (ef->residual() != a.ef->residual() + start || ef->count() != len) *ef = ErrorFeedback(*a.ef, start, len);
     ef->set_step(a.ef->step());
+  }
+  const float* in = io.summed_into_residual ? ef->residual() : f;
+  if (io.sparse != nullptr) {
+    const int me = t.local_rank;
+    GW_RETURN_IF_ERROR(sparse_allgather_exchange(across, in, len, *a.codec, ef, io.sparse->message(me, 0),
+                                                 io.sparse->message_cap(), io.sparse->message_lengths(me), nullptr)
+                           .with_context("inter-node leg"));
+    if (ef != nullptr) a.ef->set_step(ef->step());
+    return Status::ok();
   }
   Status s;
   switch (a.inner) {
-    case Algo::kCompressedRing: s = compressed_ring_allreduce(across, f, f, len, sum_op, *a.codec, ef); break;
-    case Algo::kSparseAllgather: s = sparse_allgather_allreduce(across, f, f, len, sum_op, *a.codec, ef); break;
-    default: s = scatter_reduce_allreduce(across, f, f, len, sum_op, *a.codec, ef); break;
+    case Algo::kCompressedRing: s = compressed_ring_allreduce(across, in, f, len, sum_op, *a.codec, ef); break;
+    case Algo::kSparseAllgather: s = sparse_allgather_allreduce(across, in, f, len, sum_op, *a.codec, ef); break;
+    default: s = scatter_reduce_allreduce(across, in, f, len, sum_op, *a.codec, ef); break;
   }
   GW_RETURN_IF_ERROR(s.with_context("inter-node leg"));
   if (ef != nullptr) {
@@ -64,7 +79,6 @@ Status inter_leg(Context& across, const Topology& t, const HierarchicalArgs& a, 
       for (size_t i = 0; i < olen; ++i) res[i] += own[i];
       std::memset(own, 0, olen * sizeof(float));
     }
-    if (len > 0) std::memcpy(a.ef->residual() + start, ef->residual(), len * sizeof(float));
     a.ef->set_step(ef->step());
   }
   return Status::ok();
@@ -112,26 +126,40 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
     if (a.flush_ef && a.n > 0) std::memset(a.ef->residual(), 0, a.n * sizeof(float));
   };
 
+  // A sparse codec's sum across nodes is a few scattered elements: each shard's messages go
+  // to every local rank through the segment, and each decodes them into its own output.
+  const bool dense = a.inner == Algo::kRing || a.codec == nullptr;
+  const bool sparse_results = !dense && a.inner == Algo::kSparseAllgather && a.codec->spec().is_sparse();
+  const size_t msg_cap = sparse_results ? a.codec->max_encoded_bytes(part.length(0), DType::kFloat32) : 0;
   uint8_t* seg = nullptr;
   if (a.node_shm != nullptr && a.n > 0) {
     // Every local rank must size and read the segment alike: the call must match first.
     GW_RETURN_IF_ERROR(c.verify_all_calls());
-    const size_t bytes = NodePipeline::header_bytes(L) + static_cast<size_t>(L) * a.n * es;
+    size_t bytes = NodePipeline::header_bytes(L) + static_cast<size_t>(L) * a.n * es;
+    if (sparse_results) bytes += static_cast<size_t>(L) * NodePipeline::message_area_bytes(N, msg_cap);
     GW_ASSIGN_OR_RETURN(seg, a.node_shm->map(in_node, bytes));
   }
   if (seg != nullptr) {
     // Dense calls are cut into pieces (each a separate inter-node ring, in its own tag range);
     // compressed ones keep the shard whole: the codec and its EF state see the shard.
-    const bool dense = a.inner == Algo::kRing || a.codec == nullptr;
     const uint32_t stride = 2 * static_cast<uint32_t>(N);
     const int pieces = dense ? NodePipeline::pieces_for(part.length(0) * es, static_cast<int>(2048 / stride)) : 1;
     NodePipeline pipe(c, seg, L, t.local_rank, a.n, a.dtype, a.op, src, a.recv, c.seq + 1, pieces);
+    LegIo io;
+    if (!dense && a.ef != nullptr && !a.flush_ef) {
+      pipe.accumulate_into(a.ef->residual() + start);
+      io.summed_into_residual = true;
+    }
+    if (sparse_results) {
+      pipe.sparse_results(N, msg_cap, a.op == ReduceOp::kAvg ? c.size : 1);
+      io.sparse = &pipe;
+    }
     PumpingTransport pumping(across_tp, pipe);
     const Status ran = pipe.run(
         [&](int k, uint8_t* data, uint64_t plen) -> Status {
           Context x = in_group(c, pumping, t.node, N, kInterSteps + static_cast<uint32_t>(k) * stride);
-          GW_RETURN_IF_ERROR(inter_leg(x, t, a, data, start, plen));
-          if (a.op == ReduceOp::kAvg) divide(data, plen, a.dtype, c.size);
+          GW_RETURN_IF_ERROR(inter_leg(x, t, a, data, start, plen, io));
+          if (a.op == ReduceOp::kAvg && io.sparse == nullptr) divide(data, plen, a.dtype, c.size);
           return Status::ok();
         },
         [&](int) { clear_flushed(); });

@@ -1,11 +1,15 @@
 #include "collectives/node_pipeline.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
 
 #include "collectives/reduce.hpp"
+#include "collectives/stats.hpp"
+#include "collectives/timeline.hpp"
+#include "gradwire/codec.hpp"
 
 namespace gw::coll {
 namespace {
@@ -38,6 +42,25 @@ std::atomic<uint64_t>* NodePipeline::flag(int kind, int r, int k) const {
   return base + (static_cast<size_t>(kind) * L_ + static_cast<size_t>(r)) * kMaxPieces + static_cast<size_t>(k);
 }
 
+size_t NodePipeline::message_area_bytes(int messages, size_t cap) {
+  return (static_cast<size_t>(messages) * (sizeof(uint64_t) + (cap + 7) / 8 * 8) + 63) / 64 * 64;
+}
+
+void NodePipeline::sparse_results(int messages, size_t cap, int divisor) {
+  messages_ = messages;
+  cap_ = (cap + 7) / 8 * 8;  // as message_area_bytes counts them
+  divisor_ = divisor;
+}
+
+uint64_t* NodePipeline::message_lengths(int r) const {
+  uint8_t* areas = seg_ + header_ + static_cast<size_t>(L_) * n_ * es_;
+  return reinterpret_cast<uint64_t*>(areas + static_cast<size_t>(r) * message_area_bytes(messages_, cap_));
+}
+
+uint8_t* NodePipeline::message(int r, int m) const {
+  return reinterpret_cast<uint8_t*>(message_lengths(r) + messages_) + static_cast<size_t>(m) * cap_;
+}
+
 uint64_t NodePipeline::piece_start(int r, int k) const {
   const Partition shards{n_, static_cast<uint64_t>(L_)};
   const Partition pieces{shards.length(static_cast<uint64_t>(r)), static_cast<uint64_t>(P_)};
@@ -51,6 +74,7 @@ uint64_t NodePipeline::piece_len(int r, int k) const {
 
 // Piece k of every other rank's shard, from this rank's input into its slot.
 void NodePipeline::copy_in(int k) {
+  TimedSpan span("node copy in", "node");
   for (int r = 0; r < L_; ++r) {
     if (r == l_) continue;
     const uint64_t off = piece_start(r, k) * es_, bytes = piece_len(r, k) * es_;
@@ -66,23 +90,63 @@ bool NodePipeline::inputs_ready(int k) const {
   return true;
 }
 
-// Piece k of this rank's shard: the node's ranks' inputs reduced in local rank order.
+// Piece k of this rank's shard: the node's ranks' inputs reduced in local rank order, into
+// the slot, or added into the residual (in blocks that stay in cache: the same sum, then
+// the same addition, as a reduction into the slot followed by residual += slot).
 void NodePipeline::reduce(int k) {
   const uint64_t off = piece_start(l_, k) * es_, len = piece_len(l_, k);
   if (len == 0) return;
-  uint8_t* dst = slot(l_) + off;
+  TimedSpan span("node reduce", "node");
   auto input = [&](int r) { return r == l_ ? src_ + off : slot(r) + off; };
-  std::memcpy(dst, input(0), len * es_);
-  for (int r = 1; r < L_; ++r) reduce_into(dst, input(r), len, dtype_, op_);
+  if (residual_ == nullptr) {
+    uint8_t* dst = slot(l_) + off;
+    std::memcpy(dst, input(0), len * es_);
+    for (int r = 1; r < L_; ++r) reduce_into(dst, input(r), len, dtype_, op_);
+    return;
+  }
+  constexpr uint64_t kBlock = 4096;
+  float sum[kBlock];
+  float* res = residual_ + (piece_start(l_, k) - piece_start(l_, 0));
+  for (uint64_t b = 0; b < len; b += kBlock) {
+    const uint64_t m = std::min(kBlock, len - b), at = b * sizeof(float);
+    std::memcpy(sum, input(0) + at, m * sizeof(float));
+    for (int r = 1; r < L_; ++r) reduce_into(sum, input(r) + at, m, DType::kFloat32, op_);
+    reduce_into(res + b, sum, m, DType::kFloat32, ReduceOp::kSum);
+  }
 }
 
-// The next finished piece of any shard into recv; false when none is ready.
+// Every message of shard r into recv, in order, over zeros.
+Status NodePipeline::decode_shard(int r) {
+  const uint64_t start = piece_start(r, 0), len = piece_len(r, 0);
+  auto* dst = reinterpret_cast<float*>(recv_) + start;
+  if (len > 0) std::memset(dst, 0, len * sizeof(float));
+  const uint64_t* lengths = message_lengths(r);
+  for (int m = 0; m < messages_; ++m) {
+    ScopedSeconds t(c_.stats != nullptr ? &c_.stats->decode_s : nullptr, "decode");
+    GW_RETURN_IF_ERROR(decode(message(r, m), lengths[m], dst, len, DType::kFloat32, DecodeMode::kAccumulate)
+                           .with_context("inter-node message " + std::to_string(m) + " of local rank " +
+                                         std::to_string(r) + "'s shard"));
+  }
+  if (divisor_ > 1) {
+    for (uint64_t i = 0; i < len; ++i) dst[i] /= static_cast<float>(divisor_);
+  }
+  return Status::ok();
+}
+
+// The next finished piece of any shard into recv; false when none is ready (or a shard's
+// messages failed to decode: error_).
 bool NodePipeline::copy_out_ready() {
+  if (!error_.is_ok()) return false;
   for (int r = 0; r < L_; ++r) {
     const int k = next_out_[static_cast<size_t>(r)];
     if (k >= P_ || flag(kOut, r, k)->load(std::memory_order_acquire) != gen_) continue;
-    const uint64_t off = piece_start(r, k) * es_, bytes = piece_len(r, k) * es_;
-    if (bytes > 0) std::memcpy(recv_ + off, slot(r) + off, bytes);
+    TimedSpan span("node copy out", "node");
+    if (messages_ > 0) {
+      error_ = decode_shard(r);  // sparse results come whole (one piece)
+    } else {
+      const uint64_t off = piece_start(r, k) * es_, bytes = piece_len(r, k) * es_;
+      if (bytes > 0) std::memcpy(recv_ + off, slot(r) + off, bytes);
+    }
     ++next_out_[static_cast<size_t>(r)];
     --outs_left_;
     return true;
@@ -106,8 +170,10 @@ bool NodePipeline::pump() {
 }
 
 Status NodePipeline::wait_until(const std::function<bool()>& ready, const char* what) {
+  TimedSpan span("node wait", "node");
   int idle = 0;
   while (!ready()) {
+    GW_RETURN_IF_ERROR(error_);
     if (pump()) continue;
     c_.tp.progress();
     GW_RETURN_IF_ERROR(c_.tp.error());
@@ -135,9 +201,11 @@ Status NodePipeline::run(const std::function<Status(int, uint8_t*, uint64_t)>& i
     }
     before(k);
     GW_RETURN_IF_ERROR(inter(k, slot(l_) + piece_start(l_, k) * es_, piece_len(l_, k)));
+    GW_RETURN_IF_ERROR(error_);
     flag(kOut, l_, k)->store(gen_, std::memory_order_release);
   }
-  return wait_until([&] { return outs_left_ == 0; }, "their shards");
+  GW_RETURN_IF_ERROR(wait_until([&] { return outs_left_ == 0; }, "their shards"));
+  return error_;
 }
 
 }  // namespace gw::coll

@@ -30,9 +30,26 @@ class NodePipeline {
   NodePipeline(const Context& c, uint8_t* seg, int local_size, int local_rank, uint64_t n, DType dtype, ReduceOp op,
                const void* src, void* recv, uint64_t gen, int pieces);
 
+  // Compressed calls with error feedback (float32): the node's sum of each piece is added
+  // into residual (this rank's shard of the EF state) instead of written to the slot, so
+  // the inter-node leg encodes from the residual without another pass over the shard.
+  void accumulate_into(float* residual) { residual_ = residual; }
+  // Sparse results: instead of a dense shard, the inter-node leg leaves each shard's
+  // messages (up to `messages`, of at most cap bytes each) in the segment's message area,
+  // and every local rank decodes them into recv (zeroed first) in order, then divides by
+  // divisor (> 1: kAvg). A few scattered elements instead of a copy of every shard.
+  static size_t message_area_bytes(int messages, size_t cap);
+  void sparse_results(int messages, size_t cap, int divisor);
+  // Local rank r's message area: `messages` u64 lengths, then the messages, cap bytes apart.
+  uint64_t* message_lengths(int r) const;
+  uint8_t* message(int r, int m) const;
+  size_t message_cap() const { return cap_; }
+
   // Runs the pipeline: inter(k, data, len) reduces piece k of this rank's shard (in the
-  // segment) across nodes, in place; before(k) runs just before it. Returns when every
-  // piece of every shard is in recv (the caller then fences the node with a barrier).
+  // segment, or in the residual: accumulate_into) across nodes, into data (the slot; for
+  // sparse results, into this rank's message area); before(k) runs just before it.
+  // Returns when every piece of every shard is in recv (the caller then fences the node
+  // with a barrier).
   Status run(const std::function<Status(int, uint8_t*, uint64_t)>& inter, const std::function<void(int)>& before);
   // One step of background work, if any is ready (never blocks). True if it did something.
   bool pump();
@@ -46,6 +63,7 @@ class NodePipeline {
   bool inputs_ready(int k) const;
   void reduce(int k);
   bool copy_out_ready();
+  Status decode_shard(int r);
   Status wait_until(const std::function<bool()>& ready, const char* what);
 
   const Context& c_;
@@ -64,6 +82,11 @@ class NodePipeline {
   std::vector<int> next_out_;  // per local rank: the next piece of its shard to copy out
   int outs_left_ = 0;
   bool busy_ = false;
+  float* residual_ = nullptr;
+  int messages_ = 0;  // > 0: sparse results
+  size_t cap_ = 0;
+  int divisor_ = 1;
+  Status error_;  // a message that failed to decode while pumping
 };
 
 }  // namespace gw::coll

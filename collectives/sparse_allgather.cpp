@@ -92,18 +92,17 @@ Status sparse_allgather_dense(Context& c, const void* msg, size_t len, float* de
   return Status::ok();
 }
 
-Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
-                                  Codec& codec, ErrorFeedback* ef) {
+Status sparse_allgather_exchange(Context& c, const float* send, size_t n, Codec& codec, ErrorFeedback* ef,
+                                 uint8_t* msgs, size_t cap, uint64_t* lengths,
+                                 const std::function<Status(int)>& on_message) {
   const uint64_t base_step = ef != nullptr ? ef->step() : c.seq;
   const int p = c.size;
   // Every rank encodes with the same codec and count, so no message exceeds cap: the
   // receives are posted before this rank encodes, with no length exchange, and each rank's
   // message leaves as soon as that rank has encoded it. Slot r holds rank r's message.
   // It travels as pieces (message_pieces.hpp).
-  const size_t cap = codec.max_encoded_bytes(n, DType::kFloat32);
   const MessagePieces mp = MessagePieces::for_cap(cap, c.chunk_bytes);
   const uint32_t pieces = mp.count;
-  uint8_t* msgs = c.scratch.bytes.get<uint8_t>(1, static_cast<size_t>(p) * cap);
   transport::Op* sends = c.scratch.sends.get(static_cast<size_t>(p) * pieces);
   transport::Op* recvs = c.scratch.recvs.get(static_cast<size_t>(p) * pieces);
   auto slot = [&](int r) { return msgs + static_cast<size_t>(r) * cap; };
@@ -130,25 +129,38 @@ Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, si
     }
   }
   c.tp.progress();
-  // The sum, in rank order (the same bits on every rank), decoded as messages arrive.
-  if (n > 0) std::memset(recv, 0, n * sizeof(float));
   for (int r = 0; r < p; ++r) {
     size_t bytes = len;
     if (r != c.rank) {
       for (uint32_t j = 0; j < pieces; ++j) GW_RETURN_IF_ERROR(c.wait(op_of(recvs, r, j)));
       GW_ASSIGN_OR_RETURN(bytes, mp.assembled(&op_of(recvs, r, 0), cap, r));
     }
-    GW_RETURN_IF_ERROR(timed_decode(c, slot(r), bytes, recv, n, DecodeMode::kAccumulate)
-                           .with_context("message of rank " + std::to_string(r)));
+    lengths[r] = bytes;
+    if (on_message) GW_RETURN_IF_ERROR(on_message(r));
     c.tp.progress();
   }
   for (int i = 1; i < p; ++i) {
     for (uint32_t j = 0; j < pieces; ++j) GW_RETURN_IF_ERROR(c.wait(op_of(sends, c.wrap(c.rank + i), j)));
   }
+  if (ef != nullptr) ef->advance();
+  return Status::ok();
+}
+
+Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
+                                  Codec& codec, ErrorFeedback* ef) {
+  const int p = c.size;
+  const size_t cap = codec.max_encoded_bytes(n, DType::kFloat32);
+  uint8_t* msgs = c.scratch.bytes.get<uint8_t>(1, static_cast<size_t>(p) * cap);
+  auto* lengths = c.scratch.bytes.get<uint64_t>(5, static_cast<size_t>(p));
+  // The sum, in rank order (the same bits on every rank), decoded as messages arrive.
+  GW_RETURN_IF_ERROR(sparse_allgather_exchange(c, send, n, codec, ef, msgs, cap, lengths, [&](int r) -> Status {
+    if (r == 0 && n > 0) std::memset(recv, 0, n * sizeof(float));  // send is encoded by now
+    return timed_decode(c, msgs + static_cast<size_t>(r) * cap, lengths[r], recv, n, DecodeMode::kAccumulate)
+        .with_context("message of rank " + std::to_string(r));
+  }));
   if (op == ReduceOp::kAvg) {
     for (size_t i = 0; i < n; ++i) recv[i] /= static_cast<float>(p);
   }
-  if (ef != nullptr) ef->advance();
   return Status::ok();
 }
 

@@ -15,15 +15,24 @@ namespace gw {
 class GW_API ErrorFeedback {
  public:
   explicit ErrorFeedback(size_t count);
+  // A state over count elements of whole's residual from element start (the hierarchical
+  // all-reduce's shard): its residual is whole's memory, which must outlive it; its step and
+  // owner-side residual are its own. Copies of a view are views of the same memory.
+  ErrorFeedback(ErrorFeedback& whole, size_t start, size_t count);
+  ErrorFeedback(const ErrorFeedback& other);
+  ErrorFeedback(ErrorFeedback&& other) noexcept;
+  ErrorFeedback& operator=(const ErrorFeedback& other);
+  ErrorFeedback& operator=(ErrorFeedback&& other) noexcept;
+  ~ErrorFeedback() = default;
 
-  size_t count() const { return residual_.size(); }
+  size_t count() const { return count_; }
   uint64_t step() const { return step_; }
   void advance() { ++step_; }
   void set_step(uint64_t step) { step_ = step; }
   void reset();
 
-  float* residual() { return residual_.data(); }
-  const float* residual() const { return residual_.data(); }
+  float* residual() { return data_; }
+  const float* residual() const { return data_; }
 
   // Owner-side residual, sized on first use by the collective that needs it.
   float* owner_residual(size_t count);
@@ -31,7 +40,10 @@ class GW_API ErrorFeedback {
   const float* owner_residual() const { return owner_residual_.data(); }
 
  private:
-  std::vector<float> residual_;
+  std::vector<float> storage_;  // the residual, unless this is a view
+  float* data_ = nullptr;
+  size_t count_ = 0;
+  bool view_ = false;
   std::vector<float> owner_residual_;
   uint64_t step_ = 0;
 };

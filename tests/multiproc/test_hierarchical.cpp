@@ -255,6 +255,64 @@ TEST(Hierarchical, SwitchingBetweenFlatAndHierarchicalKeepsTheResidual) {
   }));
 }
 
+// A sparse codec between nodes: each shard's inter-node messages reach every local rank
+// through the node's segment and each decodes them itself. The result is, to the bit, the
+// codec applied to every node's sum of the shard, decoded in node order over zeros (divided
+// by the ranks for kAvg), with and without error feedback (first call: the residual is zero).
+TEST(Hierarchical, SparseResultsAreEachNodesCompressedShardSummed) {
+  for (const Layout& l : {Layout{2, 2}, Layout{3, 2}, Layout{2, 3}}) {
+    for (const char* spec : {"topk:ratio=0.1", "topk:ratio=0.05,ef=1", "dgc:ratio=0.1,ef=1"}) {
+      SCOPED_TRACE(std::string(spec) + " on " + std::to_string(l.nodes) + "x" + std::to_string(l.per_node));
+      expect_all_ok(run_layout(l, config(Algo::kSparseAllgather), [&](Communicator& c, int rank, int np) {
+        auto codec = Codec::create(spec);
+        if (!codec.is_ok()) return fail(rank, codec.status().to_string());
+        const bool ef_on = (*codec)->spec().ef;
+        for (size_t n : {size_t{1}, size_t{7}, size_t{1001}, size_t{40009}}) {
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+            ErrorFeedback ef(n);
+            const auto g = grad(n, rank, 2);
+            std::vector<float> out(n, -99.0f);
+            CALL_OK(rank, c.allreduce(g.data(), out.data(), n, DType::kFloat32, op, codec->get(), ef_on ? &ef : nullptr,
+                                      Algo::kHierarchical));
+            // Every node's sum of its ranks' gradients (small integers: exact in any order).
+            std::vector<float> want(n, 0.0f);
+            const coll::Partition shards{n, static_cast<uint64_t>(l.per_node)};
+            auto fresh = Codec::create(spec);
+            if (!fresh.is_ok()) return kFailed;
+            for (int s = 0; s < l.per_node; ++s) {
+              const size_t lo = shards.start(static_cast<uint64_t>(s)), len = shards.length(static_cast<uint64_t>(s));
+              for (int node = 0; node < l.nodes; ++node) {
+                std::vector<float> sum(len, 0.0f);
+                for (int lr = 0; lr < l.per_node; ++lr) {
+                  const auto gr = grad(n, node * l.per_node + lr, 2);
+                  for (size_t i = 0; i < len; ++i) sum[i] += gr[lo + i];
+                }
+                std::vector<uint8_t> m((*fresh)->max_encoded_bytes(len, DType::kFloat32));
+                auto bytes = (*fresh)->encode(sum.data(), len, DType::kFloat32,
+                                              EncodeContext{0, static_cast<uint32_t>(node)},
+                                              m.data(), m.size());
+                if (!bytes.is_ok()) return fail(rank, bytes.status().to_string());
+                CALL_OK(rank, decode(m.data(), *bytes, want.data() + lo, len, DType::kFloat32, DecodeMode::kAccumulate));
+              }
+            }
+            if (op == ReduceOp::kAvg) {
+              for (float& v : want) v /= static_cast<float>(np);
+            }
+            if (c.stats()->last_algo != Algo::kHierarchical) return fail(rank, "did not run hierarchical");
+            for (size_t i = 0; i < n; ++i) {
+              if (std::memcmp(&out[i], &want[i], sizeof(float)) != 0) {
+                return fail(rank, std::string(spec) + " n " + std::to_string(n) + " " + red_op_name(op) + ": element " +
+                                      std::to_string(i) + " is " + std::to_string(out[i]) + ", want " + std::to_string(want[i]));
+              }
+            }
+          }
+        }
+        return kOk;
+      }));
+    }
+  }
+}
+
 // Sparse all-gather on hierarchical layouts: every rank's message (some empty) in rank order,
 // and the dense form the same bits as decoding every message in rank order here.
 TEST(Hierarchical, SparseAllgatherOnEveryLayout) {
