@@ -134,3 +134,13 @@ def test_four_ranks_from_launcher_environment():
             assert c[spec]["ef_step"] == 1 and c[spec]["residual_norm"] > 0
     for spec in res[0]["codecs"]:  # every rank ends with the same bits
         assert len({x["codecs"][spec]["digest"] for x in res}) == 1, spec
+
+
+def test_topology_and_hierarchical_allreduce():
+    """4 processes as 2 nodes x 2 ranks: Comm.topology() and hierarchical all-reduces."""
+    res = run_ranks("topology", nranks=4, timeout=90)
+    for r, x in enumerate(res):
+        assert x["topology"] == {"node_count": 2, "node": r // 2, "local_rank": r % 2, "local_size": 2}, x
+        assert x["dense_algo"] == "hierarchical" and x["dense_exact"]
+        assert x["topk_algo"] == "hierarchical" and x["topk_conserved_err"] < 1e-5, x
+    assert len({x["digest"] for x in res}) == 1

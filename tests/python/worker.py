@@ -118,6 +118,35 @@ def same_on_all_ranks(dist, t):
     return all(torch.equal(parts[0], p) for p in parts[1:])
 
 
+def scenario_topology():
+    """Ranks 2 to a node (GW_HOST_ID, as distinct machines would give): the topology the
+    communicator learned, and hierarchical all-reduces that are exact (dense) and lose
+    nothing (top-k with EF: outputs plus residuals add up to the inputs)."""
+    per = 2
+    os.environ["GW_HOST_ID"] = "node%d" % (RANK // per)
+    os.environ["GW_LOCAL_RANK"], os.environ["GW_LOCAL_SIZE"] = str(RANK % per), str(per)
+    r = {}
+    comm = gradwire.Communicator.from_env(dense_threshold_bytes=0)
+    r["topology"] = comm.topology()
+    n = 30011
+    x = (np.arange(n, dtype=np.float32) % 89) * (RANK + 1)
+    y = comm.allreduce(x.copy(), algo="hierarchical")
+    r["dense_algo"] = comm.stats()["last_algo"]
+    r["dense_exact"] = bool(np.array_equal(y, (np.arange(n, dtype=np.float32) % 89) * (SIZE * (SIZE + 1) // 2)))
+    g = np.random.default_rng(7 + RANK).standard_normal(n).astype(np.float32)
+    ef = gradwire.ErrorFeedback(n)
+    total = np.zeros(n, dtype=np.float64)
+    for _ in range(5):
+        total += comm.allreduce(g.copy(), codec="topk:ratio=0.02", ef=ef, algo="hierarchical")
+    r["topk_algo"] = comm.stats()["last_algo"]
+    rest = comm.allreduce(ef.residual().copy())  # what EF still holds, sent dense
+    want = comm.allreduce(g.astype(np.float32).copy()).astype(np.float64) * 5
+    r["topk_conserved_err"] = float(np.max(np.abs(total + rest - want)) / np.max(np.abs(want)))
+    r["digest"] = digest(total)
+    comm.close()
+    return r
+
+
 def scenario_exact():
     """DDP + gradwire hook with codec none against plain DDP (gloo all-reduce), step by step.
 
