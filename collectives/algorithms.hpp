@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 #include "collectives/context.hpp"
 #include "gradwire/codec.hpp"
@@ -41,7 +42,7 @@ struct HierarchicalArgs {
   Codec* codec;        // null: dense
   Algo inner;          // the inter-node leg's algorithm (kRing: dense)
   ErrorFeedback* ef;   // the caller's (n elements) or null; the inter-node leg's residual
-  ErrorFeedback* shard_ef;  // the communicator's scratch state for this rank's shard
+  std::vector<ErrorFeedback>* shard_efs;  // the communicator's views of ef, a piece of the shard each
   bool flush_ef;       // ef may hold a flat call's residual: send it densely first
   NodeShm* node_shm;   // the node's shared segment for the legs inside it (null: the transport)
 };

@@ -376,7 +376,7 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
           const bool flush_ef = hier_ef && impl_->ef_hier.count(ef) == 0;
           GW_RETURN_IF_ERROR(coll::hierarchical_allreduce(
               c, impl_->topo,
-              coll::HierarchicalArgs{send, recv, count, dtype, op, codec, inner, hier_ef ? ef : nullptr, &impl_->shard_ef,
+              coll::HierarchicalArgs{send, recv, count, dtype, op, codec, inner, hier_ef ? ef : nullptr, &impl_->shard_efs,
                                      flush_ef, &impl_->node_shm}));
           if (hier_ef) impl_->ef_hier.insert(ef);
           return Status::ok();

@@ -199,10 +199,10 @@ struct Communicator::Impl {
   std::unique_ptr<transport::Transport> tp;
   CommConfig config;
   coll::Topology topo;
-  // The hierarchical all-reduce's EF state for this rank's shard (a view of the caller's
-  // state's residual at the shard, with its own owner-side residual), and the caller's EF states
+  // The hierarchical all-reduce's EF states for the pieces of this rank's shard (views of the
+  // caller's state's residual, each with its own owner-side residual), and the caller's EF states
   // whose residual the hierarchical path last filled (zero outside this rank's shard).
-  ErrorFeedback shard_ef{0};                  // progress thread only
+  std::vector<ErrorFeedback> shard_efs;       // progress thread only
   coll::NodeShm node_shm;                     // progress thread only
   std::unordered_set<const void*> ef_hier;    // progress thread only
   // Where hierarchical was asked for by name and the layout runs flat: said once.

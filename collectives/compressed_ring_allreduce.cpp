@@ -13,7 +13,7 @@ namespace gw::coll {
 Status compressed_ring_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
                                  Codec& codec, ErrorFeedback* ef) {
   const int p = c.size;
-  const uint64_t base_step = ef != nullptr ? ef->step() : c.seq;
+  const uint64_t base_step = c.stream_step(ef != nullptr ? ef->step() : c.seq);
   float* acc = prepare_accumulator(c, send, n, ef, 0);
   const Partition part{n, static_cast<uint64_t>(p)};
   const Chunking chunks = Chunking::for_segment(part.length(0), c.chunk_bytes, sizeof(float));

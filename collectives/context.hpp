@@ -55,6 +55,11 @@ struct Context {
   uint32_t step_base = 0;  // lets one algorithm call another in a separate tag range
   CommStats* stats = nullptr;  // the communicator's counters (encode and decode time)
   CallCheck* check = nullptr;  // the peers' call descriptors (call_check.hpp); null: unchecked
+  uint32_t piece = 0;          // > 0: piece `piece` of a call cut into pieces (< 128)
+
+  // The step keying a lossy algorithm's random streams (base: the EF state's step, or the
+  // call's sequence number): the pieces of one call draw different random words.
+  uint64_t stream_step(uint64_t base) const { return piece == 0 ? base : (base << 7) | piece; }
 
   uint64_t tag(uint32_t step, uint32_t chunk) const {
     return ((seq & ((uint64_t{1} << kSeqBits) - 1)) << (kStepBits + kChunkBits)) |

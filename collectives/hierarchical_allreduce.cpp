@@ -32,12 +32,14 @@ uint64_t owner_segment(Algo inner, int j, int nodes) {
 struct LegIo {
   bool summed_into_residual = false;  // the node's sum is in the EF residual, not at data
   NodePipeline* sparse = nullptr;     // leave the messages in the node's segment, not a sum at data
+  int piece = 0;                      // which piece of the shard (its own EF view)
+  uint64_t ef_step = 0;               // the caller's EF step when the call began
 };
 
-// The inter-node leg on len elements at data (this rank's shard from element start, or a
-// piece of it when dense): kAvg sums here, the caller divides.
+// The inter-node leg on len elements at data (this rank's shard, or piece io.piece of it,
+// from element start of the whole buffer): kAvg sums here, the caller divides.
 Status inter_leg(Context& across, const Topology& t, const HierarchicalArgs& a, uint8_t* data, uint64_t start,
-                 uint64_t len, const LegIo& io = {}) {
+                 uint64_t len, const LegIo& io) {
   const ReduceOp sum_op = a.op == ReduceOp::kAvg ? ReduceOp::kSum : a.op;
   if (a.inner == Algo::kRing || a.codec == nullptr) return ring_allreduce(across, data, data, len, a.dtype, sum_op);
   const int N = t.nnodes;
@@ -45,11 +47,15 @@ Status inter_leg(Context& across, const Topology& t, const HierarchicalArgs& a, 
   ErrorFeedback* ef = nullptr;
   if (a.ef != nullptr) {
     // The shard's residual is the caller's state's own memory at the shard (zero elsewhere),
-    // so checkpoints and a later flat call see it where they expect it. The view persists
-    // while it covers the same memory: its owner-side residual is then reused.
-    ef = a.shard_ef;
+    // so checkpoints and a later flat call see it where they expect it. A piece's view
+    // persists while it covers the same memory: its owner-side residual is then reused.
+    // Every piece starts from the call's step (their random streams differ by piece), and
+    // the call advances the caller's step once.
+    std::vector<ErrorFeedback>& views = *a.shard_efs;
+    if (views.size() <= static_cast<size_t>(io.piece)) views.resize(static_cast<size_t>(io.piece) + 1, ErrorFeedback(0));
+    ef = &views[static_cast<size_t>(io.piece)];
     if (ef->residual() != a.ef->residual() + start || ef->count() != len) *ef = ErrorFeedback(*a.ef, start, len);
-    ef->set_step(a.ef->step());
+    ef->set_step(io.ef_step);
   }
   const float* in = io.summed_into_residual ? ef->residual() : f;
   if (io.sparse != nullptr) {
@@ -118,13 +124,17 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
   Context gather = in_group(c, node_tp, t.local_rank, L, kGatherSteps);
 
   // A residual left by a flat compressed call covers elements outside this rank's shard: it
-  // joins this call's input once, exactly (flush_ef), and is cleared before the inter-node
-  // leg fills the shard's part again.
+  // joins this call's input once, exactly (flush_ef), and the state starts again from zero
+  // for the inter-node leg to fill the shard's part. (Once per EF state, after flat calls:
+  // a copy of its own rather than scratch the legs use.)
   const void* src = a.send;
-  if (a.flush_ef) src = prepare_accumulator(c, static_cast<const float*>(a.send), a.n, a.ef, 0);
-  auto clear_flushed = [&] {
-    if (a.flush_ef && a.n > 0) std::memset(a.ef->residual(), 0, a.n * sizeof(float));
-  };
+  std::vector<float> flushed;
+  if (a.flush_ef && a.n > 0) {
+    flushed.assign(static_cast<const float*>(a.send), static_cast<const float*>(a.send) + a.n);
+    reduce_into(flushed.data(), a.ef->residual(), a.n, DType::kFloat32, ReduceOp::kSum);
+    std::memset(a.ef->residual(), 0, a.n * sizeof(float));
+    src = flushed.data();
+  }
 
   // A sparse codec's sum across nodes is a few scattered elements: each shard's messages go
   // to every local rank through the segment, and each decodes them into its own output.
@@ -140,13 +150,17 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
     GW_ASSIGN_OR_RETURN(seg, a.node_shm->map(in_node, bytes));
   }
   if (seg != nullptr) {
-    // Dense calls are cut into pieces (each a separate inter-node ring, in its own tag range);
-    // compressed ones keep the shard whole: the codec and its EF state see the shard.
+    // The shard is cut into pieces, each a separate inter-node all-reduce in its own tag
+    // range (and, when lossy, its own random streams and EF view), so that the copies and
+    // reductions inside the node run in the links' waits. Sparse results keep the shard
+    // whole: top-k selects from the shard, and each shard's messages are decoded whole.
     const uint32_t stride = 2 * static_cast<uint32_t>(N);
-    const int pieces = dense ? NodePipeline::pieces_for(part.length(0) * es, static_cast<int>(2048 / stride)) : 1;
+    const int pieces =
+        sparse_results ? 1 : NodePipeline::pieces_for(part.length(0) * es, static_cast<int>(2048 / stride));
     NodePipeline pipe(c, seg, L, t.local_rank, a.n, a.dtype, a.op, src, a.recv, c.seq + 1, pieces);
     LegIo io;
-    if (!dense && a.ef != nullptr && !a.flush_ef) {
+    io.ef_step = a.ef != nullptr ? a.ef->step() : 0;
+    if (!dense && a.ef != nullptr) {
       pipe.accumulate_into(a.ef->residual() + start);
       io.summed_into_residual = true;
     }
@@ -158,11 +172,13 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
     const Status ran = pipe.run(
         [&](int k, uint8_t* data, uint64_t plen) -> Status {
           Context x = in_group(c, pumping, t.node, N, kInterSteps + static_cast<uint32_t>(k) * stride);
-          GW_RETURN_IF_ERROR(inter_leg(x, t, a, data, start, plen, io));
+          x.piece = pieces > 1 ? static_cast<uint32_t>(k) + 1 : 0;
+          LegIo piece_io = io;
+          piece_io.piece = k;
+          GW_RETURN_IF_ERROR(inter_leg(x, t, a, data, start + pipe.piece_offset(k), plen, piece_io));
           if (a.op == ReduceOp::kAvg && io.sparse == nullptr) divide(data, plen, a.dtype, c.size);
           return Status::ok();
-        },
-        [&](int) { clear_flushed(); });
+        });
     GW_RETURN_IF_ERROR(ran);
     Context fence = in_group(c, node_tp, t.local_rank, L, kBarrierStep);
     return barrier(fence);  // nobody writes the slots again before everyone has read them
@@ -170,8 +186,9 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
 
   // Without shared memory, through the transport: reduce-scatter, inter-node leg, all-gather.
   GW_RETURN_IF_ERROR(ring_reduce_scatter(in_node, src, shard, part, a.dtype, a.op));
-  clear_flushed();
-  GW_RETURN_IF_ERROR(inter_leg(across, t, a, shard, start, len));
+  LegIo io;
+  io.ef_step = a.ef != nullptr ? a.ef->step() : 0;
+  GW_RETURN_IF_ERROR(inter_leg(across, t, a, shard, start, len, io));
   if (a.op == ReduceOp::kAvg) divide(shard, len, a.dtype, c.size);
   std::vector<uint64_t> displs(static_cast<size_t>(L)), lengths(static_cast<size_t>(L));
   for (int r = 0; r < L; ++r) {

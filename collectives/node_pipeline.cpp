@@ -190,8 +190,7 @@ Status NodePipeline::wait_until(const std::function<bool()>& ready, const char* 
   return Status::ok();
 }
 
-Status NodePipeline::run(const std::function<Status(int, uint8_t*, uint64_t)>& inter,
-                         const std::function<void(int)>& before) {
+Status NodePipeline::run(const std::function<Status(int, uint8_t*, uint64_t)>& inter) {
   for (int k = 0; k < P_; ++k) {
     current_ = k;
     while (next_in_ <= k) copy_in(next_in_++);
@@ -199,7 +198,6 @@ Status NodePipeline::run(const std::function<Status(int, uint8_t*, uint64_t)>& i
       GW_RETURN_IF_ERROR(wait_until([&] { return inputs_ready(k); }, "their inputs"));
       if (next_reduce_ == k) reduce(next_reduce_++);
     }
-    before(k);
     GW_RETURN_IF_ERROR(inter(k, slot(l_) + piece_start(l_, k) * es_, piece_len(l_, k)));
     GW_RETURN_IF_ERROR(error_);
     flag(kOut, l_, k)->store(gen_, std::memory_order_release);

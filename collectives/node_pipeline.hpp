@@ -44,13 +44,15 @@ class NodePipeline {
   uint64_t* message_lengths(int r) const;
   uint8_t* message(int r, int m) const;
   size_t message_cap() const { return cap_; }
+  // Where piece k starts in this rank's shard (elements).
+  uint64_t piece_offset(int k) const { return piece_start(l_, k) - piece_start(l_, 0); }
 
   // Runs the pipeline: inter(k, data, len) reduces piece k of this rank's shard (in the
   // segment, or in the residual: accumulate_into) across nodes, into data (the slot; for
-  // sparse results, into this rank's message area); before(k) runs just before it.
+  // sparse results, into this rank's message area).
   // Returns when every piece of every shard is in recv (the caller then fences the node
   // with a barrier).
-  Status run(const std::function<Status(int, uint8_t*, uint64_t)>& inter, const std::function<void(int)>& before);
+  Status run(const std::function<Status(int, uint8_t*, uint64_t)>& inter);
   // One step of background work, if any is ready (never blocks). True if it did something.
   bool pump();
 

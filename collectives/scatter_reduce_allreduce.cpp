@@ -12,7 +12,7 @@ namespace gw::coll {
 Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
                                 Codec& codec, ErrorFeedback* ef) {
   const int p = c.size;
-  const uint64_t base_step = ef != nullptr ? ef->step() : c.seq;
+  const uint64_t base_step = c.stream_step(ef != nullptr ? ef->step() : c.seq);
   const Partition part{n, static_cast<uint64_t>(p)};
   const uint64_t own_start = part.start(static_cast<uint64_t>(c.rank));
   const uint64_t own_len = part.length(static_cast<uint64_t>(c.rank));

@@ -95,7 +95,7 @@ Status sparse_allgather_dense(Context& c, const void* msg, size_t len, float* de
 Status sparse_allgather_exchange(Context& c, const float* send, size_t n, Codec& codec, ErrorFeedback* ef,
                                  uint8_t* msgs, size_t cap, uint64_t* lengths,
                                  const std::function<Status(int)>& on_message) {
-  const uint64_t base_step = ef != nullptr ? ef->step() : c.seq;
+  const uint64_t base_step = c.stream_step(ef != nullptr ? ef->step() : c.seq);
   const int p = c.size;
   // Every rank encodes with the same codec and count, so no message exceeds cap: the
   // receives are posted before this rank encodes, with no length exchange, and each rank's

@@ -255,6 +255,25 @@ TEST(Hierarchical, SwitchingBetweenFlatAndHierarchicalKeepsTheResidual) {
   }));
 }
 
+// Shards past the pipeline's piece size (2 MiB) cross the nodes in pieces, each its own
+// lossy all-reduce with its own EF view: the same checks as above (same bits everywhere, EF
+// only on the shard, one EF step per call, nothing lost).
+TEST(Hierarchical, LossyCallsInPiecesKeepEveryProperty) {
+  const CodecCase cases[] = {
+      {"qsgd:bits=4,ef=1", Algo::kScatterReduce, 0},
+      {"sign:ef=1", Algo::kCompressedRing, 0},
+      {"fp16", Algo::kScatterReduce, 0.0},
+      {"qsgd:bits=8", Algo::kScatterReduce, 0.05},
+  };
+  for (const CodecCase& cc : cases) {
+    SCOPED_TRACE(std::string(cc.spec) + " between nodes " + algo_name(cc.inter));
+    expect_all_ok(run_layout({2, 2}, config(cc.inter), [&](Communicator& c, int rank, int np) {
+      if (int e = run_codec(c, rank, np, cc, 1500007, ReduceOp::kSum)) return e;  // 3 pieces a shard
+      return run_codec(c, rank, np, cc, 1100009, ReduceOp::kAvg);                 // 2 pieces
+    }));
+  }
+}
+
 // A sparse codec between nodes: each shard's inter-node messages reach every local rank
 // through the node's segment and each decodes them itself. The result is, to the bit, the
 // codec applied to every node's sum of the shard, decoded in node order over zeros (divided
