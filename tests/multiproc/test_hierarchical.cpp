@@ -423,6 +423,54 @@ TEST(Hierarchical, KilledPeerFailsEveryRankWithinSeconds) {
   EXPECT_EQ(codes[3], 128 + SIGKILL);
 }
 
+// The same on the lossy paths (pieces of a dense-result codec, sparse results through the
+// node's segment), with the peer lost on the other node or inside this one; and a frozen
+// local peer (SIGSTOP) fails every other rank once the timeout (3 s here) has passed.
+TEST(Hierarchical, LostOrFrozenPeerFailsEveryOtherRankOnLossyPaths) {
+  for (const char* spec : {"topk:ratio=0.01,ef=1", "qsgd:bits=8"}) {
+    for (int victim : {1, 3}) {
+      for (bool freeze : {false, true}) {
+        SCOPED_TRACE(std::string(spec) + (freeze ? " frozen rank " : " killed rank ") + std::to_string(victim));
+        CommConfig cfg = config(spec[0] == 't' ? Algo::kSparseAllgather : Algo::kScatterReduce);
+        cfg.timeout = milliseconds(3000);
+        const auto codes = run_layout({2, 2}, cfg, [&](Communicator& c, int rank, int np) {
+          auto codec = Codec::create(spec);
+          if (!codec.is_ok()) return kFailed;
+          const size_t n = 1500007;  // pieces: 3 a shard for qsgd
+          std::vector<float> x(n, 1.0f), y(n);
+          ErrorFeedback ef(n);
+          ErrorFeedback* efp = (*codec)->spec().ef ? &ef : nullptr;
+          std::vector<int> pids(static_cast<size_t>(np));
+          const int me = static_cast<int>(getpid());
+          CALL_OK(rank, c.allgather(&me, pids.data(), sizeof me));
+          CALL_OK(rank, c.allreduce(x.data(), y.data(), n, DType::kFloat32, ReduceOp::kSum, codec->get(), efp,
+                                    Algo::kHierarchical));
+          if (rank == victim) {
+            usleep(300000);
+            raise(freeze ? SIGSTOP : SIGKILL);
+          }
+          const auto start = std::chrono::steady_clock::now();
+          const Status st = c.allreduce(x.data(), y.data(), n, DType::kFloat32, ReduceOp::kSum, codec->get(), efp,
+                                        Algo::kHierarchical);
+          const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          if (freeze && rank == 0) kill(pids[static_cast<size_t>(victim)], SIGKILL);
+          if (st.is_ok()) return fail(rank, "succeeded without rank " + std::to_string(victim));
+          const double limit = freeze ? 3.0 + 5.0 : 15.0;
+          if (took > limit) return fail(rank, "the error took " + std::to_string(took) + " s: " + st.to_string());
+          return kOk;
+        });
+        for (int r = 0; r < 4; ++r) {
+          if (r == victim) {
+            EXPECT_EQ(codes[static_cast<size_t>(r)], 128 + SIGKILL) << "rank " << r;
+          } else {
+            EXPECT_EQ(codes[static_cast<size_t>(r)], kOk) << "rank " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
 // GW_LOCAL_SIZE that disagrees with the host identities: a warning on that rank, and the
 // identities win.
 TEST(Hierarchical, LauncherHintThatDisagreesIsWarnedAbout) {
