@@ -124,17 +124,11 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
   Context gather = in_group(c, node_tp, t.local_rank, L, kGatherSteps);
 
   // A residual left by a flat compressed call covers elements outside this rank's shard: it
-  // joins this call's input once, exactly (flush_ef), and the state starts again from zero
-  // for the inter-node leg to fill the shard's part. (Once per EF state, after flat calls:
-  // a copy of its own rather than scratch the legs use.)
+  // joins this call's input once, exactly (flush_ef), and the state keeps only the shard's
+  // part, which the inter-node leg fills again. With the node's segment the pipeline does it
+  // on the way (flush_residual); through the transport, a copy of the input has it added.
   const void* src = a.send;
   std::vector<float> flushed;
-  if (a.flush_ef && a.n > 0) {
-    flushed.assign(static_cast<const float*>(a.send), static_cast<const float*>(a.send) + a.n);
-    reduce_into(flushed.data(), a.ef->residual(), a.n, DType::kFloat32, ReduceOp::kSum);
-    std::memset(a.ef->residual(), 0, a.n * sizeof(float));
-    src = flushed.data();
-  }
 
   // A sparse codec's sum across nodes is a few scattered elements: each shard's messages go
   // to every local rank through the segment, and each decodes them into its own output.
@@ -163,6 +157,7 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
     if (!dense && a.ef != nullptr) {
       pipe.accumulate_into(a.ef->residual() + start);
       io.summed_into_residual = true;
+      if (a.flush_ef) pipe.flush_residual(a.ef->residual());
     }
     if (sparse_results) {
       pipe.sparse_results(N, msg_cap, a.op == ReduceOp::kAvg ? c.size : 1);
@@ -185,6 +180,12 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
   }
 
   // Without shared memory, through the transport: reduce-scatter, inter-node leg, all-gather.
+  if (a.flush_ef && a.n > 0) {
+    flushed.assign(static_cast<const float*>(a.send), static_cast<const float*>(a.send) + a.n);
+    reduce_into(flushed.data(), a.ef->residual(), a.n, DType::kFloat32, ReduceOp::kSum);
+    std::memset(a.ef->residual(), 0, a.n * sizeof(float));
+    src = flushed.data();
+  }
   GW_RETURN_IF_ERROR(ring_reduce_scatter(in_node, src, shard, part, a.dtype, a.op));
   LegIo io;
   io.ef_step = a.ef != nullptr ? a.ef->step() : 0;

@@ -78,7 +78,13 @@ void NodePipeline::copy_in(int k) {
   for (int r = 0; r < L_; ++r) {
     if (r == l_) continue;
     const uint64_t off = piece_start(r, k) * es_, bytes = piece_len(r, k) * es_;
-    if (bytes > 0) std::memcpy(slot(l_) + off, src_ + off, bytes);
+    if (bytes == 0) continue;
+    std::memcpy(slot(l_) + off, src_ + off, bytes);
+    if (flush_ != nullptr) {
+      float* res = flush_ + piece_start(r, k);
+      reduce_into(slot(l_) + off, res, piece_len(r, k), DType::kFloat32, ReduceOp::kSum);
+      std::memset(res, 0, bytes);
+    }
   }
   flag(kIn, l_, k)->store(gen_, std::memory_order_release);
 }

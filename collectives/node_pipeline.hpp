@@ -34,6 +34,11 @@ class NodePipeline {
   // into residual (this rank's shard of the EF state) instead of written to the slot, so
   // the inter-node leg encodes from the residual without another pass over the shard.
   void accumulate_into(float* residual) { residual_ = residual; }
+  // With accumulate_into, the first call after flat compressed ones: whole (n floats) is the
+  // caller's EF residual, nonzero outside this rank's shard too. Each piece of another shard
+  // goes into the slot as input + residual, and the residual there is cleared; this rank's
+  // own shard needs nothing more (its residual is where the node's sum is added anyway).
+  void flush_residual(float* whole) { flush_ = whole; }
   // Sparse results: instead of a dense shard, the inter-node leg leaves each shard's
   // messages (up to `messages`, of at most cap bytes each) in the segment's message area,
   // and every local rank decodes them into recv (zeroed first) in order, then divides by
@@ -85,6 +90,7 @@ class NodePipeline {
   int outs_left_ = 0;
   bool busy_ = false;
   float* residual_ = nullptr;
+  float* flush_ = nullptr;
   int messages_ = 0;  // > 0: sparse results
   size_t cap_ = 0;
   int divisor_ = 1;

@@ -222,10 +222,14 @@ INSTANTIATE_TEST_SUITE_P(Layouts, HierarchicalCodecs, ::testing::Values(0, 1, 2)
 // residual reaches the sum through the other (the running sum stays close), and after a
 // hierarchical call the residual is zero outside this rank's shard.
 TEST(Hierarchical, SwitchingBetweenFlatAndHierarchicalKeepsTheResidual) {
-  expect_all_ok(run_layout({2, 2}, config(), [&](Communicator& c, int rank, int np) {
-    auto codec = Codec::create("topk:ratio=0.1,ef=1");
+  // Top-k (sparse results, one piece) and qsgd (2 pieces a shard, the flat residual
+  // flushed on the way into the node's segment).
+  const std::pair<const char*, size_t> cases[] = {{"topk:ratio=0.1,ef=1", 5003}, {"qsgd:bits=4,ef=1", 1200007}};
+  for (const auto& [spec, n] : cases) {
+  SCOPED_TRACE(spec);
+  expect_all_ok(run_layout({2, 2}, config(), [&, spec = spec, n = n](Communicator& c, int rank, int np) {
+    auto codec = Codec::create(spec);
     if (!codec.is_ok()) return kFailed;
-    const size_t n = 5003;
     ErrorFeedback ef(n);
     std::vector<double> got(n, 0.0), want(n, 0.0);
     const Algo order[] = {Algo::kScatterReduce, Algo::kHierarchical, Algo::kCompressedRing, Algo::kHierarchical,
@@ -250,9 +254,10 @@ TEST(Hierarchical, SwitchingBetweenFlatAndHierarchicalKeepsTheResidual) {
                               Algo::kAuto));
     for (size_t i = 0; i < n; ++i) got[i] += flushed[i];
     const double err = rel_err(got, want);
-    if (err > 1e-5) return fail(rank, "running sum plus residual off by " + std::to_string(err));
+    if (err > 1e-5) return fail(rank, std::string(spec) + ": running sum plus residual off by " + std::to_string(err));
     return kOk;
   }));
+  }
 }
 
 // Shards past the pipeline's piece size (2 MiB) cross the nodes in pieces, each its own
