@@ -102,24 +102,29 @@ AllreduceTuner::Plan AllreduceTuner::plan(const std::string& key, const Candidat
   }
   Entry& e = it->second;
   const int n = e.cand.n;
-  if (e.trial_calls < kRounds * n) {
+  const int total = trial_calls(n);
+  if (e.trial_calls < total) {
     const int i = e.trial_calls++;
-    return Plan{e.cand.algo[(e.cand.seed + i) % n], i >= n, i == kRounds * n - 1, true};
+    if (n == 1) return Plan{e.cand.algo[0], i >= 1, i == total - 1, true};
+    if (i < n) return Plan{e.cand.algo[(e.cand.seed + i) % n], false, false, true};  // warm-up round
+    const int b = i - n;
+    return Plan{e.cand.algo[(e.cand.seed + b / kBlock) % n], b % kBlock == kBlock - 1, i == total - 1, true};
   }
   if (n == 1) return Plan{e.current, false, false, false};
   if (e.until_refresh > 0) {
     --e.until_refresh;
     return Plan{e.current, true, false, false};
   }
-  // A refresh round: every candidate but the incumbent once, in slot order.
+  // A refresh round: a block of every candidate but the incumbent, in slot order.
   const int k = e.refresh_pos++;
+  const bool block_end = k % kBlock == kBlock - 1;
   int seen = 0;
   for (int j = 0; j < n; ++j) {
     if (e.cand.algo[j] == e.current) continue;
-    if (seen++ == k) {
-      const bool last = seen == n - 1;
+    if (seen++ == k / kBlock) {
+      const bool last = seen == n - 1 && block_end;
       if (last) e.refresh_pos = 0;
-      return Plan{e.cand.algo[j], true, last, true};
+      return Plan{e.cand.algo[j], block_end, last, true};
     }
   }
   e.refresh_pos = 0;  // not reached: the incumbent is always a candidate

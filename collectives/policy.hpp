@@ -49,9 +49,15 @@ Algo choose_allreduce(const PolicyInput& in);
 class AllreduceTuner {
  public:
   static constexpr int kMaxCandidates = 3;
-  // Rounds of trials (every candidate once a round) before the first decision; the first
-  // round warms up (scratch, page faults) and is not counted.
+  // Rounds of trials before the first decision. The first warms up (scratch, page faults):
+  // every candidate once, untimed. In each later round every candidate runs a block of
+  // kBlock calls of which only the last is timed, as is every challenger in a refresh round:
+  // the first call after a switch pays for the switch (an EF residual left where the other
+  // layout keeps it, caches the other path warmed), which a decision's steady calls do not.
   static constexpr int kRounds = 4;
+  static constexpr int kBlock = 2;
+  // The calls before the first decision, for n candidates.
+  static constexpr int trial_calls(int n) { return n <= 1 ? kRounds : n + (kRounds - 1) * n * kBlock; }
   // A challenger must beat the incumbent's slowest-rank median by this fraction: a choice
   // between near-equal timings is a coin toss on a noisy host, and compression costs accuracy.
   static constexpr double kMargin = 0.10;

@@ -17,6 +17,7 @@
 #include <ucp/api/ucp.h>
 #endif
 
+#include "collectives/policy.hpp"
 #include "perf/data.hpp"
 #include "perf/launch.hpp"
 #include "perf/perf_args.hpp"
@@ -192,7 +193,8 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
       std::printf("# floor: link floor (%s) = wire / link rate%s;\n", floor_source,
                   args.link_gbps > 0 ? "" : ", the rate being the dense row's wire / time at the same size");
     }
-    std::printf("# with --algo auto and a codec, warm-up is at least 12 calls: the policy's trials (4 rounds of up to 3)\n");
+    std::printf("# with --algo auto and a codec, warm-up is at least %d calls: the policy's trials (up to 3 candidates)\n",
+                coll::AllreduceTuner::trial_calls(coll::AllreduceTuner::kMaxCandidates));
     std::printf("#\n# %11s %10s %6s %-24s %8s %11s %7s %7s %11s %6s %9s %9s %9s %9s %9s %11s %7s %8s %10s\n",
                 "size(B)", "count", "type", "codec", "algo", "time(us)", "algbw", "busbw", "wire(B)", "ratio", "enc(us)",
                 "xfer(us)", "dec(us)", "hid(us)", "relerr", sum_col, "#wrong", "vs dense", "floor(us)");

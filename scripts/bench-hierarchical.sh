@@ -71,9 +71,9 @@ gw_run() {  # json algo codec-args...
     -w "$warmup" --algo "$algo" --no-dense-reference --ef-steps 0 "$@" -J "$json"
 }
 
-gw_auto_run() {  # json codec: the default policy, warmed up past the tuner's first decision
+gw_auto_run() {  # json codec: the default policy, warmed up past the tuner's first decision (21 trial calls)
   netns_run_grid "$nodes" "$per" env UCX_NET_DEVICES=eth0 GW_DEBUG=WARN "$build/perf/allreduce_perf" "${sizes[@]}" \
-    -n "$iters" -w $((warmup + 12)) --no-dense-reference --ef-steps 0 --codec "$2" -J "$1"
+    -n "$iters" -w $((warmup + 21)) --no-dense-reference --ef-steps 0 --codec "$2" -J "$1"
 }
 
 run_system() {  # system json-prefix

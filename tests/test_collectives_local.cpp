@@ -307,7 +307,7 @@ TEST(Policy, MeasuredChoiceKeepsRanksTogetherAndConservesMass) {
   for (const char* spec : {"topk:ratio=0.01,ef=1", "qsgd:bits=4"}) {
     const int p = 3;
     const size_t n = 40000;  // above the dense threshold
-    const int steps = coll::AllreduceTuner::kMaxCandidates * coll::AllreduceTuner::kRounds + 3;  // past the trials
+    const int steps = coll::AllreduceTuner::trial_calls(coll::AllreduceTuner::kMaxCandidates) + 3;  // past the trials
     std::vector<std::vector<float>> last(p);
     std::vector<Algo> ran(p);
     std::vector<double> in_total(n, 0.0), out_total(n, 0.0), res_total(n, 0.0);

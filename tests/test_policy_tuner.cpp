@@ -75,16 +75,25 @@ struct Ranks {
   int index = 0;
 };
 
-constexpr int kTrials3 = Tuner::kRounds * 3;
-constexpr int kTrials2 = Tuner::kRounds * 2;
+constexpr int kTrials3 = Tuner::trial_calls(3);
+constexpr int kTrials2 = Tuner::trial_calls(2);
+// The calls of a refresh round with n candidates: a block of each challenger.
+constexpr int kRefreshCalls3 = 2 * Tuner::kBlock;
 
 TEST(PolicyTuner, TrialsRotateFromTheSeedThenAgree) {
   Ranks ranks(1);
   const auto c = candidates({Algo::kScatterReduce, Algo::kCompressedRing, Algo::kRing}, 1, true);
   const auto plans = ranks.run("k", c, kTrials3, [](int, int, Algo) { return 1.0; });
+  ASSERT_EQ(kTrials3, 3 + 3 * 3 * Tuner::kBlock);
   for (int i = 0; i < kTrials3; ++i) {
-    EXPECT_EQ(plans[i].algo, c.algo[(1 + i) % 3]) << i;
-    EXPECT_EQ(plans[i].timed, i >= 3) << i;  // the first round warms up
+    if (i < 3) {  // the first round warms up: each once, untimed
+      EXPECT_EQ(plans[i].algo, c.algo[(1 + i) % 3]) << i;
+      EXPECT_FALSE(plans[i].timed) << i;
+    } else {  // then blocks, the last call of each timed
+      const int b = i - 3;
+      EXPECT_EQ(plans[i].algo, c.algo[(1 + b / Tuner::kBlock) % 3]) << i;
+      EXPECT_EQ(plans[i].timed, b % Tuner::kBlock == Tuner::kBlock - 1) << i;
+    }
     EXPECT_EQ(plans[i].agree_after, i == kTrials3 - 1) << i;
     EXPECT_TRUE(plans[i].trial);
   }
@@ -98,7 +107,7 @@ TEST(PolicyTuner, DecidesTheFasterSlowestRank) {
   Ranks ranks(2);
   const auto c = candidates({Algo::kScatterReduce, Algo::kCompressedRing, Algo::kRing});
   ranks.run("k", c, kTrials3, [](int r, int call, Algo a) {
-    const double noise = (call % 3) * 0.01;  // medians, not the best call
+    const double noise = (call % 4) * 0.01;  // medians, not the best call
     switch (a) {
       case Algo::kScatterReduce: return (r == 0 ? 0.5 : 1.5) + noise;
       case Algo::kCompressedRing: return 1.2 + noise;
@@ -111,12 +120,12 @@ TEST(PolicyTuner, DecidesTheFasterSlowestRank) {
   EXPECT_TRUE(v.switched);
   EXPECT_EQ(v.before, Algo::kRing);  // unseeded, the incumbent is the dense ring
   EXPECT_NEAR(v.slowest[0], 1.5, 1e-9);
-  EXPECT_NEAR(v.slowest[1], 1.21, 1e-9);
+  EXPECT_NEAR(v.slowest[1], 1.22, 1e-9);  // timed at calls 6, 12, 18: 1.22, 1.20, 1.22
   EXPECT_EQ(v.samples[0], Tuner::kRounds - 1);
   EXPECT_EQ(ranks.tuners[0]->decided("k"), Algo::kCompressedRing);
   EXPECT_EQ(ranks.tuners[1]->decided("k"), Algo::kCompressedRing);
   EXPECT_NE(v.describe().find("switched from ring"), std::string::npos) << v.describe();
-  EXPECT_NE(v.describe().find("compressed_ring 1210.000 ms (3 samples)"), std::string::npos) << v.describe();
+  EXPECT_NE(v.describe().find("compressed_ring 1220.000 ms (3 samples)"), std::string::npos) << v.describe();
   // After the decision every call runs it, timed, until the first refresh.
   const auto after = ranks.run("k", c, Tuner::kRefresh, [](int, int, Algo) { return 1.0; });
   for (const auto& p : after) {
@@ -176,9 +185,9 @@ TEST(PolicyTuner, PathThatBecomesSlowerIsDroppedAtTheRefresh) {
   // Scatter-reduce slows down (a busy CPU, say) after 20 calls of the decision; the next
   // refresh round (kRefresh calls after the decision) finds the ring faster and switches.
   slow_from = ranks.index + 20;
-  ranks.run("k", c, Tuner::kRefresh + 2, time);
+  ranks.run("k", c, Tuner::kRefresh + kRefreshCalls3, time);
   ASSERT_EQ(ranks.verdicts.size(), 2u);
-  EXPECT_EQ(ranks.agreed_at[1], kTrials3 - 1 + Tuner::kRefresh + 2);
+  EXPECT_EQ(ranks.agreed_at[1], kTrials3 - 1 + Tuner::kRefresh + kRefreshCalls3);
   const Tuner::Verdict& v = ranks.verdicts[1];
   EXPECT_EQ(v.before, Algo::kScatterReduce);
   EXPECT_EQ(v.pick, Algo::kRing) << v.describe();
@@ -205,13 +214,13 @@ TEST(PolicyTuner, RefreshBacksOffWhileTheDecisionHolds) {
   Ranks ranks(2);
   const auto c = candidates({Algo::kSparseAllgather, Algo::kScatterReduce, Algo::kRing});
   ranks.run("k", c, 20000, [](int, int, Algo a) { return a == Algo::kSparseAllgather ? 0.2 : 1.0; });
-  // Each refresh round runs the two other candidates once, then exchanges.
+  // Each refresh round runs a block of each of the two other candidates, then exchanges.
   // The first decision sets kRefresh; every later one that holds doubles it up to the cap.
   std::vector<int> want;
   int at = kTrials3 - 1, interval = Tuner::kRefresh;
   want.push_back(at);
-  while (at + interval + 2 < 20000) {
-    at += interval + 2;
+  while (at + interval + kRefreshCalls3 < 20000) {
+    at += interval + kRefreshCalls3;
     want.push_back(at);
     interval = std::min(2 * interval, Tuner::kRefreshMax);
   }
