@@ -5,6 +5,7 @@
 // all-gather inside each node then hands every rank the whole result. Error feedback acts
 // on the inter-node leg only, on this rank's shard of the EF state.
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "collectives/algorithms.hpp"
@@ -139,8 +140,13 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
   if (a.node_shm != nullptr && a.n > 0) {
     // Every local rank must size and read the segment alike: the call must match first.
     GW_RETURN_IF_ERROR(c.verify_all_calls());
-    size_t bytes = NodePipeline::header_bytes(L) + static_cast<size_t>(L) * a.n * es;
-    if (sparse_results) bytes += static_cast<size_t>(L) * NodePipeline::message_area_bytes(N, msg_cap);
+    size_t slots = 0, areas = 0, bytes = 0;
+    const bool overflow =
+        __builtin_mul_overflow(a.n * es, static_cast<size_t>(L), &slots) ||
+        (sparse_results &&
+         __builtin_mul_overflow(NodePipeline::message_area_bytes(N, msg_cap), static_cast<size_t>(L), &areas)) ||
+        __builtin_add_overflow(NodePipeline::header_bytes(L) + slots, areas, &bytes);
+    if (overflow) return invalid_argument("a node segment for " + std::to_string(a.n) + " elements overflows size_t");
     GW_ASSIGN_OR_RETURN(seg, a.node_shm->map(in_node, bytes));
   }
   if (seg != nullptr) {
