@@ -206,40 +206,61 @@ Status Comm::settle(const char* what, Clock::time_point deadline,
   return fail(nccl_error(*lib_, comm_, r, what));
 }
 
+namespace {
+
+// NCCL's names for a reduction's dtype and op; what = the call, for the error.
+Status nccl_reduction(DType dtype, ReduceOp op, const char* what, ncclDataType_t* type, ncclRedOp_t* red) {
+  switch (dtype) {
+    case DType::kFloat32: *type = ncclFloat32; break;
+    case DType::kFloat16: *type = ncclFloat16; break;
+    case DType::kBFloat16: *type = ncclBfloat16; break;
+    case DType::kFloat64: *type = ncclFloat64; break;
+    case DType::kInt8: *type = ncclInt8; break;
+    case DType::kUInt8: *type = ncclUint8; break;
+    case DType::kInt32: *type = ncclInt32; break;
+    case DType::kInt64: *type = ncclInt64; break;
+    default:
+      return unsupported(std::string("NCCL ") + what + ": dtype " + std::to_string(int(dtype)) + " has no NCCL type");
+  }
+  const bool integer = dtype == DType::kInt8 || dtype == DType::kUInt8 || dtype == DType::kInt32 || dtype == DType::kInt64;
+  switch (op) {
+    case ReduceOp::kSum: *red = ncclSum; break;
+    case ReduceOp::kProd: *red = ncclProd; break;
+    case ReduceOp::kMin: *red = ncclMin; break;
+    case ReduceOp::kMax: *red = ncclMax; break;
+    case ReduceOp::kAvg:
+      // gradwire's integer average is the wrapped sum divided toward zero; NCCL's is not
+      // documented to be: the caller stages integer averages through host memory.
+      if (integer) return unsupported(std::string("NCCL ") + what + ": avg of " + dtype_name(dtype) + " is not NCCL's");
+      *red = ncclAvg;
+      break;
+    default:
+      return unsupported(std::string("NCCL ") + what + ": op " + std::to_string(int(op)) + " has no NCCL op");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status Comm::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                        cudaStream_t stream, Clock::time_point deadline,
                        const std::function<void()>& progress) {
   GW_RETURN_IF_ERROR(check_usable());
   ncclDataType_t type;
-  switch (dtype) {
-    case DType::kFloat32: type = ncclFloat32; break;
-    case DType::kFloat16: type = ncclFloat16; break;
-    case DType::kBFloat16: type = ncclBfloat16; break;
-    case DType::kFloat64: type = ncclFloat64; break;
-    case DType::kInt8: type = ncclInt8; break;
-    case DType::kUInt8: type = ncclUint8; break;
-    case DType::kInt32: type = ncclInt32; break;
-    case DType::kInt64: type = ncclInt64; break;
-    default:
-      return unsupported("NCCL allreduce: dtype " + std::to_string(int(dtype)) + " has no NCCL type");
-  }
-  const bool integer = dtype == DType::kInt8 || dtype == DType::kUInt8 || dtype == DType::kInt32 || dtype == DType::kInt64;
   ncclRedOp_t red;
-  switch (op) {
-    case ReduceOp::kSum: red = ncclSum; break;
-    case ReduceOp::kProd: red = ncclProd; break;
-    case ReduceOp::kMin: red = ncclMin; break;
-    case ReduceOp::kMax: red = ncclMax; break;
-    case ReduceOp::kAvg:
-      // gradwire's integer average is the wrapped sum divided toward zero; NCCL's is not
-      // documented to be: the caller stages integer averages through host memory.
-      if (integer) return unsupported(std::string("NCCL allreduce: avg of ") + dtype_name(dtype) + " is not NCCL's");
-      red = ncclAvg;
-      break;
-    default:
-      return unsupported("NCCL allreduce: op " + std::to_string(int(op)) + " has no NCCL op");
-  }
+  GW_RETURN_IF_ERROR(nccl_reduction(dtype, op, "allreduce", &type, &red));
   return after_call(lib_->all_reduce(send, recv, count, type, red, comm_, stream), "ncclAllReduce",
+                    deadline, progress);
+}
+
+Status Comm::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
+                            cudaStream_t stream, Clock::time_point deadline,
+                            const std::function<void()>& progress) {
+  GW_RETURN_IF_ERROR(check_usable());
+  ncclDataType_t type;
+  ncclRedOp_t red;
+  GW_RETURN_IF_ERROR(nccl_reduction(dtype, op, "reduce-scatter", &type, &red));
+  return after_call(lib_->reduce_scatter(send, recv, recv_count, type, red, comm_, stream), "ncclReduceScatter",
                     deadline, progress);
 }
 

@@ -58,6 +58,11 @@ class Comm {
   Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                    cudaStream_t stream, Clock::time_point deadline = Clock::time_point::max(),
                    const std::function<void()>& progress = nullptr);
+  // recv (recv_count elements) = op over the ranks of block `rank` of send (nranks *
+  // recv_count elements); recv may be that block of send. The dtypes and ops of allreduce.
+  Status reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
+                        cudaStream_t stream, Clock::time_point deadline = Clock::time_point::max(),
+                        const std::function<void()>& progress = nullptr);
   // recv (nranks * bytes) = every rank's send block, in rank order.
   Status allgather(const void* send, void* recv, size_t bytes, cudaStream_t stream,
                    Clock::time_point deadline = Clock::time_point::max(),

@@ -47,6 +47,7 @@ bool try_open(const std::string& path, Library& lib, std::string& why) {
                   resolve(handle, "ncclGetLastError", l.get_last_error, why) &&
                   resolve(handle, "ncclAllReduce", l.all_reduce, why) &&
                   resolve(handle, "ncclAllGather", l.all_gather, why) &&
+                  resolve(handle, "ncclReduceScatter", l.reduce_scatter, why) &&
                   resolve(handle, "ncclBroadcast", l.broadcast, why);
   if (ok && l.get_version(&l.version) != ncclSuccess) {
     why = "ncclGetVersion failed";

@@ -29,6 +29,7 @@ struct Library {
   decltype(&::ncclGetLastError) get_last_error = nullptr;
   decltype(&::ncclAllReduce) all_reduce = nullptr;
   decltype(&::ncclAllGather) all_gather = nullptr;
+  decltype(&::ncclReduceScatter) reduce_scatter = nullptr;
   decltype(&::ncclBroadcast) broadcast = nullptr;
 };
 
