@@ -99,6 +99,32 @@ class DeviceBackend {
     (void)deadline, (void)progress;
     return unsupported("NCCL is not enabled on this communicator");
   }
+  // A second NCCL communicator among the ranks of this rank's node (the hierarchical
+  // all-reduce's legs inside a node), joined like the first (ids from nccl_unique_id).
+  virtual bool node_nccl_ready() const { return false; }
+  virtual Status node_nccl_join(const uint8_t* id, size_t bytes, int nranks, int rank, Deadline deadline,
+                                const Progress& progress) {
+    (void)id, (void)bytes, (void)nranks, (void)rank, (void)deadline, (void)progress;
+    return unsupported(std::string(name()) + " has no NCCL");
+  }
+  virtual void node_nccl_leave() {}
+  // recv (recv_count elements) = op over the node's ranks of block `local rank` of send
+  // (node size * recv_count elements).
+  virtual Status node_nccl_reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
+                                          Deadline deadline, const Progress& progress) {
+    (void)send, (void)recv, (void)recv_count, (void)dtype, (void)op, (void)deadline, (void)progress;
+    return unsupported("NCCL is not enabled inside this node");
+  }
+  virtual Status node_nccl_allgather(const void* send, void* recv, size_t bytes, Deadline deadline,
+                                     const Progress& progress) {
+    (void)send, (void)recv, (void)bytes, (void)deadline, (void)progress;
+    return unsupported("NCCL is not enabled inside this node");
+  }
+  // As nccl_wait, watching the node communicator's errors.
+  virtual Status node_nccl_wait(Deadline deadline, const Progress& progress) {
+    (void)deadline, (void)progress;
+    return unsupported("NCCL is not enabled inside this node");
+  }
   // Stops whatever the backend has in flight that could wait on dead peers (NCCL).
   virtual void abort() {}
 };

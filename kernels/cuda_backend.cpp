@@ -39,6 +39,7 @@ class CudaBackend final : public DeviceBackend {
   ~CudaBackend() override {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
 #ifdef GW_HAVE_NCCL
+    node_nccl_.reset();
     nccl_.reset();
 #endif
     for (auto& s : scratch_) cudaFree(s.ptr);
@@ -202,10 +203,38 @@ class CudaBackend final : public DeviceBackend {
   Status nccl_wait(Deadline deadline, const Progress& progress) override {
     return nccl_->wait(stream_, deadline, progress);
   }
+  bool node_nccl_ready() const override { return node_nccl_ != nullptr; }
+  Status node_nccl_join(const uint8_t* id, size_t bytes, int nranks, int rank, Deadline deadline,
+                        const Progress& progress) override {
+    if (bytes != nccl::kUniqueIdBytes) return internal_error("NCCL unique id size mismatch");
+    GW_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    node_nccl_leave();
+    GW_ASSIGN_OR_RETURN(std::unique_ptr<nccl::Comm> made, nccl::Comm::create(id, nranks, rank, deadline, progress));
+    std::lock_guard<std::mutex> lock(nccl_mu_);
+    node_nccl_ = std::move(made);
+    return Status::ok();
+  }
+  void node_nccl_leave() override {
+    std::unique_ptr<nccl::Comm> gone;
+    std::lock_guard<std::mutex> lock(nccl_mu_);
+    gone = std::move(node_nccl_);
+  }
+  Status node_nccl_reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
+                                  Deadline deadline, const Progress& progress) override {
+    return node_nccl_->reduce_scatter(send, recv, recv_count, dtype, op, stream_, deadline, progress);
+  }
+  Status node_nccl_allgather(const void* send, void* recv, size_t bytes, Deadline deadline,
+                             const Progress& progress) override {
+    return node_nccl_->allgather(send, recv, bytes, stream_, deadline, progress);
+  }
+  Status node_nccl_wait(Deadline deadline, const Progress& progress) override {
+    return node_nccl_->wait(stream_, deadline, progress);
+  }
   // Any thread (gw_comm_abort): the progress thread's NCCL wait stops and aborts NCCL.
   void abort() override {
     std::lock_guard<std::mutex> lock(nccl_mu_);
     if (nccl_ != nullptr) nccl_->request_abort();
+    if (node_nccl_ != nullptr) node_nccl_->request_abort();
   }
 #endif
 
@@ -249,8 +278,9 @@ class CudaBackend final : public DeviceBackend {
   Fence issued_ = 0;
   Fence completed_ = 0;
 #ifdef GW_HAVE_NCCL
-  std::mutex nccl_mu_;  // nccl_ is replaced by the progress thread and read by abort()
+  std::mutex nccl_mu_;  // nccl_ and node_nccl_ are replaced by the progress thread and read by abort()
   std::unique_ptr<nccl::Comm> nccl_;
+  std::unique_ptr<nccl::Comm> node_nccl_;  // the ranks of this node (hierarchical all-reduce)
 #endif
 };
 
