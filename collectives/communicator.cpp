@@ -158,10 +158,12 @@ Algo Communicator::Impl::layout_choice(Algo flat, Algo requested, bool on_device
   const bool named = requested == Algo::kHierarchical || (requested == Algo::kAuto && config.algo == Algo::kHierarchical);
   const bool automatic = requested == Algo::kAuto && config.algo == Algo::kAuto;
   if (!named && !automatic) return flat;
-  if (topo.hierarchical() && !on_device) return Algo::kHierarchical;
+  const bool nccl_dense = on_device && flat == Algo::kRing && nccl_on();
+  if (topo.hierarchical() && !nccl_dense) return Algo::kHierarchical;
   if (named && !told_flat.exchange(true)) {
-    GW_WARN(kColl, "hierarchical all-reduce asked for, but %s: running %s (flat) instead",
-            on_device ? "it runs on host buffers only" : (topo.describe() + ": " + topo.why_flat()).c_str(),
+    const std::string why = nccl_dense ? "dense device all-reduces run on NCCL, which is topology-aware itself"
+                                       : topo.describe() + ": " + topo.why_flat();
+    GW_WARN(kColl, "hierarchical all-reduce asked for, but %s: running %s (flat) instead", why.c_str(),
             algo_name(flat));
   }
   return flat;
@@ -517,14 +519,28 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
     GW_RETURN_IF_ERROR(dev->check_buffer(recv, "recvbuf"));
   }
   codec = ch.codec;
+  const Algo inner = impl_->inter_algo(ch.flat, count, dtype, codec);
   const auto* s = static_cast<const float*>(send);
   auto* r = static_cast<float*>(recv);
   return run([=]() -> Status {
     GW_RETURN_IF_ERROR(dev->begin(stream));
     return impl_->allreduce_planned(count, dtype, op, codec, ef, ch.chosen, ch.tuned, true,
                                     [&](coll::Context& c, Algo ran, bool flush) -> Status {
+      // Error feedback on the inter-node leg only (see the host all-reduce): the first
+      // hierarchical call after a flat compressed one sends the whole residual once.
+      const bool hier_ef = ran == Algo::kHierarchical && inner != Algo::kRing && ef != nullptr;
+      if (ef != nullptr && ran != Algo::kRing && !hier_ef) impl_->device_ef_hier.erase(ef);
       return settled(*dev, [&]() -> Status {
         switch (ran) {
+          case Algo::kHierarchical: {
+            const bool flush_ef = hier_ef && impl_->device_ef_hier.count(ef) == 0;
+            GW_RETURN_IF_ERROR(coll::device_hierarchical_allreduce(
+                c, *dev, impl_->topo,
+                coll::DeviceHierarchicalArgs{send, recv, count, dtype, op, codec, inner, hier_ef ? ef : nullptr,
+                                             flush_ef}));
+            if (hier_ef) impl_->device_ef_hier.insert(ef);
+            return Status::ok();
+          }
           case Algo::kScatterReduce: return coll::device_scatter_reduce_allreduce(c, *dev, s, r, count, op, *codec, ef);
           case Algo::kSparseAllgather: return coll::device_sparse_allgather_allreduce(c, *dev, s, r, count, op, *codec, ef);
           case Algo::kCompressedRing: return unsupported("compressed_ring runs on host buffers only");
@@ -627,9 +643,33 @@ Status Communicator::enable_nccl() {
       dev->nccl_leave();
       return s;
     }
+    if (im.topo.hierarchical()) {
+      // The hierarchical all-reduce's legs inside a node: one more communicator per node, from
+      // its local rank 0's id. Every rank learns the outcome everywhere, so all nodes run
+      // those legs alike; without it they go through host memory.
+      struct NodeId {
+        uint8_t ok;
+        uint8_t id[128];
+      } mine{};
+      if (im.topo.local_rank == 0) mine.ok = dev->nccl_unique_id(mine.id, sizeof mine.id).is_ok() ? 1 : 0;
+      std::vector<NodeId> ids(static_cast<size_t>(p));
+      GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, &mine, ids.data(), sizeof mine); },
+                                       call(CallKind::kNcclSetup, sizeof mine)));
+      const NodeId& leader = ids[static_cast<size_t>(im.topo.members[static_cast<size_t>(im.topo.node)][0])];
+      const Status node_joined =
+          leader.ok != 0 ? dev->node_nccl_join(leader.id, sizeof leader.id, im.topo.local_size, im.topo.local_rank,
+                                               transport::Clock::now() + im.config.timeout, [&] { im.tp->progress(); })
+                         : unsupported("local rank 0 has no NCCL id");
+      if (node_joined.code() == Code::kTimeout) return node_joined;
+      if (Status s = agree(node_joined, "NCCL inside the node failed"); !s.is_ok()) {
+        dev->node_nccl_leave();
+        if (s.code() != Code::kUnsupported) return s;
+        GW_WARN(kNccl, "%s: the hierarchical all-reduce's legs inside nodes go through host memory", s.message().c_str());
+      }
+    }
     std::lock_guard<std::mutex> lock(im.device_mu);
     im.nccl = true;
-    GW_INFO(kNccl, "NCCL up on rank %d of %d", im.tp->rank(), p);
+    GW_INFO(kNccl, "NCCL up on rank %d of %d%s", im.tp->rank(), p, dev->node_nccl_ready() ? ", and inside its node" : "");
     return Status::ok();
   });
 }

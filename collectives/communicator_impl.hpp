@@ -208,7 +208,8 @@ struct Communicator::Impl {
   // Where hierarchical was asked for by name and the layout runs flat: said once.
   mutable std::atomic<bool> told_flat{false};
   // The algorithm an all-reduce runs given the flat policy's choice: kHierarchical where the
-  // layout allows it and nothing asked for a flat algorithm by name (host buffers only).
+  // layout allows it and nothing asked for a flat algorithm by name (on device buffers, not
+  // for dense calls once NCCL is up: NCCL's own all-reduce knows the topology).
   Algo layout_choice(Algo flat, Algo requested, bool on_device) const;
   // The inter-node leg's algorithm of a hierarchical all-reduce whose flat choice is flat.
   Algo inter_algo(Algo flat, size_t count, DType dtype, const Codec* codec) const;
@@ -254,9 +255,16 @@ struct Communicator::Impl {
 
   // The accelerator of the device collectives: made on first use by a caller's thread, then
   // used by the progress thread only.
-  std::mutex device_mu;
+  mutable std::mutex device_mu;
   std::unique_ptr<coll::DeviceBackend> device;
   bool nccl = false;  // enable_nccl succeeded, under device_mu
+  bool nccl_on() const {
+    std::lock_guard<std::mutex> lock(device_mu);
+    return nccl;
+  }
+  // Device EF states whose residual the hierarchical path last filled (zero outside this
+  // rank's shard); the device counterpart of ef_hier.
+  std::unordered_set<const void*> device_ef_hier;  // progress thread only
 
   Result<coll::DeviceBackend*> device_backend() {
     std::lock_guard<std::mutex> lock(device_mu);

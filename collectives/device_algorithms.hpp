@@ -26,6 +26,22 @@ Status device_sparse_allgather_allreduce(Context& c, DeviceBackend& dev, const f
 // host ring (or the host all-gather and broadcast).
 Status device_dense_allreduce(Context& c, DeviceBackend& dev, const void* send, void* recv, size_t n, DType dtype,
                               ReduceOp op);
+
+struct Topology;
+struct DeviceHierarchicalArgs {
+  const void* send;
+  void* recv;
+  size_t n;
+  DType dtype;
+  ReduceOp op;
+  const Codec* codec;  // null: dense
+  Algo inner;          // the inter-node leg's algorithm (kRing: dense; kCompressedRing runs as scatter-reduce)
+  DeviceEfState* ef;   // the caller's (n elements) or null; the inter-node leg's residual
+  bool flush_ef;       // ef may hold a flat call's residual: send it with this call's input, once
+};
+// Dense inside nodes (the node's NCCL communicator, else pinned host memory over the
+// transport), `inner` between them (device_hierarchical_allreduce.cpp); t.hierarchical().
+Status device_hierarchical_allreduce(Context& c, DeviceBackend& dev, const Topology& t, const DeviceHierarchicalArgs& a);
 Status device_allgather(Context& c, DeviceBackend& dev, const void* send, void* recv, size_t bytes);
 Status device_broadcast(Context& c, DeviceBackend& dev, void* buf, size_t bytes, int root);
 
