@@ -572,6 +572,19 @@ gw_result_t gw_allreduce_algo(gw_comm_t comm, size_t count, gw_dtype_t dtype, gw
   });
 }
 
+gw_result_t gw_allreduce_algo_device(gw_comm_t comm, size_t count, gw_dtype_t dtype, gw_codec_t codec,
+                                     gw_algo_t* algo) {
+  return guard("gw_allreduce_algo_device", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    if (algo == nullptr) return null_arg("algo");
+    GW_RETURN_IF_ERROR(check_enum_args(dtype, GW_SUM, GW_ALGO_AUTO));
+    *algo = static_cast<gw_algo_t>(comm->comm->choose_algo(count, static_cast<gw::DType>(dtype),
+                                                           codec != nullptr ? codec->codec.get() : nullptr,
+                                                           gw::Algo::kAuto, /*on_device=*/true));
+    return Status::ok();
+  });
+}
+
 gw_result_t gw_sparse_allgather(gw_comm_t comm, const void* msg, size_t len, void* recvbuf, size_t capacity, size_t* lengths) {
   return guard("gw_sparse_allgather", [&]() -> Status {
     GW_RETURN_IF_ERROR(check_comm(comm));

@@ -284,17 +284,17 @@ void rehome_owner_residual(ErrorFeedback& ef, std::unordered_map<const void*, Al
 
 }  // namespace
 
-Algo Communicator::choose_algo(size_t count, DType dtype, const Codec* codec, Algo requested) const {
+Algo Communicator::choose_algo(size_t count, DType dtype, const Codec* codec, Algo requested, bool on_device) const {
   codec = impl_->effective_codec(const_cast<Codec*>(codec), dtype);  // only read here
   const coll::PolicyInput in{count, dtype, codec, size(), flat_request(requested), flat_request(impl_->config.algo),
                              impl_->config.dense_threshold_bytes};
   const Algo a = coll::choose_allreduce(in);
-  const Algo chosen = impl_->layout_choice(a, requested, false);
+  const Algo chosen = impl_->layout_choice(a, requested, on_device);
   if (tunable(impl_->tune, a, requested, impl_->config.algo, codec, size())) {
-    const Algo d = impl_->tuner.decided(coll::AllreduceTuner::key(count, dtype, *codec));
+    const Algo d = impl_->tuner.decided((on_device ? "device|" : "") + coll::AllreduceTuner::key(count, dtype, *codec));
     if (d != Algo::kAuto) return d;
     // Before the tuner's first decision: its seed where GW_LINK_GBPS gave one.
-    const coll::AllreduceTuner::Candidates c = coll::allreduce_candidates(in, chosen, false, impl_->link_gbps);
+    const coll::AllreduceTuner::Candidates c = coll::allreduce_candidates(in, chosen, on_device, impl_->link_gbps);
     return c.algo[c.seed];
   }
   return chosen;

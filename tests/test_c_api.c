@@ -700,6 +700,8 @@ static void test_null_arguments(void) {
   EXPECT_ERR2(gw_wait(NULL), GW_ERR_INVALID_ARGUMENT, "request is null", "gw_wait");
   EXPECT_ERR2(gw_allreduce_algo(NULL, 4, GW_FLOAT32, NULL, &algo), GW_ERR_INVALID_ARGUMENT, "comm is null",
               "gw_allreduce_algo");
+  EXPECT_ERR2(gw_allreduce_algo_device(NULL, 4, GW_FLOAT32, NULL, &algo), GW_ERR_INVALID_ARGUMENT, "comm is null",
+              "gw_allreduce_algo_device");
   EXPECT_ERR2(gw_sparse_allgather(NULL, msg, written, msg, sizeof msg, lengths), GW_ERR_INVALID_ARGUMENT,
               "comm is null", "gw_sparse_allgather");
   EXPECT_ERR2(gw_sparse_allgather_dense(NULL, msg, written, y, 4), GW_ERR_INVALID_ARGUMENT, "comm is null",
@@ -795,6 +797,10 @@ static void test_communicator(void) {
     EXPECT_OK(gw_allreduce_ex(comm, x, y, 4, GW_FLOAT32, GW_SUM, NULL, NULL, GW_ALGO_HIERARCHICAL));
     EXPECT_OK(gw_allreduce_algo(comm, 4, GW_FLOAT32, NULL, &algo));
     CHECK(algo == GW_ALGO_RING);
+    algo = GW_ALGO_HIERARCHICAL;
+    EXPECT_OK(gw_allreduce_algo_device(comm, 4, GW_FLOAT32, NULL, &algo));
+    CHECK(algo == GW_ALGO_RING);
+    EXPECT_ERR(gw_allreduce_algo_device(comm, 4, GW_FLOAT32, NULL, NULL), GW_ERR_INVALID_ARGUMENT, "algo");
   }
   EXPECT_ERR2(gw_comm_get_async_error(comm, NULL), GW_ERR_INVALID_ARGUMENT, "error is null",
               "gw_comm_get_async_error");

@@ -110,8 +110,8 @@ class GW_API Communicator {
   // Fails every pending and future operation; callable from any thread.
   void abort(const std::string& why);
 
-  // Which algorithm an all-reduce with these arguments runs.
-  Algo choose_algo(size_t count, DType dtype, const Codec* codec, Algo requested) const;
+  // Which algorithm an all-reduce with these arguments runs (on_device: allreduce_device's).
+  Algo choose_algo(size_t count, DType dtype, const Codec* codec, Algo requested, bool on_device = false) const;
 
   // recv = sum (or average) of every rank's send. codec null or "none": dense. With a lossy
   // codec the input is float32, and ef (optional, count elements) carries error feedback.

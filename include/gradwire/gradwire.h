@@ -342,6 +342,11 @@ GW_API gw_result_t gw_request_on_complete(gw_request_t request, gw_complete_fn f
  * decision: the static one, or GW_LINK_GBPS's estimate). GW_TUNE=0 turns measuring off. */
 GW_API gw_result_t gw_allreduce_algo(gw_comm_t comm, size_t count, gw_dtype_t dtype,
                                      gw_codec_t codec, gw_algo_t* algo);
+/* The same for gw_allreduce_device: device calls are timed apart from host calls, run
+ * hierarchically on hierarchical layouts as host calls do, except dense calls once NCCL is
+ * enabled (NCCL's all-reduce), and have no compressed ring. Needs no device. */
+GW_API gw_result_t gw_allreduce_algo_device(gw_comm_t comm, size_t count, gw_dtype_t dtype,
+                                            gw_codec_t codec, gw_algo_t* algo);
 
 /* Every rank's message (any length, e.g. a sparse encoding) to every rank. The messages are
  * concatenated in rank order into recvbuf (capacity bytes); lengths (nranks entries)

@@ -141,6 +141,7 @@ _PROTOTYPES = {
     "gw_test": (_c.c_int, [_vp, _p(_c.c_int)]),
     "gw_wait": (_c.c_int, [_vp]),
     "gw_allreduce_algo": (_c.c_int, [_vp, _sz, _c.c_int, _vp, _p(_c.c_int)]),
+    "gw_allreduce_algo_device": (_c.c_int, [_vp, _sz, _c.c_int, _vp, _p(_c.c_int)]),
     "gw_allgather": (_c.c_int, [_vp, _vp, _vp, _sz]),
     "gw_broadcast": (_c.c_int, [_vp, _vp, _sz, _c.c_int]),
     "gw_barrier": (_c.c_int, [_vp]),

@@ -155,6 +155,9 @@ int run_codec(Communicator& c, int rank, int np, const CodecCase& cc, size_t n, 
                               Algo::kAuto));
     if (c.stats()->last_algo != Algo::kHierarchical) return fail(rank, "host ran " + std::string(algo_name(c.stats()->last_algo)));
     x.upload(g);
+    if (c.choose_algo(n, DType::kFloat32, codec->get(), Algo::kAuto, /*on_device=*/true) != Algo::kHierarchical) {
+      return fail(rank, "the policy does not report hierarchical for the device call");
+    }
     CALL_OK(rank, c.allreduce_device(x.data(), x.data(), n, DType::kFloat32, op, codec->get(), ef_on ? &dev_ef : nullptr,
                                      Algo::kAuto, nullptr));
     if (c.stats()->last_algo != Algo::kHierarchical) {
@@ -315,6 +318,9 @@ TEST(DeviceHierarchical, OtherLayoutsRunFlat) {
         CALL_OK(rank, c.allreduce_device(x.data(), x.data(), n, DType::kFloat32, ReduceOp::kSum, codec->get(), &ef, a,
                                          nullptr));
         if (c.stats()->last_algo == Algo::kHierarchical) return fail(rank, "ran hierarchical on an uneven layout");
+        if (c.choose_algo(n, DType::kFloat32, codec->get(), a, true) != c.stats()->last_algo) {
+          return fail(rank, "the policy reports another algorithm than the one that ran");
+        }
         x.upload(grad(n, rank, 0));
       }
       test::DeviceVector<float> y(n);
@@ -398,6 +404,9 @@ TEST(DeviceHierarchical, MismatchedCallsFailOnEveryRank) {
       usleep(200000);  // every rank out of the first barrier: the mismatch breaks the communicator
       const Status s = c.allreduce_device(x.data(), x.data(), n, DType::kFloat32, ReduceOp::kSum, codec, nullptr, a,
                                           nullptr);
+      // Stay up a while: a rank that exits at once can reach a slower one as a lost
+      // connection before that one has read the mismatching descriptor.
+      sleep(2);
       if (s.is_ok()) return fail(rank, "mismatched call succeeded");
       if (s.code() != Code::kInvalidUsage) return fail(rank, "mismatch gave " + s.to_string());
       return kOk;
