@@ -13,6 +13,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -126,6 +127,17 @@ class StandInEf final : public DeviceEfState {
   float* owner_ = nullptr;
   size_t owner_n_ = 0;
   uint64_t step_ = 0;
+};
+
+// What the stand-in runs for the node's NCCL communicator (tests/multiproc/shm_node_nccl.hpp):
+// blocking collectives among the node's processes, run in stream order by the stream's thread.
+class NodeCollectives {
+ public:
+  virtual ~NodeCollectives() = default;
+  virtual int size() const = 0;
+  virtual void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op) = 0;
+  virtual void allgather(const void* send, void* recv, size_t bytes) = 0;
+  virtual Status error() const = 0;  // the first failure (a peer that never came), or OK
 };
 
 class HostDeviceBackend final : public coll::DeviceBackend {
@@ -258,6 +270,36 @@ class HostDeviceBackend final : public coll::DeviceBackend {
     std::lock_guard<std::mutex> lock(mu_);
     return done_ >= f;
   }
+
+  // The node's "NCCL" when set: the hierarchical all-reduce then takes its NCCL legs.
+  std::shared_ptr<NodeCollectives> node;
+  bool node_nccl_ready() const override { return node != nullptr; }
+  Status node_nccl_reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op, Deadline,
+                                  const Progress&) override {
+    const size_t bytes = recv_count * dtype_size(dtype);
+    if (bytes > 0) {
+      GW_RETURN_IF_ERROR(need(send, bytes * static_cast<size_t>(node->size()), "node reduce-scatter (send)"));
+      GW_RETURN_IF_ERROR(need(recv, bytes, "node reduce-scatter (recv)"));
+    }
+    std::shared_ptr<NodeCollectives> n = node;
+    enqueue([=] { n->reduce_scatter(send, recv, recv_count, dtype, op); });
+    return Status::ok();
+  }
+  Status node_nccl_allgather(const void* send, void* recv, size_t bytes, Deadline, const Progress&) override {
+    if (bytes > 0) {
+      GW_RETURN_IF_ERROR(need(send, bytes, "node all-gather (send)"));
+      GW_RETURN_IF_ERROR(need(recv, bytes * static_cast<size_t>(node->size()), "node all-gather (recv)"));
+    }
+    std::shared_ptr<NodeCollectives> n = node;
+    enqueue([=] { n->allgather(send, recv, bytes); });
+    return Status::ok();
+  }
+  Status node_nccl_wait(Deadline, const Progress&) override {
+    ++node_calls;
+    drain_stream();
+    return node->error();
+  }
+  int node_calls = 0;  // node_nccl_wait calls
 
   void* last_stream = nullptr;
   int begins = 0;

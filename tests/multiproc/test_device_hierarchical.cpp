@@ -24,6 +24,7 @@
 #include "compressors/half.hpp"
 #include "tests/host_device_backend.hpp"
 #include "tests/multiproc/mp_launch.hpp"
+#include "tests/multiproc/shm_node_nccl.hpp"
 #include "transport/bootstrap/bootstrap.hpp"
 
 namespace gw {
@@ -46,14 +47,19 @@ int fail(int rank, const std::string& why) {
 
 using Body = std::function<int(Communicator&, int rank, int np)>;
 
+constexpr size_t kMaxCount = 30011;  // the largest buffer a test passes (node NCCL slots hold it)
+
 // Forks one rank per entry of node_of (its node, through GW_HOST_ID), each with the stand-in
-// accelerator, and runs body.
-std::vector<int> run_nodes(const std::vector<int>& node_of, Algo inter, const Body& body,
-                           milliseconds timeout = milliseconds(60000)) {
+// accelerator (node_nccl: with a shared-memory stand-in for the node's NCCL communicator),
+// and runs body.
+std::vector<int> run_nodes(const std::vector<int>& node_of, Algo inter, const Body& body, bool node_nccl = false) {
+  static int runs = 0;
+  const std::string shm_prefix = "/dev/shm/gw_test_node_nccl_" + std::to_string(getpid()) + "_" + std::to_string(runs++) + "_";
   std::vector<int> ranks;
   for (size_t r = 0; r < node_of.size(); ++r) ranks.push_back(static_cast<int>(r));
   const int np = static_cast<int>(node_of.size());
-  return test::fork_with_unique_id(ranks, seconds(30), [&](int rank, const bootstrap::UniqueId& id) {
+  const milliseconds timeout(60000);
+  auto codes = test::fork_with_unique_id(ranks, seconds(30), [&](int rank, const bootstrap::UniqueId& id) {
     setenv("GW_HOST_ID", ("node" + std::to_string(node_of[static_cast<size_t>(rank)])).c_str(), 1);
     setenv("GW_TUNE", "0", 1);  // the hierarchical path itself, not the tuner's trials
     CommConfig cfg;
@@ -68,10 +74,30 @@ std::vector<int> run_nodes(const std::vector<int>& node_of, Algo inter, const Bo
       fail(rank, "init failed: " + comm.status().to_string());
       return kInitFailed;
     }
-    const Status s = (*comm)->use_device_backend(std::make_unique<test::HostDeviceBackend>(static_cast<uint64_t>(rank) + 5));
+    auto backend = std::make_unique<test::HostDeviceBackend>(static_cast<uint64_t>(rank) + 5);
+    if (node_nccl) {
+      const int node = node_of[static_cast<size_t>(rank)];
+      int local_rank = 0, local_size = 0;
+      for (int r = 0; r < np; ++r) {
+        if (node_of[static_cast<size_t>(r)] != node) continue;
+        if (r < rank) ++local_rank;
+        ++local_size;
+      }
+      backend->node = test::ShmNodeNccl::open(shm_prefix + std::to_string(node), local_size, local_rank,
+                                              (kMaxCount + 64) * sizeof(float));
+      if (backend->node == nullptr) return kInitFailed;
+    }
+    const test::HostDeviceBackend* used = backend.get();  // the communicator's until it ends
+    const Status s = (*comm)->use_device_backend(std::move(backend));
     if (!s.is_ok() || !(*comm)->barrier().is_ok()) return kInitFailed;
-    return body(**comm, rank, np);
+    const int rc = body(**comm, rank, np);
+    if (rc == kOk && node_nccl && used->node_calls == 0) return fail(rank, "the node's NCCL legs never ran");
+    return rc;
   }, seconds(300));
+  if (node_nccl) {
+    for (int node : node_of) unlink((shm_prefix + std::to_string(node)).c_str());
+  }
+  return codes;
 }
 
 std::vector<int> layout(int nodes, int per_node) {
@@ -239,13 +265,52 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DeviceHierarchicalCodecs, ::testing::Values(0,
                            return std::string(i.param == 0 ? "2x2" : i.param == 1 ? "3x2" : "2x3");
                          });
 
+// The legs inside a node through the node's NCCL communicator (its shared-memory stand-in),
+// with the shards padded where the node size does not divide the count: the host
+// hierarchical path's bits, compressed (EF included) and dense.
+TEST(DeviceHierarchical, NcclLegsInsideNodesGiveTheHostBits) {
+  const int shapes[][2] = {{2, 2}, {3, 2}, {2, 3}};
+  const CodecCase cases[] = {
+      {"qsgd:bits=4,ef=1", Algo::kScatterReduce, false, 0},
+      {"topk:ratio=0.25,ef=1", Algo::kAuto, false, 0},
+      {"fp16", Algo::kAuto, false, 0.0},
+  };
+  for (const auto& shape : shapes) {
+    SCOPED_TRACE(std::to_string(shape[0]) + "x" + std::to_string(shape[1]));
+    expect_all_ok(run_nodes(layout(shape[0], shape[1]), Algo::kAuto, [&](Communicator& c, int rank, int np) {
+      for (const CodecCase& cc : cases) {
+        for (size_t n : {size_t{0}, size_t{1}, size_t{5}, size_t{997}, size_t{20011}}) {
+          if (int e = run_codec(c, rank, np, cc, n, ReduceOp::kSum)) return e;
+        }
+        if (int e = run_codec(c, rank, np, cc, 4099, ReduceOp::kAvg)) return e;
+      }
+      for (size_t n : {size_t{1}, size_t{7}, size_t{1009}, kMaxCount}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+          const auto g = grad(n, rank, 2);
+          std::vector<float> host_out(n);
+          CALL_OK(rank, c.allreduce(g.data(), host_out.data(), n, DType::kFloat32, op, nullptr, nullptr));
+          test::DeviceVector<float> x(n);
+          x.upload(g);
+          CALL_OK(rank, c.allreduce_device(x.data(), x.data(), n, DType::kFloat32, op, nullptr, nullptr, Algo::kAuto,
+                                           nullptr));
+          if (c.stats()->last_algo != Algo::kHierarchical) return fail(rank, "dense device call ran flat");
+          if (std::memcmp(x.download().data(), host_out.data(), n * sizeof(float)) != 0) {
+            return fail(rank, std::string("dense ") + red_op_name(op) + " n " + std::to_string(n) + " differs from the host");
+          }
+        }
+      }
+      return kOk;
+    }, /*node_nccl=*/true));
+  }
+}
+
 // Dense device calls (no NCCL here) run hierarchically and give the exact result: every
 // tested op and dtype, sizes around the shard boundaries, in place and not.
 TEST(DeviceHierarchical, DenseCallsAreExactOnEveryLayout) {
   const int shapes[][2] = {{2, 2}, {3, 2}, {2, 3}};
   for (const auto& shape : shapes) {
     expect_all_ok(run_nodes(layout(shape[0], shape[1]), Algo::kAuto, [&](Communicator& c, int rank, int np) {
-      for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1009}, size_t{30011}}) {
+      for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1009}, kMaxCount}) {
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
           const auto g = grad(n, rank, 1);
           test::DeviceVector<float> x(n), y(n);
