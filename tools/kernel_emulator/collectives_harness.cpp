@@ -5,8 +5,9 @@
 // host Communicator::allreduce's results and error-feedback residuals bit for bit (3 steps,
 // the same gradients), as must the dense, all-gather and broadcast calls. DeviceEncoder and
 // decode_device are checked against the host codec API, and the backend's refusal of host
-// memory. `collectives_harness quick` runs the default grid; with no argument, also 5 ranks
-// and 70001 elements. Exits non-zero on any mismatch.
+// memory. The hierarchical all-reduce (ranks laid out on nodes) too, against the host's.
+// `collectives_harness quick` runs the default grid; with no argument, also 5 ranks and 70001
+// elements; `hierarchical`, the hierarchical part alone. Exits non-zero on any mismatch.
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
@@ -163,14 +164,18 @@ void compare_floats(const std::string& what, const std::vector<float>& dev, cons
 
 // chunk_bytes: small, so that even small buffers have many chunks; 4100 (1025 floats) gives
 // message slots of sizes that are not multiples of 8.
-Comms make_group(int p, size_t chunk_bytes = 4096) {
+// node_of (one entry a rank, or empty: one node) lays the ranks out on nodes; inter: the
+// hierarchical all-reduce's algorithm between them.
+Comms make_group(int p, size_t chunk_bytes = 4096, const std::vector<int>& node_of = {}, Algo inter = Algo::kAuto) {
   CommConfig cfg;
   cfg.timeout = std::chrono::seconds(60);  // ASan and fibers are slow; a hang still ends
   cfg.chunk_bytes = chunk_bytes;
+  cfg.inter_algo = inter;
+  if (!node_of.empty()) cfg.dense_threshold_bytes = 0;  // small calls compressed between nodes too
   auto group = transport::make_local_group(p);
   Comms comms;
   for (auto& t : group) {
-    auto c = Communicator::create(std::move(t), cfg);
+    auto c = Communicator::create(std::move(t), cfg, node_of);
     if (!c.is_ok()) {
       std::printf("FAIL Communicator::create: %s\n", c.status().to_string().c_str());
       std::exit(1);
@@ -226,6 +231,8 @@ struct Options {
   bool in_place = false;
   int kind = 0;
   size_t chunk_bytes = 4096;
+  std::vector<int> node_of = {};  // nodes for the hierarchical all-reduce (Case::algo kHierarchical)
+  Algo inter = Algo::kAuto;       // its algorithm between nodes
 };
 
 // kSteps all-reduces, host and device, on the same gradients: every result, residual,
@@ -244,7 +251,7 @@ void compare_allreduce(int p, size_t n, const Case& k, const Options& o) {
   const long failures_before = g_failures.load();
   auto grad = [&](int step, int r) { return gradient(n, static_cast<uint64_t>(1000 * step + r + 1) * (n + 1), o.kind); };
   {
-    Comms comms = make_group(p, o.chunk_bytes);
+    Comms comms = make_group(p, o.chunk_bytes, o.node_of, o.inter);
     on_ranks(comms, [&](Communicator& c, int r) {
       auto codec = Codec::create(k.spec);
       if (!codec.is_ok()) return fail(std::string(label) + ": " + codec.status().to_string());
@@ -272,7 +279,7 @@ void compare_allreduce(int p, size_t n, const Case& k, const Options& o) {
     });
   }
   {
-    Comms comms = make_group(p, o.chunk_bytes);
+    Comms comms = make_group(p, o.chunk_bytes, o.node_of, o.inter);
     on_ranks(comms, [&](Communicator& c, int r) {
       auto codec = Codec::create(k.spec);
       if (!codec.is_ok()) return fail(std::string(label) + ": " + codec.status().to_string());
@@ -288,6 +295,9 @@ void compare_allreduce(int p, size_t n, const Case& k, const Options& o) {
                                              o.with_ef ? ef.value().get() : nullptr, k.algo,
                                              step == 1 ? stream.s : nullptr));
         dev_out[step][r] = o.in_place ? g.download() : out.download();
+        if (!o.node_of.empty() && c.stats()->last_algo != Algo::kHierarchical) {
+          return fail(std::string(label) + ": the device call ran " + algo_name(c.stats()->last_algo));
+        }
       }
       dev_res[r].resize(n);
       OK_OR_FAIL(label, ef.value()->copy_out(dev_res[r].data(), n));
@@ -655,8 +665,34 @@ void check_refusals() {
 
 }  // namespace
 
+// The hierarchical all-reduce (staged legs inside a node: no NCCL here) on 2x2 and 3x2:
+// with two ranks a node every sum inside a node is a + b, the same bits in either order.
+long compare_hierarchical() {
+  long runs = 0;
+  for (const auto& node_of : {std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 0, 1, 1, 2, 2}}) {
+    const int p = static_cast<int>(node_of.size());
+    for (size_t n : {size_t{1}, size_t{7}, size_t{4097}, size_t{20011}}) {
+      compare_allreduce(p, n, Case{"qsgd:bits=4,bucket=128", Algo::kHierarchical},
+                        Options{true, ReduceOp::kAvg, false, 0, 4096, node_of, Algo::kScatterReduce});
+      compare_allreduce(p, n, Case{"topk:ratio=0.05", Algo::kHierarchical},
+                        Options{true, ReduceOp::kSum, n == 4097, 1, 4096, node_of, Algo::kSparseAllgather});
+      compare_allreduce(p, n, Case{"sign:bucket=256", Algo::kHierarchical},
+                        Options{false, ReduceOp::kSum, true, 0, 4100, node_of, Algo::kScatterReduce});
+      runs += 3;
+    }
+  }
+  return runs;
+}
+
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "quick") == 0;
+  if (argc > 1 && std::strcmp(argv[1], "hierarchical") == 0) {  // that part alone
+    setenv("GW_TUNE", "0", 1);
+    emu::g_strict_memory = true;
+    const long runs = compare_hierarchical();
+    std::printf("%ld hierarchical comparisons, %ld checks, %ld failures\n", runs, g_checks.load(), g_failures.load());
+    return g_failures.load() == 0 ? 0 : 1;
+  }
   setenv("GW_TUNE", "0", 1);  // the static policy on both sides for Algo::kAuto (no timing-dependent choice)
   emu::g_strict_memory = true;
   const auto t0 = std::chrono::steady_clock::now();
@@ -704,7 +740,8 @@ int main(int argc, char** argv) {
     compare_allreduce(p, 30000, Case{"topk:ratio=0.01", Algo::kAuto}, Options{});
     runs += 2;
   }
-  progress("no-ef, sum, in place, ties, auto");
+  runs += compare_hierarchical();
+  progress("no-ef, sum, in place, ties, auto, hierarchical");
   for (int p : {1, 2, 3, 4}) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{4099}, size_t{20011}}) {
       compare_dense(p, n, 4096);
