@@ -14,17 +14,11 @@
 
 #include "collectives/algorithms.hpp"
 #include "collectives/device_algorithms.hpp"
+#include "collectives/hierarchical_groups.hpp"
 #include "collectives/reduce.hpp"
-#include "collectives/subgroup_transport.hpp"
-#include "collectives/topology.hpp"
 
 namespace gw::coll {
 namespace {
-
-// The host path's step ranges (hierarchical_allreduce.cpp), so a leg's tags never meet
-// another's.
-constexpr uint32_t kInterSteps = 1024;
-constexpr uint32_t kGatherSteps = 3072;
 
 // Scratch slots above those of the flat device algorithms (device 0-4, staging 0-2), which
 // run inside the inter-node leg while these are in use.
@@ -149,20 +143,13 @@ Status compressed_inter_leg(Context& across, DeviceBackend& dev, const DeviceHie
 Status device_hierarchical_allreduce(Context& c, DeviceBackend& dev, const Topology& t,
                                      const DeviceHierarchicalArgs& a) {
   const size_t es = dtype_size(a.dtype);
-  const int L = t.local_size, N = t.nnodes;
-  const Partition part{a.n, static_cast<uint64_t>(L)};
-  const uint64_t start = part.start(static_cast<uint64_t>(t.local_rank));
-  const uint64_t len = part.length(static_cast<uint64_t>(t.local_rank));
+  HierarchicalGroups g(c, t, a.n);
+  const Partition& part = g.part;
+  const uint64_t start = g.start, len = g.len;
   const bool dense = a.inner == Algo::kRing || a.codec == nullptr;
   const ReduceOp sum_op = a.op == ReduceOp::kAvg ? ReduceOp::kSum : a.op;
   auto* out = static_cast<uint8_t*>(a.recv);
   uint8_t* shard = out + start * es;
-
-  SubgroupTransport node_tp(c.tp, t.members[static_cast<size_t>(t.node)], t.local_rank);
-  SubgroupTransport across_tp(c.tp, t.same_local_rank(t.local_rank), t.node);
-  Context in_node = in_group(c, node_tp, t.local_rank, L, 0);
-  Context across = in_group(c, across_tp, t.node, N, kInterSteps);
-  Context gather = in_group(c, node_tp, t.local_rank, L, kGatherSteps);
 
   // A residual left by a flat compressed call covers elements outside this rank's shard: it
   // joins this call's input to the exact sum inside the node once (flush_ef), and is cleared
@@ -187,11 +174,11 @@ Status device_hierarchical_allreduce(Context& c, DeviceBackend& dev, const Topol
       GW_ASSIGN_OR_RETURN(uint8_t* host, dev.host_staging(kStagingWhole, len * es));
       GW_RETURN_IF_ERROR(copy_bytes(dev, host, shard, len * es));
       GW_RETURN_IF_ERROR(drain(c, dev));
-      GW_RETURN_IF_ERROR(ring_allreduce(across, host, host, len, a.dtype, sum_op).with_context("inter-node leg"));
+      GW_RETURN_IF_ERROR(ring_allreduce(g.across, host, host, len, a.dtype, sum_op).with_context("inter-node leg"));
       if (a.op == ReduceOp::kAvg) divide(host, len, a.dtype, c.size);
       GW_RETURN_IF_ERROR(copy_bytes(dev, shard, host, len * es));
     } else {
-      GW_RETURN_IF_ERROR(compressed_inter_leg(across, dev, a, reinterpret_cast<float*>(shard), start, len));
+      GW_RETURN_IF_ERROR(compressed_inter_leg(g.across, dev, a, reinterpret_cast<float*>(shard), start, len));
       if (a.op == ReduceOp::kAvg && len > 0) GW_RETURN_IF_ERROR(dev.divide(reinterpret_cast<float*>(shard), len, c.size));
     }
     GW_RETURN_IF_ERROR(legs.all_gather(out).with_context("all-gather inside the node"));
@@ -204,24 +191,19 @@ Status device_hierarchical_allreduce(Context& c, DeviceBackend& dev, const Topol
   GW_RETURN_IF_ERROR(copy_bytes(dev, host, src, a.n * es));
   GW_RETURN_IF_ERROR(drain(c, dev));
   GW_RETURN_IF_ERROR(clear_flushed());
-  GW_RETURN_IF_ERROR(ring_reduce_scatter(in_node, host, host_shard, part, a.dtype, a.op));
+  GW_RETURN_IF_ERROR(ring_reduce_scatter(g.in_node, host, host_shard, part, a.dtype, a.op));
   if (dense) {
-    GW_RETURN_IF_ERROR(ring_allreduce(across, host_shard, host_shard, len, a.dtype, sum_op).with_context("inter-node leg"));
+    GW_RETURN_IF_ERROR(ring_allreduce(g.across, host_shard, host_shard, len, a.dtype, sum_op).with_context("inter-node leg"));
     if (a.op == ReduceOp::kAvg) divide(host_shard, len, a.dtype, c.size);
   } else {
     auto* fshard = reinterpret_cast<float*>(shard);
     GW_RETURN_IF_ERROR(copy_bytes(dev, shard, host_shard, len * es));
-    GW_RETURN_IF_ERROR(compressed_inter_leg(across, dev, a, fshard, start, len));
+    GW_RETURN_IF_ERROR(compressed_inter_leg(g.across, dev, a, fshard, start, len));
     if (a.op == ReduceOp::kAvg && len > 0) GW_RETURN_IF_ERROR(dev.divide(fshard, len, c.size));
     GW_RETURN_IF_ERROR(copy_bytes(dev, host_shard, shard, len * es));
     GW_RETURN_IF_ERROR(drain(c, dev));
   }
-  std::vector<uint64_t> displs(static_cast<size_t>(L)), lengths(static_cast<size_t>(L));
-  for (int r = 0; r < L; ++r) {
-    displs[static_cast<size_t>(r)] = part.start(static_cast<uint64_t>(r)) * es;
-    lengths[static_cast<size_t>(r)] = part.length(static_cast<uint64_t>(r)) * es;
-  }
-  GW_RETURN_IF_ERROR(allgatherv(gather, host_shard, host, displs.data(), lengths.data()));
+  GW_RETURN_IF_ERROR(g.gather_shards(host_shard, host, es));
   GW_RETURN_IF_ERROR(copy_bytes(dev, out, host, a.n * es));
   return drain(c, dev);
 }

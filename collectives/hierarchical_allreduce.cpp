@@ -9,19 +9,15 @@
 #include <vector>
 
 #include "collectives/algorithms.hpp"
+#include "collectives/hierarchical_groups.hpp"
 #include "collectives/node_pipeline.hpp"
 #include "collectives/node_shm.hpp"
 #include "collectives/reduce.hpp"
-#include "collectives/subgroup_transport.hpp"
-#include "collectives/topology.hpp"
 
 namespace gw::coll {
 namespace {
 
-// Step ranges of the three legs: each leg's tags differ from the others' (every algorithm
-// uses fewer than 2 * ranks steps, and a leg has at most 1024 ranks).
-constexpr uint32_t kInterSteps = 1024;
-constexpr uint32_t kGatherSteps = 3072;
+// The fence after the segment's legs (NodeShm's set-up uses 3600-3602).
 constexpr uint32_t kBarrierStep = 3610;
 
 // The segment of the shard whose owner-side residual `inner` keeps on inter-node rank j.
@@ -112,17 +108,11 @@ class PumpingTransport final : public transport::ForwardingTransport {
 Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalArgs& a) {
   const size_t es = dtype_size(a.dtype);
   const int L = t.local_size, N = t.nnodes;
-  const Partition part{a.n, static_cast<uint64_t>(L)};
-  const uint64_t start = part.start(static_cast<uint64_t>(t.local_rank));
-  const uint64_t len = part.length(static_cast<uint64_t>(t.local_rank));
+  HierarchicalGroups g(c, t, a.n);
+  const Partition& part = g.part;
+  const uint64_t start = g.start, len = g.len;
   auto* out = static_cast<uint8_t*>(a.recv);
   uint8_t* shard = out + start * es;
-
-  SubgroupTransport node_tp(c.tp, t.members[static_cast<size_t>(t.node)], t.local_rank);
-  SubgroupTransport across_tp(c.tp, t.same_local_rank(t.local_rank), t.node);
-  Context in_node = in_group(c, node_tp, t.local_rank, L, 0);
-  Context across = in_group(c, across_tp, t.node, N, kInterSteps);
-  Context gather = in_group(c, node_tp, t.local_rank, L, kGatherSteps);
 
   // A residual left by a flat compressed call covers elements outside this rank's shard: it
   // joins this call's input once, exactly (flush_ef), and the state keeps only the shard's
@@ -147,7 +137,7 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
          __builtin_mul_overflow(NodePipeline::message_area_bytes(N, msg_cap), static_cast<size_t>(L), &areas)) ||
         __builtin_add_overflow(NodePipeline::header_bytes(L) + slots, areas, &bytes);
     if (overflow) return invalid_argument("a node segment for " + std::to_string(a.n) + " elements overflows size_t");
-    GW_ASSIGN_OR_RETURN(seg, a.node_shm->map(in_node, bytes));
+    GW_ASSIGN_OR_RETURN(seg, a.node_shm->map(g.in_node, bytes));
   }
   if (seg != nullptr) {
     // The shard is cut into pieces, each a separate inter-node all-reduce in its own tag
@@ -169,10 +159,10 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
       pipe.sparse_results(N, msg_cap, a.op == ReduceOp::kAvg ? c.size : 1);
       io.sparse = &pipe;
     }
-    PumpingTransport pumping(across_tp, pipe);
+    PumpingTransport pumping(g.across_tp, pipe);
     const Status ran = pipe.run(
         [&](int k, uint8_t* data, uint64_t plen) -> Status {
-          Context x = in_group(c, pumping, t.node, N, kInterSteps + static_cast<uint32_t>(k) * stride);
+          Context x = in_group(c, pumping, t.node, N, kHierInterSteps + static_cast<uint32_t>(k) * stride);
           x.piece = pieces > 1 ? static_cast<uint32_t>(k) + 1 : 0;
           LegIo piece_io = io;
           piece_io.piece = k;
@@ -181,7 +171,7 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
           return Status::ok();
         });
     GW_RETURN_IF_ERROR(ran);
-    Context fence = in_group(c, node_tp, t.local_rank, L, kBarrierStep);
+    Context fence = in_group(c, g.node_tp, t.local_rank, L, kBarrierStep);
     return barrier(fence);  // nobody writes the slots again before everyone has read them
   }
 
@@ -192,17 +182,12 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
     std::memset(a.ef->residual(), 0, a.n * sizeof(float));
     src = flushed.data();
   }
-  GW_RETURN_IF_ERROR(ring_reduce_scatter(in_node, src, shard, part, a.dtype, a.op));
+  GW_RETURN_IF_ERROR(ring_reduce_scatter(g.in_node, src, shard, part, a.dtype, a.op));
   LegIo io;
   io.ef_step = a.ef != nullptr ? a.ef->step() : 0;
-  GW_RETURN_IF_ERROR(inter_leg(across, t, a, shard, start, len, io));
+  GW_RETURN_IF_ERROR(inter_leg(g.across, t, a, shard, start, len, io));
   if (a.op == ReduceOp::kAvg) divide(shard, len, a.dtype, c.size);
-  std::vector<uint64_t> displs(static_cast<size_t>(L)), lengths(static_cast<size_t>(L));
-  for (int r = 0; r < L; ++r) {
-    displs[static_cast<size_t>(r)] = part.start(static_cast<uint64_t>(r)) * es;
-    lengths[static_cast<size_t>(r)] = part.length(static_cast<uint64_t>(r)) * es;
-  }
-  return allgatherv(gather, shard, out, displs.data(), lengths.data());
+  return g.gather_shards(shard, out, es);
 }
 
 }  // namespace gw::coll
