@@ -24,6 +24,7 @@
 
 #include "collectives/comm_init.hpp"
 #include "collectives/context.hpp"
+#include "tests/multiproc/hier_test_util.hpp"
 #include "tests/multiproc/mp_launch.hpp"
 #include "transport/bootstrap/bootstrap.hpp"
 
@@ -33,17 +34,7 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-constexpr int kOk = 0, kInitFailed = 10, kFailed = 11;
-
-int fail(int rank, const std::string& why) {
-  std::fprintf(stderr, "rank %d: %s\n", rank, why.c_str());
-  return kFailed;
-}
-#define CALL_OK(rank, expr)                                                                                 \
-  do {                                                                                                      \
-    const Status s_ = (expr);                                                                               \
-    if (!s_.is_ok()) return fail(rank, std::string(#expr) + " line " + std::to_string(__LINE__) + ": " + s_.to_string()); \
-  } while (0)
+using namespace hier_test;  // NOLINT: the shared helpers of these tests
 
 struct Layout {
   int nodes, per_node;
@@ -87,42 +78,6 @@ void expect_all_ok(const std::vector<int>& codes) {
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], kOk) << "rank " << r;
 }
 
-// Rank r's gradient at step t: small integers, so fp16 sums are exact.
-std::vector<float> grad(size_t n, int r, int t) {
-  std::vector<float> g(n);
-  for (size_t i = 0; i < n; ++i) g[i] = static_cast<float>(static_cast<int>((i * 7 + static_cast<size_t>(r) * 13 + static_cast<size_t>(t) * 5) % 17) - 8);
-  return g;
-}
-
-std::vector<float> true_sum(size_t n, int np, int t) {
-  std::vector<float> s(n, 0.0f);
-  for (int r = 0; r < np; ++r) {
-    const auto g = grad(n, r, t);
-    for (size_t i = 0; i < n; ++i) s[i] += g[i];
-  }
-  return s;
-}
-
-double rel_err(const std::vector<double>& got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    num += (got[i] - want[i]) * (got[i] - want[i]);
-    den += want[i] * want[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-// Every rank's result, compared byte for byte with rank 0's.
-int same_everywhere(Communicator& c, int rank, const std::vector<float>& v) {
-  std::vector<float> all(v.size() * static_cast<size_t>(c.size()));
-  CALL_OK(rank, c.allgather(v.data(), all.data(), v.size() * sizeof(float)));
-  for (int r = 1; r < c.size(); ++r) {
-    if (std::memcmp(all.data(), all.data() + static_cast<size_t>(r) * v.size(), v.size() * sizeof(float)) != 0) {
-      return fail(rank, "rank " + std::to_string(r) + "'s result differs from rank 0's");
-    }
-  }
-  return kOk;
-}
 
 struct CodecCase {
   const char* spec;
