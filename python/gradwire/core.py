@@ -469,12 +469,16 @@ class Communicator:
         return Request(req, (x, out, codec, ef))
 
     def algo_for(self, x, codec=None):
-        """The algorithm an all-reduce of x with codec runs under this communicator's policy."""
+        """The algorithm an all-reduce of x with codec runs under this communicator's policy
+        (for a CUDA tensor, the device all-reduce's: gw_allreduce_algo_device)."""
         _, n, dtype = _buffer(x, "input", device_ok=True)
         if isinstance(codec, str):
             codec = Codec(codec)
         a = ctypes.c_int()
-        check(lib.gw_allreduce_algo(self._handle(), n, DTYPES[dtype], codec._h if codec else None, ctypes.byref(a)))
+        on_device = type(x).__module__.startswith("torch") and x.device.type == "cuda"
+        query = lib.gw_allreduce_algo_device if on_device and _lib.has("gw_allreduce_algo_device") \
+            else lib.gw_allreduce_algo
+        check(query(self._handle(), n, DTYPES[dtype], codec._h if codec else None, ctypes.byref(a)))
         return {v: k for k, v in ALGOS.items()}[a.value]
 
     def allgather(self, x, out):

@@ -28,6 +28,8 @@ def test_device_allreduce_matches_host_and_keeps_its_residual_on_the_device():
         x = torch.arange(8, dtype=torch.float32, device="cuda")
         comm.iallreduce(x).wait()
         assert x.cpu().tolist() == list(range(8))
+        # One rank: nothing to compress, on host or device (gw_allreduce_algo_device).
+        assert comm.algo_for(x, "qsgd:bits=4") == comm.algo_for(x.cpu(), "qsgd:bits=4") == "ring"
 
 
 def test_ddp_hook_keeps_cuda_buckets_on_the_gpu():
