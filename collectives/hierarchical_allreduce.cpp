@@ -4,6 +4,7 @@
 // local rank drives its own share of the node's inter-node traffic at once; a dense
 // all-gather inside each node then hands every rank the whole result. Error feedback acts
 // on the inter-node leg only, on this rank's shard of the EF state.
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -132,10 +133,10 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
     GW_RETURN_IF_ERROR(c.verify_all_calls());
     size_t slots = 0, areas = 0, bytes = 0;
     const bool overflow =
-        __builtin_mul_overflow(a.n * es, static_cast<size_t>(L), &slots) ||
+        __builtin_mul_overflow(a.n * es, static_cast<size_t>(L), &slots) || slots > SIZE_MAX - 64 ||
         (sparse_results &&
          __builtin_mul_overflow(NodePipeline::message_area_bytes(N, msg_cap), static_cast<size_t>(L), &areas)) ||
-        __builtin_add_overflow(NodePipeline::header_bytes(L) + slots, areas, &bytes);
+        __builtin_add_overflow(NodePipeline::header_bytes(L) + NodePipeline::slots_bytes(L, a.n, es), areas, &bytes);
     if (overflow) return invalid_argument("a node segment for " + std::to_string(a.n) + " elements overflows size_t");
     GW_ASSIGN_OR_RETURN(seg, a.node_shm->map(g.in_node, bytes));
   }

@@ -52,8 +52,12 @@ void NodePipeline::sparse_results(int messages, size_t cap, int divisor) {
   divisor_ = divisor;
 }
 
+size_t NodePipeline::slots_bytes(int local_size, uint64_t n, size_t es) {
+  return (static_cast<size_t>(local_size) * n * es + 63) / 64 * 64;
+}
+
 uint64_t* NodePipeline::message_lengths(int r) const {
-  uint8_t* areas = seg_ + header_ + static_cast<size_t>(L_) * n_ * es_;
+  uint8_t* areas = seg_ + header_ + slots_bytes(L_, n_, es_);
   return reinterpret_cast<uint64_t*>(areas + static_cast<size_t>(r) * message_area_bytes(messages_, cap_));
 }
 

@@ -44,6 +44,9 @@ class NodePipeline {
   // and every local rank decodes them into recv (zeroed first) in order, then divides by
   // divisor (> 1: kAvg). A few scattered elements instead of a copy of every shard.
   static size_t message_area_bytes(int messages, size_t cap);
+  // The slots' bytes (local_size slots of n es-byte elements), rounded up so that the message
+  // areas after them start 64-byte aligned.
+  static size_t slots_bytes(int local_size, uint64_t n, size_t es);
   void sparse_results(int messages, size_t cap, int divisor);
   // Local rank r's message area: `messages` u64 lengths, then the messages, cap bytes apart.
   uint64_t* message_lengths(int r) const;
