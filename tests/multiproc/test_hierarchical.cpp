@@ -222,8 +222,7 @@ TEST(Hierarchical, LossyCallsInPiecesKeepEveryProperty) {
   const CodecCase cases[] = {
       {"qsgd:bits=4,ef=1", Algo::kScatterReduce, 0},
       {"sign:ef=1", Algo::kCompressedRing, 0},
-      {"fp16", Algo::kScatterReduce, 0.0},
-      {"qsgd:bits=8", Algo::kScatterReduce, 0.05},
+      {"qsgd:bits=8", Algo::kScatterReduce, 0.05},  // no EF: the pieces' random streams
   };
   for (const CodecCase& cc : cases) {
     SCOPED_TRACE(std::string(cc.spec) + " between nodes " + algo_name(cc.inter));
