@@ -91,7 +91,7 @@ Status scatter(Context& c, const void* send, void* recv, size_t bytes, int root)
 float* prepare_accumulator(Context& c, const float* send, size_t n, ErrorFeedback* ef, int slot);
 
 // Codec calls of the lossy algorithms, timed into the communicator's statistics.
-inline double* hidden_counter(Context& c) { return c.stats != nullptr ? &c.stats->hidden_s : nullptr; }
+inline double* hidden_counter(const Context& c) { return c.stats != nullptr ? &c.stats->hidden_s : nullptr; }
 inline Result<size_t> timed_encode(Context& c, Codec& codec, float* acc, size_t n, const EncodeContext& ctx,
                                    void* out, size_t cap) {
   ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode", hidden_counter(c), &c.tp);
@@ -112,7 +112,7 @@ inline Result<size_t> timed_encode_input(Context& c, Codec& codec, const float* 
   ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode", hidden_counter(c), &c.tp);
   return codec.encode(src, n, DType::kFloat32, ctx, out, cap);
 }
-inline Status timed_decode(Context& c, const void* msg, size_t len, float* dst, size_t n, DecodeMode mode) {
+inline Status timed_decode(const Context& c, const void* msg, size_t len, float* dst, size_t n, DecodeMode mode) {
   ScopedSeconds t(c.stats != nullptr ? &c.stats->decode_s : nullptr, "decode", hidden_counter(c), &c.tp);
   return decode(msg, len, dst, n, DType::kFloat32, mode);
 }

@@ -6,10 +6,9 @@
 #include <string>
 #include <thread>
 
+#include "collectives/algorithms.hpp"
 #include "collectives/reduce.hpp"
-#include "collectives/stats.hpp"
 #include "collectives/timeline.hpp"
-#include "gradwire/codec.hpp"
 
 namespace gw::coll {
 namespace {
@@ -132,14 +131,11 @@ Status NodePipeline::decode_shard(int r) {
   if (len > 0) std::memset(dst, 0, len * sizeof(float));
   const uint64_t* lengths = message_lengths(r);
   for (int m = 0; m < messages_; ++m) {
-    ScopedSeconds t(c_.stats != nullptr ? &c_.stats->decode_s : nullptr, "decode");
-    GW_RETURN_IF_ERROR(decode(message(r, m), lengths[m], dst, len, DType::kFloat32, DecodeMode::kAccumulate)
+    GW_RETURN_IF_ERROR(timed_decode(c_, message(r, m), lengths[m], dst, len, DecodeMode::kAccumulate)
                            .with_context("inter-node message " + std::to_string(m) + " of local rank " +
                                          std::to_string(r) + "'s shard"));
   }
-  if (divisor_ > 1) {
-    for (uint64_t i = 0; i < len; ++i) dst[i] /= static_cast<float>(divisor_);
-  }
+  if (divisor_ > 1) divide(dst, len, DType::kFloat32, divisor_);
   return Status::ok();
 }
 
