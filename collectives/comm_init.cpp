@@ -12,6 +12,7 @@
 namespace gw::coll {
 namespace {
 
+#ifdef GW_HAVE_UCX
 // Each rank's launcher hint against the layout the host identities give: a disagreement is
 // said on the rank that has it (identities win: they are what shared memory follows).
 void check_hints(const Topology& t, const std::vector<topo::HostInfo>& hosts, int rank) {
@@ -25,6 +26,7 @@ void check_hints(const Topology& t, const std::vector<topo::HostInfo>& hosts, in
             t.describe().c_str());
   }
 }
+#endif
 
 }  // namespace
 
