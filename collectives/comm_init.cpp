@@ -5,8 +5,11 @@
 #include "collectives/topology.hpp"
 #include "transport/log.hpp"
 #include "transport/topology/host_identity.hpp"
+#include "transport/transport.hpp"
 #ifdef GW_HAVE_UCX
 #include "transport/ucx/ucx_transport.hpp"
+#else
+#include "transport/local/local_transport.hpp"
 #endif
 
 namespace gw::coll {
@@ -64,7 +67,10 @@ Result<std::unique_ptr<Communicator>> init_communicator(int rank, int nranks, co
 #else
   (void)exchange;
   (void)deadline;
-  return unsupported("this gradwire was built without UCX (GW_WITH_UCX=OFF): no multi-process transport");
+  // One rank needs no transport between processes: the in-process one serves it.
+  if (nranks == 1) return Communicator::create(std::move(transport::make_local_group(1).front()), config);
+  return unsupported("this gradwire was built without UCX (GW_WITH_UCX=OFF): no multi-process transport for " +
+                     std::to_string(nranks) + " ranks (one rank works without it)");
 #endif
 }
 
