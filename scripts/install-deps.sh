@@ -16,7 +16,7 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libgtest-dev libgmock-dev libbenchmark-dev \
   libucx-dev ucx-utils libibverbs-dev librdmacm-dev \
   libopenmpi-dev openmpi-bin \
-  iproute2 iperf3 \
+  iproute2 iperf3 patchelf xz-utils \
   python3 python3-numpy python3-pytest python3-torch python3-matplotlib python3-sklearn \
   python3-venv python3-pip python3-setuptools python3-wheel python3-dev libtorch-dev pybind11-dev ninja-build \
   dataset-fashion-mnist
