@@ -28,5 +28,11 @@ if [ "$sanitize" = 1 ]; then
     -DGW_WERROR=ON -DGW_SANITIZE=address,undefined -DGW_WITH_CUDA=OFF -DGW_BUILD_PERF=OFF
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$root/build-asan" --output-on-failure -j "$(nproc)" --timeout 600
+  # The library without UCX (what a GPU machine without UCX could build): warning-free with
+  # clang, and one rank works on the in-process transport.
+  GW_BUILD_DIR=$root/build-noucx GW_BUILD_TYPE=Release "$root/scripts/build.sh" \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DGW_WERROR=ON -DGW_WITH_UCX=OFF -DGW_WITH_CUDA=OFF \
+    -DGW_BUILD_TESTS=OFF -DGW_BUILD_PERF=OFF
+  GRADWIRE_LIB=$root/build-noucx/libgradwire.so PYTHONPATH=$root/python /usr/bin/python3 "$root/tests/python/one_rank_smoke.py"
   "$root/scripts/fuzz.sh" --seconds 30
 fi
