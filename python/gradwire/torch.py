@@ -328,45 +328,50 @@ class HookState:
 
     def _carry_residual(self, ef, spec, params, key):
         """Fills a new state's residual from the slices its parameters had in older states of
-        the same spec: live and replaced ones, then restored ones. Each slice is taken once
-        (a parameter that moved to another bucket leaves its old bucket, which DDP then
-        rebuilds too)."""
+        the same spec: live and replaced ones of this process, matched by parameter identity
+        (two parameters of one shape are still two parameters, and a state made this step for
+        another bucket, whose all-reduce may be in flight, never holds one of ours), then
+        restored ones, matched by name (by shape without model=). Each slice is taken once (a
+        parameter that moved to another bucket leaves its old bucket, which DDP then rebuilds
+        too)."""
         import numpy as np
-        wanted = set(key)
-        slices, step = {}, 0
-        sources = [(id(old), old_layout, old) for old_spec, old_layout, old in
-                   list(self._ef.values()) + self._retired if old_spec == spec]
-        for src, old_layout, old in sources:
-            r, off = None, 0
+        wanted = {id(p) for p in params}
+        by_id, by_name, step = {}, {}, 0
+        for old_spec, old_layout, old in list(self._ef.values()) + self._retired:
+            if old_spec != spec:
+                continue
+            src, r, off = id(old), None, 0
             for pid in old_layout:
-                p = self._params_by_id[pid]
-                name = self._param_key([p])[0]
-                if name in wanted and name not in slices and (src, name) not in self._claimed:
+                n = self._params_by_id[pid].numel()
+                if pid in wanted and pid not in by_id and (src, pid) not in self._claimed:
                     r = old.residual() if r is None else r
-                    slices[name] = r[off:off + p.numel()]
-                    self._claimed.add((src, name))
+                    by_id[pid] = r[off:off + n]
+                    self._claimed.add((src, pid))
                     step = max(step, old.step)
-                off += p.numel()
+                off += n
+        names = {name for p, name in zip(params, key) if id(p) not in by_id}
         for index, saved in self._restored.items():
             if saved["spec"] != spec:
                 continue
             full, off = None, 0
             for name, n in zip(saved["params"], saved["numels"]):
                 src = ("restored", index)
-                if name in wanted and name not in slices and (src, name) not in self._claimed:
+                if name in names and name not in by_name and (src, name) not in self._claimed:
                     if full is None:
                         loaded = ErrorFeedback(saved["count"])
                         loaded.load(saved["ef"])
                         full, step = loaded.residual(), max(step, loaded.step)
-                    slices[name] = full[off:off + n]
+                    by_name[name] = full[off:off + n]
                     self._claimed.add((src, name))
                 off += n
-        if not slices:
+        if not by_id and not by_name:
             return
         res = np.zeros(ef.count, dtype=np.float32)
         off = 0
         for p, name in zip(params, key):
-            got = slices.get(name)
+            got = by_id.get(id(p))
+            if got is None:
+                got = by_name.pop(name, None)
             if got is not None and len(got) == p.numel():
                 res[off:off + p.numel()] = got
             off += p.numel()

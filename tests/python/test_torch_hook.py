@@ -135,3 +135,41 @@ def test_hook_survives_model_using_torch_distributed():
         assert r["stats"]["algos"] == ["scatter_reduce", "sparse_allgather"]
         assert r["losses"][-1] < r["losses"][0]
     assert len({tuple(r["losses"]) for r in res}) == 1
+
+
+class _FakeBucket:
+    """What the hook reads of a GradBucket: its index, parameters and buffer."""
+
+    def __init__(self, index, params):
+        self._index, self._params = index, params
+        self._buffer = torch.zeros(sum(p.numel() for p in params))
+
+    def index(self):
+        return self._index
+
+    def parameters(self):
+        return self._params
+
+    def buffer(self):
+        return self._buffer
+
+
+def test_rebuilt_buckets_carry_each_parameters_own_residual_without_model(solo_comm):
+    """Without model= parameters have no names, and two biases of one shape in different
+    buckets must still keep their own residual slices when DDP rebuilds the buckets (the
+    carry once matched them by shape, handing one bias the other's residual)."""
+    import numpy as np
+    a, b, c = torch.nn.Parameter(torch.zeros(512)), torch.nn.Parameter(torch.zeros(512)), torch.nn.Parameter(torch.zeros(10))
+    state = gwt.HookState(solo_comm, codec="topk:ratio=0.1", min_size=0)
+    spec = "topk:ratio=0.1"
+    first = state._ef_state(_FakeBucket(0, [a, c]), spec, 522)
+    first.set_residual(np.concatenate([np.full(512, 1, np.float32), np.full(10, 3, np.float32)]))
+    second = state._ef_state(_FakeBucket(1, [b]), spec, 512)
+    second.set_residual(np.full(512, 2, np.float32))
+    # The rebuild swaps them: bucket 0 now holds b, bucket 1 holds a and c.
+    b_state = state._ef_state(_FakeBucket(0, [b]), spec, 512)
+    assert (b_state.residual() == 2).all(), "b took another parameter's residual"
+    ac_state = state._ef_state(_FakeBucket(1, [a, c]), spec, 522)
+    r = ac_state.residual()
+    assert (r[:512] == 1).all() and (r[512:] == 3).all(), "a or c lost its residual"
+    state.close()
