@@ -210,7 +210,7 @@ ucx_env=(UCX_WARN_UNUSED_ENV_VARS=n)
 want codecs && gtest "device codecs vs host" test_device_codecs 150 "$huge_filter" "${require[@]}"
 want collectives && gtest "device collectives, ranks as threads" test_device_collectives_gpu 100 "*" "${require[@]}"
 want nccl && gtest "NCCL from torch's wheel" test_nccl_library 60 "*" "${require[@]}" \
-  GW_TEST_FAKE_OLD_NCCL="$here/bin/libgw_fake_old_nccl.so"
+  GW_FAKE_OLD_NCCL="$here/bin/libgw_fake_old_nccl.so"
 want ucx && gtest "device collectives, processes over UCX" test_device_over_ucx_gpu 90 "*" "${require[@]}" \
   "${ucx_env[@]}"
 if want python; then
