@@ -1,6 +1,7 @@
 // GW_REQUIRE_GPU=1 (scripts/gpu-check.sh sets it when nvidia-smi sees a GPU) turns a GPU
 // test's "no usable device" skip into a failure, so a run on a GPU machine cannot pass
 // with nothing tested (a driver too old for the runtime, a hidden device, a broken install).
+// GW_REQUIRE_NCCL=1 does the same for a test that finds NCCL unavailable.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@ inline bool env_flag(const char* name) {
 }
 
 inline bool gpu_required() { return env_flag("GW_REQUIRE_GPU"); }
+inline bool nccl_required() { return env_flag("GW_REQUIRE_NCCL"); }
 
 }  // namespace gw::testing
 
@@ -28,6 +30,15 @@ inline bool gpu_required() { return env_flag("GW_REQUIRE_GPU"); }
       FAIL() << "GW_REQUIRE_GPU is set, but there is no usable CUDA device: " << (why); \
     }                                                                                    \
     GTEST_SKIP() << "no usable CUDA device, GPU test not run: " << (why);                \
+  } while (0)
+
+// NCCL could not be used (`why`): skip, or fail when NCCL is required.
+#define GW_SKIP_OR_FAIL_WITHOUT_NCCL(why)                                                           \
+  do {                                                                                              \
+    if (::gw::testing::nccl_required()) {                                                           \
+      FAIL() << "GW_REQUIRE_NCCL is set, but NCCL is not available: " << (why);                     \
+    }                                                                                               \
+    GTEST_SKIP() << "NCCL not available, NCCL test not run: " << (why);                             \
   } while (0)
 
 // A test that runs only when `flag` is set (a long one): otherwise skipped, whatever
