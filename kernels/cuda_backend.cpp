@@ -1,7 +1,8 @@
 // The CUDA device backend of the collectives (collectives/device_backend.hpp): one
 // non-blocking stream on the device current when it was made, stream-ordered scratch
-// (cudaMallocAsync), pinned staging, fences as recycled events, the device codecs, and NCCL
-// (transport/nccl/) when the build found it and the communicator brought it up.
+// (cudaMallocAsync; cudaMalloc where the device has no memory pools), pinned staging, fences
+// as recycled events, the device codecs, and NCCL (transport/nccl/) when the build found it
+// and the communicator brought it up.
 #include <cuda_runtime_api.h>
 
 #include <deque>
@@ -15,9 +16,15 @@
 #include "kernels/collective_kernels.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_codec.hpp"
+#include "kernels/device_scratch.hpp"
+#include "kernels/testing_hooks.hpp"
 #ifdef GW_HAVE_NCCL
 #include "transport/nccl/nccl_comm.hpp"
 #endif
+
+namespace gw::kern::testing_hooks {
+std::atomic<bool> skip_caller_wait{false};
+}  // namespace gw::kern::testing_hooks
 
 namespace gw::coll {
 namespace {
@@ -31,6 +38,7 @@ class CudaBackend final : public DeviceBackend {
     int device = 0;
     GW_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
     std::unique_ptr<CudaBackend> b(new CudaBackend(device));
+    GW_ASSIGN_OR_RETURN(b->pools_, kern::memory_pools_supported());
     GW_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking));
     GW_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&b->caller_ready_, cudaEventDisableTiming));
     return std::unique_ptr<DeviceBackend>(std::move(b));
@@ -72,6 +80,7 @@ class CudaBackend final : public DeviceBackend {
 
   Status begin(void* stream) override {
     GW_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));  // the progress thread's current device
+    if (kern::testing_hooks::skip_caller_wait.load(std::memory_order_relaxed)) return Status::ok();
     auto* user = static_cast<cudaStream_t>(stream);
     GW_CUDA_RETURN_IF_ERROR(cudaEventRecord(caller_ready_, user));
     GW_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, caller_ready_, 0));
@@ -82,10 +91,11 @@ class CudaBackend final : public DeviceBackend {
     Block& b = block(scratch_, slot);
     if (b.bytes >= bytes && b.ptr != nullptr) return b.ptr;
     // Stream-ordered: the old block is released after the work already queued that uses it.
-    if (b.ptr != nullptr) GW_CUDA_RETURN_IF_ERROR(cudaFreeAsync(b.ptr, stream_));
+    // Without memory pools the release waits for the stream (kern::stream_release).
+    if (b.ptr != nullptr) GW_CUDA_RETURN_IF_ERROR(kern::stream_release(b.ptr, stream_, pools_));
     b = Block{};
     void* p = nullptr;
-    GW_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&p, bytes > 0 ? bytes : 1, stream_));
+    GW_CUDA_RETURN_IF_ERROR(kern::stream_alloc(&p, bytes > 0 ? bytes : 1, stream_, nullptr, pools_));
     b = Block{p, bytes};
     return p;
   }
@@ -268,6 +278,7 @@ class CudaBackend final : public DeviceBackend {
   }
 
   int device_;
+  bool pools_ = true;  // stream-ordered allocation on device_ (kern::memory_pools_supported)
   cudaStream_t stream_ = nullptr;
   cudaEvent_t caller_ready_ = nullptr;
   std::vector<Block> scratch_;

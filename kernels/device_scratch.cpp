@@ -6,8 +6,45 @@
 #include <vector>
 
 #include "kernels/cuda_check.hpp"
+#include "transport/log.hpp"
 
 namespace gw::kern {
+
+Result<bool> memory_pools_supported() {
+  static std::mutex mu;
+  static std::vector<int> answers;  // by device ordinal: -1 not asked yet, else the attribute
+  int device = 0;
+  GW_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  if (answers.size() <= static_cast<size_t>(device)) answers.resize(static_cast<size_t>(device) + 1, -1);
+  int& answer = answers[static_cast<size_t>(device)];
+  if (answer < 0) {
+    int v = 0;
+    GW_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&v, cudaDevAttrMemoryPoolsSupported, device));
+    answer = v != 0 ? 1 : 0;
+    if (answer == 0) {
+      GW_WARN(kInit,
+              "CUDA device %d has no memory pools (cudaDevAttrMemoryPoolsSupported is 0): device scratch falls "
+              "back to cudaMalloc, and each release waits for its stream before cudaFree (correct, slower)",
+              device);
+    }
+  }
+  return answer == 1;
+}
+
+cudaError_t stream_alloc(void** p, size_t bytes, cudaStream_t stream, cudaMemPool_t pool, bool pools) {
+  if (!pools) return cudaMalloc(p, bytes);
+  return pool != nullptr ? cudaMallocFromPoolAsync(p, bytes, pool, stream) : cudaMallocAsync(p, bytes, stream);
+}
+
+cudaError_t stream_release(void* p, cudaStream_t stream, bool pools) {
+  if (pools) return cudaFreeAsync(p, stream);
+  // No stream-ordered free: work already queued on the stream may still use p, so wait for
+  // it. cudaFree is then safe (it may wait for the whole device too; that is the slow part).
+  const cudaError_t waited = cudaStreamSynchronize(stream);
+  const cudaError_t freed = cudaFree(p);
+  return waited != cudaSuccess ? waited : freed;
+}
 
 Result<cudaMemPool_t> scratch_pool() {
   static std::mutex mu;
@@ -38,27 +75,31 @@ Result<cudaMemPool_t> scratch_pool() {
 
 DeviceScratch::~DeviceScratch() {
   for (void* p : slots_) {
-    if (p != nullptr) cudaFreeAsync(p, stream_);
+    if (p != nullptr) stream_release(p, stream_, pools_);
   }
 }
 
 Result<void*> DeviceScratch::raw(int slot, size_t bytes) {
   if (slot < 0 || slot >= kSlots) return internal_error("device scratch slot " + std::to_string(slot) + " is out of range");
   if (bytes <= sizes_[slot] && slots_[slot] != nullptr) return slots_[slot];
-  if (pool_ == nullptr) {
-    GW_ASSIGN_OR_RETURN(pool_, scratch_pool());
+  if (!ready_) {
+    GW_ASSIGN_OR_RETURN(pools_, memory_pools_supported());
+    if (pools_) {
+      GW_ASSIGN_OR_RETURN(pool_, scratch_pool());
+    }
+    ready_ = true;
   }
-  if (slots_[slot] != nullptr) GW_CUDA_RETURN_IF_ERROR(cudaFreeAsync(slots_[slot], stream_));
+  if (slots_[slot] != nullptr) GW_CUDA_RETURN_IF_ERROR(stream_release(slots_[slot], stream_, pools_));
   slots_[slot] = nullptr;
   sizes_[slot] = 0;
   void* p = nullptr;
   const size_t want = bytes > 0 ? (bytes + 255) / 256 * 256 : 256;
-  const cudaError_t err = cudaMallocFromPoolAsync(&p, want, pool_, stream_);
+  const cudaError_t err = stream_alloc(&p, want, stream_, pool_, pools_);
   if (err != cudaSuccess) {
     cudaGetLastError();  // an allocation failure is not sticky; clear it for later launch checks
     return Status(err == cudaErrorMemoryAllocation ? Code::kOutOfMemory : Code::kCuda,
-                  "device scratch: cudaMallocFromPoolAsync of " + std::to_string(want) + " bytes failed: " +
-                      cudaGetErrorString(err));
+                  std::string("device scratch: ") + (pools_ ? "cudaMallocFromPoolAsync" : "cudaMalloc") + " of " +
+                      std::to_string(want) + " bytes failed: " + cudaGetErrorString(err));
   }
   slots_[slot] = p;
   sizes_[slot] = want;

@@ -5,7 +5,8 @@
 // the device (no cudaFree, which waits for every stream and could stall behind a trainer's
 // kernel), and memory follows the device the work runs on. The pool keeps what it was
 // given (release threshold unlimited), so a steady training loop asks the driver for
-// nothing: its allocations are pool hits.
+// nothing: its allocations are pool hits. A device without memory pools gets cudaMalloc'd
+// blocks instead, and each release waits for the stream (stream_release).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,6 +21,17 @@ namespace gw::kern {
 // gradwire's scratch pool on the current device, made on first use (per device, never
 // destroyed: it lives as long as the CUDA context).
 Result<cudaMemPool_t> scratch_pool();
+
+// Whether the current device has stream-ordered allocation (cudaDevAttrMemoryPoolsSupported),
+// asked once per device; a device without it is named once in a warning. Without pools the
+// two calls below fall back to cudaMalloc and, on release, a wait for the stream and cudaFree:
+// correct, but every release waits for the device.
+Result<bool> memory_pools_supported();
+// Device memory usable in `stream`'s order: from `pool` (the device's default pool when null)
+// with pools, else cudaMalloc.
+cudaError_t stream_alloc(void** p, size_t bytes, cudaStream_t stream, cudaMemPool_t pool, bool pools);
+// Releases what stream_alloc gave after the work queued on `stream` that may use it.
+cudaError_t stream_release(void* p, cudaStream_t stream, bool pools);
 
 class DeviceScratch {
  public:
@@ -47,6 +59,8 @@ class DeviceScratch {
   Result<void*> raw(int slot, size_t bytes);
 
   cudaStream_t stream_;
+  bool ready_ = false;  // pools_ and pool_ known
+  bool pools_ = true;
   cudaMemPool_t pool_ = nullptr;
   void* slots_[kSlots] = {};
   size_t sizes_[kSlots] = {};

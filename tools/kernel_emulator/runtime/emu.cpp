@@ -38,6 +38,7 @@ long g_allocs = 0;
 long g_syncs = 0;
 long g_launches = 0;
 int g_l2 = 1 << 16;
+int g_mempools = std::getenv("EMU_NO_MEMPOOLS") != nullptr && std::strcmp(std::getenv("EMU_NO_MEMPOOLS"), "1") == 0 ? 0 : 1;
 bool g_strict_memory = false;
 bool g_canonical_nan = false;
 int g_event_delay = std::getenv("EMU_EVENT_DELAY") ? std::atoi(std::getenv("EMU_EVENT_DELAY")) : 1;
@@ -222,8 +223,14 @@ static thread_local int t_exempt = 0;
 Exempt::Exempt() { ++t_exempt; }
 Exempt::~Exempt() { --t_exempt; }
 
+// The waits a device without memory pools makes by design (kern::stream_alloc/_release).
+static bool pool_fallback_wait(const char* name) {
+  return g_mempools == 0 && (std::strcmp(name, "cudaMalloc") == 0 || std::strcmp(name, "cudaFree") == 0 ||
+                             std::strcmp(name, "cudaStreamSynchronize") == 0);
+}
+
 void blocking_call(const char* name) {
-  if (g_hot.load() == 0 || t_exempt > 0) return;
+  if (g_hot.load() == 0 || t_exempt > 0 || pool_fallback_wait(name)) return;
   if (g_hot_used.fetch_add(1) + 1 > g_hot_allowed.load()) {
     std::fprintf(stderr, "EMU FAILURE: %s waits for the device inside %s (%ld waits allowed there)\n", name,
                  g_hot_what, g_hot_allowed.load());
@@ -281,6 +288,7 @@ struct CUmemPoolHandle_st {
   int device;
 };
 cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props) {
+  if (emu::g_mempools == 0) return cudaErrorNotSupported;
   if (pool == nullptr || props == nullptr || props->allocType != cudaMemAllocationTypePinned ||
       props->location.type != cudaMemLocationTypeDevice || props->location.id != 0) {
     return cudaErrorInvalidValue;
@@ -301,6 +309,7 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
 }
 // Stream-ordered: neither waits for the device, on a real GPU either.
 cudaError_t cudaMallocFromPoolAsync(void** p, size_t n, cudaMemPool_t pool, cudaStream_t) {
+  if (emu::g_mempools == 0) return cudaErrorNotSupported;
   if (pool == nullptr) return cudaErrorInvalidValue;
   *p = emu::alloc(n, emu::Kind::kDevice);
   return *p != nullptr || n == 0 ? cudaSuccess : cudaErrorMemoryAllocation;
@@ -316,8 +325,11 @@ cudaError_t cudaFree(void* p) {
   emu::release(p, emu::Kind::kDevice, "cudaFree");
   return cudaSuccess;
 }
-cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
+cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t) {
+  return emu::g_mempools == 0 ? cudaErrorNotSupported : cudaMalloc(p, n);
+}
 cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
+  if (emu::g_mempools == 0) return cudaErrorNotSupported;
   emu::release(p, emu::Kind::kDevice, "cudaFreeAsync");
   return cudaSuccess;
 }

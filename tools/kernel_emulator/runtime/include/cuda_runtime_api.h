@@ -16,6 +16,7 @@ enum cudaError_t {
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorNotReady = 600,
+  cudaErrorNotSupported = 801,
 };
 using cudaError = cudaError_t;
 struct CUstream_st;
@@ -23,7 +24,7 @@ using cudaStream_t = CUstream_st*;
 struct CUevent_st;
 using cudaEvent_t = CUevent_st*;
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
-enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrL2CacheSize = 38 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrL2CacheSize = 38, cudaDevAttrMemoryPoolsSupported = 115 };
 enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2, cudaMemoryTypeManaged = 3 };
 struct cudaPointerAttributes {
   cudaMemoryType type;
@@ -51,6 +52,11 @@ inline float4 make_float4(float a, float b, float c, float d) { return float4{a,
 namespace emu {
 extern int g_sms;       // reported multiprocessor count ($EMU_SMS, default 3; harnesses vary it)
 extern int g_l2;        // reported L2 size in bytes
+// cudaDevAttrMemoryPoolsSupported: 1, or 0 with $EMU_NO_MEMPOOLS=1. At 0 the pool and
+// stream-ordered calls fail with cudaErrorNotSupported, as on a device without pools, and
+// the fallback's own waits (cudaMalloc, cudaStreamSynchronize, cudaFree) are allowed on hot
+// paths; every other wait there still aborts.
+extern int g_mempools;
 extern long g_allocs;   // cudaMalloc and cudaMallocAsync calls
 extern long g_syncs;    // cudaStreamSynchronize calls
 extern long g_launches; // kernel launches
@@ -134,6 +140,7 @@ inline const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
   }
   return "cudaErrorEmu";
 }
@@ -172,7 +179,7 @@ inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
 inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
-  *v = a == cudaDevAttrL2CacheSize ? emu::g_l2 : emu::g_sms;
+  *v = a == cudaDevAttrL2CacheSize ? emu::g_l2 : a == cudaDevAttrMemoryPoolsSupported ? emu::g_mempools : emu::g_sms;
   return cudaSuccess;
 }
 // Occupancy: every kernel fits $EMU_BLOCKS_PER_SM blocks per SM (default 4; 0 is allowed, as a
