@@ -67,7 +67,7 @@ print_summary() {
     if [ ${#failed[@]} -eq 0 ]; then
       echo "gpu-check: PASS (${#rows[@]} steps)$([ $expect_gpu = 0 ] && echo '; no GPU expected: nothing here is a GPU result')"
     else
-      echo "gpu-check: FAILED: ${failed[*]}$([ $expect_gpu = 0 ] && echo '; no GPU expected: nothing here is a GPU result')"
+      echo "gpu-check: FAILED: $(IFS=';'; echo "${failed[*]}" | sed 's/;/; /g')$([ $expect_gpu = 0 ] && echo '; no GPU expected: nothing here is a GPU result')"
     fi
   } > "$summary.tmp"
   mv "$summary.tmp" "$summary"
@@ -233,7 +233,8 @@ fi
 
 # ---- compute-sanitizer on the short subsets.
 if want sanitizer; then
-  cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer /usr/local/cuda*/compute-sanitizer/compute-sanitizer \
+    /opt/nvidia/*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)
   if [ $expect_gpu = 0 ]; then
     row "compute-sanitizer" "N/A" "" "" "" 0 sanitizer.log "no GPU: nothing to sanitize"
   elif [ -z "$cs" ]; then

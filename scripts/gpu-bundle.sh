@@ -16,8 +16,9 @@
 #   --no-build       package what the tree already holds.
 #   --keep-debug     do not strip the binaries.
 #   --max-mib N      fail when the tarball is larger (default 25; 0: no limit).
-# Output: .gpu-bundle/gradwire-gpu.tar.xz (git-ignored; at most 25 MiB) and the unpacked
-# .gpu-bundle/gradwire-gpu/. On the GPU machine (the device tool, carry [".gpu-bundle"]):
+# Output: .gpu-bundle/gradwire-gpu.tar.xz alone (git-ignored; at most 25 MiB; the folder it
+# was packed from is removed, so carrying .gpu-bundle carries only the tarball). On the GPU
+# machine (the device tool, carry [".gpu-bundle"]):
 #   tar xJf .gpu-bundle/gradwire-gpu.tar.xz -C /tmp && /tmp/gradwire-gpu/run.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -119,10 +120,11 @@ built_archs=$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$build/CMakeCache
   (cd "$stage" && find . -type f | sort | xargs sha256sum | awk '{print "  " $2 "  " $1}')
 } > "$stage/MANIFEST.txt"
 
-tar -C "$out" -cJf "$out/gradwire-gpu.tar.xz" gradwire-gpu
+XZ_OPT=${XZ_OPT:--6 -T0} tar -C "$out" -cJf "$out/gradwire-gpu.tar.xz" gradwire-gpu
 size=$(stat -c %s "$out/gradwire-gpu.tar.xz")
 mib=$(awk -v s="$size" 'BEGIN {printf "%.1f", s / 1048576}')
 echo "gpu-bundle: ${out#"$root"/}/gradwire-gpu.tar.xz, $mib MiB (unpacked $(du -sh "$stage" | cut -f1)), gradwire $commit$dirty, archs $built_archs"
+rm -rf "$stage"
 if [ "$max_mib" -gt 0 ] && [ "$size" -gt $((max_mib * 1048576)) ]; then
   echo "gpu-bundle: over the $max_mib MiB a GPU call should carry" >&2
   exit 1

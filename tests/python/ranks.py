@@ -23,6 +23,24 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 PYDIR = os.path.join(ROOT, "python")
 
 
+def kill_and_report(procs, logs, tail_chars=6000):
+    """Kills what is still running of procs (each rank's whole session), waits for every rank,
+    and returns their logs, each cut to its last tail_chars, headed by rank and exit code."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    texts = []
+    for r, log in enumerate(logs):
+        log.seek(0)
+        texts.append("---- rank %d (exit %s) ----\n%s" % (r, procs[r].returncode, log.read()[-tail_chars:]))
+        log.close()
+    return "\n".join(texts)
+
+
 def free_ports(n):
     """n distinct TCP ports that were free a moment ago on 127.0.0.1."""
     socks, ports = [], []
@@ -87,19 +105,7 @@ def run_ranks(scenario, nranks=4, timeout=90, env=None, worker=None):
                 timed_out = True
                 break
     finally:
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
-    texts = []
-    for r, log in enumerate(logs):
-        log.seek(0)
-        texts.append("---- rank %d (exit %s) ----\n%s" % (r, procs[r].returncode, log.read()[-6000:]))
-        log.close()
-    report = "\n".join(texts)
+        report = kill_and_report(procs, logs)
     if timed_out:
         raise AssertionError("scenario %s timed out after %ss\n%s" % (scenario, timeout, report))
     if any(p.returncode != 0 for p in procs):

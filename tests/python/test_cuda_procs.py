@@ -47,7 +47,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -61,7 +60,7 @@ if REQUIRE_GPU:
 else:
     torch = pytest.importorskip("torch")
 
-from ranks import child_env, free_ports  # noqa: E402
+from ranks import child_env, free_ports, kill_and_report  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "cuda_procs_worker.py")
@@ -122,19 +121,7 @@ def launch(nranks=NRANKS, timeout=LAUNCH_TIMEOUT_S):
                 break
             time.sleep(0.1)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
-    texts = []
-    for r, log in enumerate(logs):
-        log.seek(0)
-        texts.append("---- rank %d (exit %s) ----\n%s" % (r, procs[r].returncode, log.read()[-8000:]))
-        log.close()
-    report = "\n".join(texts)
+        report = kill_and_report(procs, logs, tail_chars=8000)
     elapsed = time.monotonic() - start
     if why is not None or any(p.returncode != 0 for p in procs):
         raise AssertionError("cuda_procs_worker failed (%s, %.0f s; logs kept in %s)\n%s"

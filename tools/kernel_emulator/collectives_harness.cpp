@@ -82,6 +82,7 @@ class DevBuf {
   }
   ~DevBuf() {
     emu::Exempt mine;
+    release_pinned();
     cudaFree(p_);
   }
   DevBuf(const DevBuf&) = delete;
@@ -90,6 +91,17 @@ class DevBuf {
   void upload(const std::vector<T>& v) {
     emu::Exempt mine;
     if (!v.empty()) cudaMemcpy(p_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  // v copied in from pinned memory on stream s, not waited for: with deferred streams
+  // (EMU_DEFER_STREAMS=1) the copy runs when something waits for s, so a collective on s
+  // sees v only if it waits for the caller's stream as it must.
+  void upload_on(cudaStream_t s, const std::vector<T>& v) {
+    emu::Exempt mine;
+    release_pinned();
+    if (v.empty()) return;
+    if (cudaHostAlloc(&pinned_, v.size() * sizeof(T), cudaHostAllocDefault) != cudaSuccess) std::abort();
+    std::memcpy(pinned_, v.data(), v.size() * sizeof(T));
+    cudaMemcpyAsync(p_, pinned_, v.size() * sizeof(T), cudaMemcpyHostToDevice, s);
   }
   void fill(int byte) {
     emu::Exempt mine;
@@ -103,8 +115,13 @@ class DevBuf {
   }
 
  private:
+  void release_pinned() {
+    if (pinned_ != nullptr) cudaFreeHost(pinned_);  // waits for the device, so the copy has run
+    pinned_ = nullptr;
+  }
   size_t n_;
   T* p_;
+  void* pinned_ = nullptr;
 };
 
 // Heavy-tailed values, reproducible by seed; kind 1 adds exact zeros and many repeated
@@ -288,7 +305,11 @@ void compare_allreduce(int p, size_t n, const Case& k, const Options& o) {
       RankStream stream;
       DevBuf<float> g(n), out(n);
       for (int step = 0; step < kSteps; ++step) {
-        g.upload(grad(step, r));
+        if (step == 1) {
+          g.upload_on(stream.s, grad(step, r));  // the call on the caller's stream must wait for it
+        } else {
+          g.upload(grad(step, r));
+        }
         out.fill(0x7F);
         float* dst = o.in_place ? g.data() : out.data();
         OK_OR_FAIL(label, c.allreduce_device(g.data(), dst, n, DType::kFloat32, o.op, codec.value().get(),
@@ -684,6 +705,22 @@ long compare_hierarchical() {
   return runs;
 }
 
+// Deferred streams only: with the backend's wait for the caller's stream skipped
+// (kern::testing_hooks), the call on the caller's stream must read the previous step's input
+// and the comparison must fail, or the harness could not see that wait go missing.
+void check_missing_caller_wait_is_caught() {
+  const long before = g_failures.load();
+  std::fprintf(stderr, "missing caller-stream wait (the failures printed next are expected):\n");
+  kern::testing_hooks::skip_caller_wait.store(true);
+  compare_allreduce(2, 4097, Case{"qsgd:bits=8,bucket=512", Algo::kScatterReduce}, Options{});
+  kern::testing_hooks::skip_caller_wait.store(false);
+  const long seen = g_failures.load() - before;
+  g_failures.store(before);
+  ++g_checks;
+  if (seen == 0) fail("with the caller-stream wait skipped the device results still matched: the harness cannot see it");
+  std::fprintf(stderr, "missing caller-stream wait: caught (%ld expected failures)\n", seen);
+}
+
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "quick") == 0;
   if (argc > 1 && std::strcmp(argv[1], "hierarchical") == 0) {  // that part alone
@@ -754,6 +791,7 @@ int main(int argc, char** argv) {
   }
   for (const char* spec : {"none", "bf16"}) check_codec_api(spec, 4097);
   check_refusals();
+  if (emu::g_defer) check_missing_caller_wait_is_caught();
   check_concurrent_streams();
   check_steady_state_waits();
   progress("dense, allgather, broadcast, codec api, refusals, concurrent streams, steady-state waits");

@@ -4,7 +4,8 @@
 Only the launch syntax needs rewriting (emu.hpp supplies everything else):
     name<T...><<<grid, block[, smem[, stream]]>>>(args);
 becomes
-    emu::launch(grid, block[, smem[, stream]])([&] { name<T...>(args); });
+    emu::launch(grid, block[, smem[, stream]])([=] { name<T...>(args); });
+(by value: with deferred streams the body runs later, with the arguments of the launch).
 A #line directive and padding newlines keep compiler messages and debugger lines pointing
 at the original .cu file.
 
@@ -69,7 +70,7 @@ def transform(src):
         q = closing_paren(src, p)
         args = src[p + 1:q]
         out.append(src[i:start])
-        out.append('emu::launch(%s)([&] { %s(%s); })' % (' '.join(cfg.split()), name, ' '.join(args.split())))
+        out.append('emu::launch(%s)([=] { %s(%s); })' % (' '.join(cfg.split()), name, ' '.join(args.split())))
         out.append('\n' * src.count('\n', start, q + 1))
         i = q + 1
         launches += 1

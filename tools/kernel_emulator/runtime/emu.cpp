@@ -1,8 +1,10 @@
 #include "emu.hpp"
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
@@ -322,15 +324,16 @@ cudaError_t cudaMalloc(void** p, size_t n) {
 }
 cudaError_t cudaFree(void* p) {
   emu::blocking_call("cudaFree");
+  emu::sync_all();  // cudaFree waits for the device
   emu::release(p, emu::Kind::kDevice, "cudaFree");
   return cudaSuccess;
 }
 cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t) {
   return emu::g_mempools == 0 ? cudaErrorNotSupported : cudaMalloc(p, n);
 }
-cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
+cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
   if (emu::g_mempools == 0) return cudaErrorNotSupported;
-  emu::release(p, emu::Kind::kDevice, "cudaFreeAsync");
+  emu::enqueue(s, [p] { emu::release(p, emu::Kind::kDevice, "cudaFreeAsync"); });
   return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) {
@@ -340,6 +343,7 @@ cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) {
 }
 cudaError_t cudaFreeHost(void* p) {
   emu::blocking_call("cudaFreeHost");
+  emu::sync_all();
   emu::release(p, emu::Kind::kPinned, "cudaFreeHost");
   return cudaSuccess;
 }
@@ -360,35 +364,128 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* p)
   return cudaSuccess;
 }
 
-// ---- Streams and events: work is done when its call returns, so they only keep state. ----
+// ---- Streams and events. ----
+// Without deferral work is done when its call returns and these only keep state. With it
+// (emu::g_defer) each created stream keeps a queue; ops run in queue order, one at a time
+// process-wide (g_stream_mu, recursive: a wait op runs another stream's queue).
 
 struct CUstream_st {
   unsigned flags;
+  std::deque<std::function<void()>> queue;
+  uint64_t queued = 0;  // ops ever queued
+  uint64_t done = 0;    // ops run (or running)
 };
 struct CUevent_st {
   unsigned flags;
-  int not_ready;  // queries left that report cudaErrorNotReady
+  int not_ready;                  // queries left that report cudaErrorNotReady
+  CUstream_st* stream = nullptr;  // deferred: the stream of the last record, and
+  uint64_t seq = 0;               // how many of its ops precede the record
 };
 
+namespace emu {
+bool g_defer = std::getenv("EMU_DEFER_STREAMS") != nullptr && std::atoi(std::getenv("EMU_DEFER_STREAMS")) != 0;
+namespace {
+std::recursive_mutex& stream_mu() {
+  static auto* m = new std::recursive_mutex;
+  return *m;
+}
+// Live streams (for the legacy stream's implicit waits) and destroyed ones, kept so that an
+// event recorded on a destroyed stream still answers (its queue ran at destruction).
+std::set<CUstream_st*>& live_streams() {
+  static auto* s = new std::set<CUstream_st*>;
+  return *s;
+}
+std::vector<CUstream_st*>& dead_streams() {
+  static auto* s = new std::vector<CUstream_st*>;
+  return *s;
+}
+void run_until(CUstream_st* s, uint64_t seq) {  // the caller holds stream_mu()
+  while (s->done < seq && !s->queue.empty()) {
+    std::function<void()> op = std::move(s->queue.front());
+    s->queue.pop_front();
+    ++s->done;
+    op();
+  }
+}
+void run_blocking_streams() {  // what work on the legacy stream waits for
+  for (CUstream_st* t : live_streams()) {
+    if (t->flags != cudaStreamNonBlocking) run_until(t, t->queued);
+  }
+}
+}  // namespace
+
+void enqueue(cudaStream_t s, std::function<void()> fn) {
+  if (!g_defer) {
+    fn();
+    return;
+  }
+  std::lock_guard<std::recursive_mutex> lock(stream_mu());
+  if (s == nullptr) {
+    run_blocking_streams();
+    fn();
+    return;
+  }
+  s->queue.push_back(std::move(fn));
+  ++s->queued;
+}
+
+void sync_stream(cudaStream_t s) {
+  if (!g_defer) return;
+  std::lock_guard<std::recursive_mutex> lock(stream_mu());
+  if (s == nullptr) {
+    run_blocking_streams();
+  } else {
+    run_until(s, s->queued);
+  }
+}
+
+void sync_all() {
+  if (!g_defer) return;
+  std::lock_guard<std::recursive_mutex> lock(stream_mu());
+  for (CUstream_st* t : live_streams()) run_until(t, t->queued);
+}
+}  // namespace emu
+
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
-  *s = new CUstream_st{flags};
+  *s = new CUstream_st{flags, {}, 0, 0};
+  std::lock_guard<std::recursive_mutex> lock(emu::stream_mu());
+  emu::live_streams().insert(*s);
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
-  delete s;
+  std::lock_guard<std::recursive_mutex> lock(emu::stream_mu());
+  emu::run_until(s, s->queued);  // CUDA lets queued work finish
+  emu::live_streams().erase(s);
+  emu::dead_streams().push_back(s);
   return cudaSuccess;
 }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {
-  return e == nullptr ? cudaErrorInvalidResourceHandle : cudaSuccess;
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  if (e == nullptr) return cudaErrorInvalidResourceHandle;
+  if (!emu::g_defer || e->stream == nullptr) return cudaSuccess;
+  CUstream_st* producer = e->stream;
+  const uint64_t seq = e->seq;
+  emu::enqueue(s, [producer, seq] {
+    std::lock_guard<std::recursive_mutex> lock(emu::stream_mu());
+    emu::run_until(producer, seq);
+  });
+  return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
   *e = new CUevent_st{flags, 0};
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (e == nullptr) return cudaErrorInvalidResourceHandle;
   e->not_ready = emu::g_event_delay;
+  e->stream = nullptr;
+  if (emu::g_defer && s != nullptr) {
+    std::lock_guard<std::recursive_mutex> lock(emu::stream_mu());
+    e->stream = s;
+    e->seq = s->queued;
+  } else if (emu::g_defer) {
+    emu::sync_stream(nullptr);  // the legacy stream's record follows the blocking streams' work
+  }
   return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
@@ -397,12 +494,21 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
     --e->not_ready;
     return cudaErrorNotReady;
   }
+  // Deferred: a GPU finishes what it was given in the end; asked again, the work has run.
+  if (e->stream != nullptr) {
+    std::lock_guard<std::recursive_mutex> lock(emu::stream_mu());
+    emu::run_until(e->stream, e->seq);
+  }
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   emu::blocking_call("cudaEventSynchronize");
   if (e == nullptr) return cudaErrorInvalidResourceHandle;
   e->not_ready = 0;
+  if (e->stream != nullptr) {
+    std::lock_guard<std::recursive_mutex> lock(emu::stream_mu());
+    emu::run_until(e->stream, e->seq);
+  }
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {

@@ -141,12 +141,22 @@ inline unsigned match_any(unsigned mask, unsigned v) {
 inline void syncthreads() { collective(g_block_rv, g_nthreads, current->tid.x, kSync, 0, 0, [](Rendezvous&) {}); }
 
 void launch_impl(dim3 grid, dim3 block, std::function<void()> body);
+// A launch is stream work: with deferred streams (cuda_runtime_api.h) it runs when something
+// waits for its stream. The body captured the kernel's arguments by value at the launch, as
+// CUDA copies them.
 struct Launch {
   dim3 grid, block;
+  cudaStream_t stream;
   template <class F>
-  void operator()(F&& f) const { launch_impl(grid, block, std::function<void()>(std::forward<F>(f))); }
+  void operator()(F&& f) const {
+    std::function<void()> body(std::forward<F>(f));
+    const dim3 g = grid, b = block;
+    enqueue(stream, [g, b, body] { launch_impl(g, b, body); });
+  }
 };
-inline Launch launch(dim3 grid, dim3 block, size_t = 0, cudaStream_t = nullptr) { return Launch{grid, block}; }
+inline Launch launch(dim3 grid, dim3 block, size_t = 0, cudaStream_t stream = nullptr) {
+  return Launch{grid, block, stream};
+}
 }  // namespace emu
 
 #define threadIdx (emu::current->tid)

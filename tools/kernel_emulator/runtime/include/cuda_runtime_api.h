@@ -1,5 +1,7 @@
-// Stand-in CUDA runtime for the CPU kernel emulator: device memory is host memory and every
-// call completes before it returns, so streams and events have nothing to order. The calls
+// Stand-in CUDA runtime for the CPU kernel emulator: device memory is host memory. By default
+// every call completes before it returns, so streams and events have nothing to order. With
+// deferred streams ($EMU_DEFER_STREAMS=1, or emu::g_defer) work queued on a stream runs only
+// when something waits for it (see emu::enqueue), so a missing wait reads stale data. The calls
 // that allocate, free or classify memory live in emu.cpp: device allocations (cudaMalloc,
 // cudaMallocAsync) and pinned ones (cudaHostAlloc) are tracked, so cudaPointerGetAttributes
 // tells device memory from host memory as the real runtime does, and freeing memory with the
@@ -9,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
@@ -67,6 +70,18 @@ extern bool g_strict_memory;
 // Queries that report cudaErrorNotReady after each cudaEventRecord ($EMU_EVENT_DELAY,
 // default 1), so the callers' "not reached yet" paths run; the work itself is already done.
 extern int g_event_delay;
+// Deferred streams: as late as CUDA allows. Work on a created stream waits in its queue until
+// a cudaStreamSynchronize of it, a cudaEventSynchronize/cudaEventQuery of an event recorded
+// after it, a cudaStreamWaitEvent of such an event reached by another stream's queue, the
+// stream's destruction, or (for streams made without cudaStreamNonBlocking) work or a
+// blocking call on the legacy default stream. Work on the legacy stream runs at once, after
+// the blocking streams' queues. Pageable host memory behaves as CUDA makes it: a copy from it
+// first waits for the stream, a copy into it waits for the copy. Without deferral
+// (the default) enqueue runs fn at once.
+extern bool g_defer;
+void enqueue(cudaStream_t s, std::function<void()> fn);
+void sync_stream(cudaStream_t s);  // everything queued on s (the legacy stream: see above)
+void sync_all();                   // every stream (cudaDeviceSynchronize, cudaFree)
 cudaError_t check_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind);
 cudaError_t check_set(void* p, size_t n);
 // Calls that make the host wait for the device on a real GPU (synchronize calls, cudaFree,
@@ -145,34 +160,47 @@ inline const char* cudaGetErrorName(cudaError_t e) {
   return "cudaErrorEmu";
 }
 inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
-inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) {
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t stream = nullptr) {
   if (cudaError_t e = emu::check_set(p, n)) return e;
-  if (n > 0) std::memset(p, v, n);
+  if (n > 0) emu::enqueue(stream, [p, v, n] { std::memset(p, v, n); });
   return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void* p, int v, size_t n) {
   emu::blocking_call("cudaMemset");
+  emu::sync_stream(nullptr);
   return cudaMemsetAsync(p, v, n);
 }
-inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind kind, cudaStream_t = nullptr) {
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind kind, cudaStream_t stream = nullptr) {
   if (cudaError_t e = emu::check_copy(d, s, n, kind)) return e;
-  if (n > 0 && kind == cudaMemcpyDeviceToHost && emu::pageable(d)) emu::blocking_call("cudaMemcpyAsync into pageable memory");
-  if (n > 0) std::memcpy(d, s, n);
+  if (n == 0) return cudaSuccess;
+  const bool into_pageable = kind == cudaMemcpyDeviceToHost && emu::pageable(d);
+  if (into_pageable) emu::blocking_call("cudaMemcpyAsync into pageable memory");
+  // From pageable memory CUDA copies the source before it returns, after the stream's work.
+  if (kind == cudaMemcpyHostToDevice && emu::pageable(s)) {
+    emu::sync_stream(stream);
+    std::memcpy(d, s, n);
+    return cudaSuccess;
+  }
+  emu::enqueue(stream, [d, s, n] { std::memcpy(d, s, n); });
+  if (into_pageable) emu::sync_stream(stream);
   return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind kind) {
   emu::blocking_call("cudaMemcpy");
   if (cudaError_t e = emu::check_copy(d, s, n, kind)) return e;
+  emu::sync_stream(nullptr);
   if (n > 0) std::memcpy(d, s, n);
   return cudaSuccess;
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
+inline cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   __atomic_fetch_add(&emu::g_syncs, 1, __ATOMIC_RELAXED);
   emu::blocking_call("cudaStreamSynchronize");
+  emu::sync_stream(stream);
   return cudaSuccess;
 }
 inline cudaError_t cudaDeviceSynchronize() {
   emu::blocking_call("cudaDeviceSynchronize");
+  emu::sync_all();
   return cudaSuccess;
 }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
