@@ -182,8 +182,19 @@ PYEOF
 )
 # NCCL from torch's wheel (nvidia-nccl-cu13): its folder goes on the loader path, so the
 # library's own search ("libnccl.so.2") finds it with no GW_NCCL_LIBRARY.
-nccl_dir=$("$py" -c "import nvidia.nccl as m, os; d = list(m.__path__)[0]; print(os.path.join(d, 'lib'))" 2>/dev/null)
-[ -n "$nccl_dir" ] && [ -e "$nccl_dir/libnccl.so.2" ] || nccl_dir=""
+nccl_dir=$("$py" - 2>/dev/null <<'PYEOF'
+import glob, os, sys
+found = []
+try:
+    import nvidia.nccl as m
+    found += [os.path.join(d, "lib") for d in m.__path__]
+except ImportError:
+    pass
+for d in sys.path:  # any nvidia-nccl wheel's layout
+    found += [os.path.dirname(p) for p in glob.glob(os.path.join(d, "nvidia", "*nccl*", "lib", "libnccl.so.2"))]
+print(next((d for d in found if os.path.exists(os.path.join(d, "libnccl.so.2"))), ""))
+PYEOF
+)
 unset GW_NCCL_LIBRARY
 export LD_LIBRARY_PATH="$here/lib${nccl_dir:+:$nccl_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 header+=("bundle: $(sed -n 's/^bundle: //p' "$here/MANIFEST.txt" 2>/dev/null)")

@@ -17,7 +17,10 @@ mkdir -p "$work/unpacked"
 tar -C "$work/unpacked" -xJf "$work/bundle/gradwire-gpu.tar.xz"
 run=$work/unpacked/gradwire-gpu/run.sh
 out=$work/out
-py=/usr/bin/python3
+# The current-torch venv of scripts/setup-torch.sh when there is one: its torch wheel brings
+# NCCL (nvidia-nccl), which the runner must find as it will on a GPU machine.
+py=$src/.venv/bin/python
+[ -x "$py" ] || py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 
 hide=""
