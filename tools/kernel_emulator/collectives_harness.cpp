@@ -28,6 +28,7 @@
 #include "gradwire/ef_state.hpp"
 #include "compressors/wire_header.hpp"
 #include "kernels/device_codec.hpp"
+#include "kernels/testing_hooks.hpp"
 #include "transport/local/local_transport.hpp"
 
 using namespace gw;
@@ -208,6 +209,13 @@ void on_ranks(Comms& comms, const std::function<void(Communicator&, int)>& fn) {
   for (size_t r = 0; r < comms.size(); ++r) threads.emplace_back([&, r] { fn(*comms[r], static_cast<int>(r)); });
   for (auto& t : threads) t.join();
   g_group = nullptr;
+}
+
+// The harness's own wait for work it queued on a non-blocking stream, before a download
+// (cudaMemcpy on the legacy stream does not wait for such a stream).
+void finish(cudaStream_t s) {
+  emu::Exempt mine;
+  cudaStreamSynchronize(s);
 }
 
 // One stream per rank (a caller's stream for begin() to order after); null on some calls.
@@ -503,6 +511,7 @@ void check_codec_api(const char* spec, size_t n) {
     }
     if (!dl.is_ok()) return fail(at + ": device encode: " + dl.status().to_string());
     ++g_checks;
+    finish(stream.s);
     std::vector<uint8_t> dmsg = msg.download();
     auto exact = wire::encoded_length(dmsg.data(), dl.value().bytes);
     if (!exact.is_ok()) return fail(at + ": " + exact.status().to_string());
@@ -530,6 +539,7 @@ void check_codec_api(const char* spec, size_t n) {
         emu::HotPath hot("decode_device", 2);
         OK_OR_FAIL(at.c_str(), kern::decode_device(msg.data(), dmsg.size(), dst.data(), n, DType::kFloat32, mode, stream.s));
       }
+      finish(stream.s);
       compare_floats(at + " decode mode " + std::to_string(static_cast<int>(mode)), dst.download(), want);
     }
     // Refusals: truncated, and (sparse) an index past the end or repeated; dst stays untouched.
@@ -563,6 +573,7 @@ void check_codec_api(const char* spec, size_t n) {
       } else if (st.is_ok()) {
         fail(at + ": decode_device accepts a forged message (" + std::to_string(b.size()) + " bytes)");
       } else {
+        finish(stream.s);
         compare_floats(at + " dst after a refused message", dst.download(), prior);
       }
     }
@@ -599,6 +610,7 @@ void check_concurrent_streams() {
           src.upload(g);
           auto dl = enc.encode(src.data(), kN, DType::kFloat32, ctx, nullptr, msg.data(), cap, stream.s);
           if (!dl.is_ok()) return fail(at + ": device encode: " + dl.status().to_string());
+          finish(stream.s);
           std::vector<uint8_t> got = msg.download();
           auto exact = wire::encoded_length(got.data(), dl.value().bytes);
           if (!exact.is_ok()) return fail(at + ": " + exact.status().to_string());
