@@ -11,7 +11,7 @@
 #include "compressors/quant_math.hpp"
 #include "gradwire/codec.hpp"
 #include "gradwire/status.hpp"
-#include "kernels/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "kernels/device_scratch.hpp"
 #include "kernels/grid_size.cuh"
 #include "kernels/precise_math.cuh"

@@ -5,7 +5,7 @@
 
 #include "compressors/codec_registry.hpp"
 #include "compressors/sparse_layout.hpp"
-#include "kernels/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "kernels/device_codecs.hpp"
 #include "kernels/header_kernel.hpp"
 

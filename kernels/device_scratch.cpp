@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda_check.hpp"
-#include "transport/log.hpp"
+#include "common/cuda_check.hpp"
+#include "common/log.hpp"
 
 namespace gw::kern {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gradwire/status.hpp"
-#include "kernels/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace gw::kern {
 

@@ -1,7 +1,7 @@
 // Writes a message header from the host's bytes, in stream order.
 #include "kernels/header_kernel.hpp"
 
-#include "kernels/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "kernels/precise_math.cuh"
 
 namespace gw::kern {

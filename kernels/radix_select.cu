@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "compressors/hd.hpp"
-#include "kernels/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "kernels/grid_size.cuh"
 #include "kernels/precise_math.cuh"
 

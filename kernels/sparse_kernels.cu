@@ -9,7 +9,7 @@
 
 #include "compressors/hd.hpp"
 #include "compressors/sparse_layout.hpp"
-#include "kernels/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "kernels/device_codecs.hpp"
 #include "kernels/grid_size.cuh"
 #include "kernels/precise_math.cuh"

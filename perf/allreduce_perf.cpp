@@ -36,7 +36,7 @@ class Allreduce final : public gw::perf::Collective {
   int min_warmup(const Case& c) const override {
     // Where the static policy compresses, the library tries its candidates (up to 3: the
     // compressed algorithms and the dense ring) for 4 rounds before it settles
-    // (AllreduceTuner, collectives/policy.hpp): 12 calls that must not be timed.
+    // (AllreduceTuner, collectives/policy/policy.hpp): 12 calls that must not be timed.
     if (c.algo != GW_ALGO_AUTO) return 0;
     gw_algo_t a = GW_ALGO_RING;
     must(gw_allreduce_algo(c.comm, c.count, c.dtype, c.codec, &a), "gw_allreduce_algo");

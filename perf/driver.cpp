@@ -17,7 +17,7 @@
 #include <ucp/api/ucp.h>
 #endif
 
-#include "collectives/policy.hpp"
+#include "collectives/policy/policy.hpp"
 #include "perf/data.hpp"
 #include "perf/launch.hpp"
 #include "perf/perf_args.hpp"

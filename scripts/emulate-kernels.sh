@@ -60,7 +60,7 @@ done
 # The host side of the device path compiles directly against the emulated runtime; the CUDA
 # backend without GW_HAVE_NCCL (no NCCL here).
 for src in "$tool/runtime/emu.cpp" "$root/kernels/device_scratch.cpp" "$root/kernels/device_codec.cpp" \
-           "$root/kernels/cuda_backend.cpp" "$tool/quant_harness.cpp" "$tool/sparse_harness.cpp" \
+           "$root/collectives/algorithms/device/cuda_backend.cpp" "$tool/quant_harness.cpp" "$tool/sparse_harness.cpp" \
            "$tool/collectives_harness.cpp"; do
   compile "$src" "$out/obj/$(basename "$src" .cpp).o"
 done

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/device_backend.hpp"
+#include "collectives/algorithms/device/device_backend.hpp"
 #include "compressors/codec_registry.hpp"
 #include "compressors/device_ef_state.hpp"
 

@@ -10,8 +10,8 @@
 #include <random>
 #include <thread>
 
-#include "collectives/message_pieces.hpp"
-#include "collectives/policy.hpp"
+#include "collectives/common/message_pieces.hpp"
+#include "collectives/policy/policy.hpp"
 #include "compressors/half.hpp"
 #include "gradwire/communicator.hpp"
 #include "tests/local_ranks.hpp"

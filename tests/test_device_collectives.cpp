@@ -10,7 +10,7 @@
 #include <functional>
 #include <thread>
 
-#include "collectives/device_algorithms.hpp"
+#include "collectives/algorithms/device/device_algorithms.hpp"
 #include "gradwire/communicator.hpp"
 #include "tests/host_device_backend.hpp"
 #include "tests/test_util.hpp"

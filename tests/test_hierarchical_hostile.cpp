@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/context.hpp"
+#include "collectives/common/context.hpp"
 #include "gradwire/communicator.hpp"
 #include "transport/local/local_transport.hpp"
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "collectives/context.hpp"
-#include "collectives/policy.hpp"
+#include "collectives/common/context.hpp"
+#include "collectives/policy/policy.hpp"
 #include "gradwire/communicator.hpp"
 #include "gradwire/ef_state.hpp"
 #include "tests/local_ranks.hpp"

@@ -1,4 +1,4 @@
-// The element-wise reductions of the dense collectives (collectives/reduce.cpp), for every
+// The element-wise reductions of the dense collectives (collectives/common/reduce.cpp), for every
 // dtype and op: exact values, integer wraparound, NaN through min and max, integer averages
 // rounding toward zero, half types through float.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "collectives/reduce.hpp"
+#include "collectives/common/reduce.hpp"
 #include "compressors/half.hpp"
 
 namespace gw {

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "transport/bootstrap/frames.hpp"
-#include "transport/log.hpp"
+#include "common/log.hpp"
 
 namespace gw::transport {
 namespace {

@@ -15,7 +15,7 @@
 #include "transport/bootstrap/bootstrap.hpp"
 #include "transport/bootstrap/root_server.hpp"
 #include "transport/bootstrap/socket.hpp"
-#include "transport/log.hpp"
+#include "common/log.hpp"
 
 namespace gw::bootstrap {
 namespace {

@@ -21,7 +21,7 @@
 #include "transport/bootstrap/root_server.hpp"
 #include "transport/bootstrap/socket.hpp"
 #include "transport/bootstrap/unique_id.hpp"
-#include "transport/log.hpp"
+#include "common/log.hpp"
 
 namespace gw::bootstrap {
 namespace {

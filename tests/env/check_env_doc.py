@@ -1,5 +1,5 @@
 """Every GW_* variable the library reads is in docs/configuration.md's table and in
-transport/env_vars.cpp's list (so it draws no "unknown variable" warning), and neither names
+common/env_vars.cpp's list (so it draws no "unknown variable" warning), and neither names
 one the library does not read: `check_env_doc.py SOURCE_ROOT`."""
 import os
 import re
@@ -24,7 +24,7 @@ for d in LIBRARY_DIRS:
                 with open(os.path.join(dirpath, name), encoding="utf-8") as f:
                     read_by_code |= set(re.findall(r'"(GW_[A-Z0-9_]+)"', f.read()))
 
-env_vars = read("transport/env_vars.cpp")
+env_vars = read("common/env_vars.cpp")
 library_list = set(re.findall(r'"(GW_[A-Z0-9_]+)"', env_vars[env_vars.index("kLibrary[]"):env_vars.index("kScripts[]")]))
 
 doc = read("docs/configuration.md")
@@ -36,7 +36,7 @@ for line in table.splitlines():
 
 problems = []
 for name in sorted(read_by_code - library_list):
-    problems.append("%s is read by the library but missing from kLibrary in transport/env_vars.cpp" % name)
+    problems.append("%s is read by the library but missing from kLibrary in common/env_vars.cpp" % name)
 for name in sorted(library_list - read_by_code):
     problems.append("%s is in kLibrary but nothing in %s reads it" % (name, "/".join(LIBRARY_DIRS)))
 for name in sorted(read_by_code - documented):

@@ -1,12 +1,12 @@
 // libFuzzer harness: the collective call descriptors a peer sends before every call
-// (collectives/call_descriptor.hpp). A parsed descriptor must encode back to the same bytes
+// (collectives/checks/call_descriptor.hpp). A parsed descriptor must encode back to the same bytes
 // (unless its spec text is longer than the wire carries), and describing a mismatch against
 // it must work for any parsed value.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
-#include "collectives/call_descriptor.hpp"
+#include "collectives/checks/call_descriptor.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using gw::coll::CallDescriptor;

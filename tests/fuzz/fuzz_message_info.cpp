@@ -20,7 +20,7 @@
 #include <cstring>
 #include <vector>
 
-#include "collectives/device_algorithms.hpp"
+#include "collectives/algorithms/device/device_algorithms.hpp"
 #include "gradwire/codec.hpp"
 #include "gradwire/gradwire.h"
 

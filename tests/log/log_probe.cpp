@@ -1,6 +1,6 @@
 // Writes one line of each level to a few subsystems, after the once-per-process init
 // (banner, unknown GW_* variables), so that check_log.py can read what GW_DEBUG* made of them.
-#include "transport/log.hpp"
+#include "common/log.hpp"
 
 int main() {
   gw::log::set_rank(3);

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "collectives/comm_init.hpp"
+#include "collectives/comm/comm_init.hpp"
 #include "transport/bootstrap/fd_io.hpp"
 
 namespace gw::test {

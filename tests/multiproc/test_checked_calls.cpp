@@ -36,7 +36,7 @@
 #include <utility>
 #include <vector>
 
-#include "collectives/comm_init.hpp"
+#include "collectives/comm/comm_init.hpp"
 #include "gradwire/gradwire.h"
 #include "transport/bootstrap/bootstrap.hpp"
 #include "transport/bootstrap/fd_io.hpp"

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/comm_init.hpp"
+#include "collectives/comm/comm_init.hpp"
 #include "compressors/half.hpp"
 #include "tests/host_device_backend.hpp"
 #include "tests/multiproc/mp_launch.hpp"

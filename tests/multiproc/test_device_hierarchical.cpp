@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "collectives/comm_init.hpp"
-#include "collectives/context.hpp"
+#include "collectives/comm/comm_init.hpp"
+#include "collectives/common/context.hpp"
 #include "compressors/half.hpp"
 #include "tests/host_device_backend.hpp"
 #include "tests/multiproc/hier_test_util.hpp"

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "collectives/comm_init.hpp"
+#include "collectives/comm/comm_init.hpp"
 #include "tests/host_device_backend.hpp"
 #include "tests/multiproc/mp_launch.hpp"
 #include "tests/test_util.hpp"

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/comm_init.hpp"
+#include "collectives/comm/comm_init.hpp"
 #include "tests/multiproc/mp_launch.hpp"
 #include "transport/bootstrap/bootstrap.hpp"
 

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "collectives/comm_init.hpp"
-#include "collectives/context.hpp"
+#include "collectives/comm/comm_init.hpp"
+#include "collectives/common/context.hpp"
 #include "tests/multiproc/hier_test_util.hpp"
 #include "tests/multiproc/mp_launch.hpp"
 #include "transport/bootstrap/bootstrap.hpp"

@@ -1,4 +1,4 @@
-// The device collectives with the real CUDA backend (kernels/cuda_backend.cpp), the device
+// The device collectives with the real CUDA backend (collectives/algorithms/device/cuda_backend.cpp), the device
 // codecs (kernels/device_codec.cpp, header_kernel.cu, the codec kernels) and the element-wise
 // collective kernels, all on the emulated runtime, against the host collectives: ranks are
 // threads over the in-process transport, and Communicator::allreduce_device must give the
@@ -387,7 +387,7 @@ void compare_dense(int p, size_t n, size_t chunk_bytes) {
     Comms comms = make_group(p, chunk_bytes);
     on_ranks(comms, [&](Communicator& c, int r) {
       // Without NCCL a dense float32 device all-reduce is the device scatter-reduce with codec
-      // "none" (collectives/device_dense.cpp): its reference is the host one, not the ring.
+      // "none" (collectives/algorithms/device/device_dense.cpp): its reference is the host one, not the ring.
       std::vector<float> x = in_f(r, 0), out(n, -1.0f);
       OK_OR_FAIL(label, c.allreduce(x.data(), out.data(), n, DType::kFloat32, ReduceOp::kAvg, g_none.get(), nullptr,
                                     Algo::kScatterReduce));

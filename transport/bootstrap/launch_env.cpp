@@ -28,7 +28,7 @@
 #include "transport/bootstrap/bootstrap.hpp"
 #include "transport/bootstrap/frames.hpp"
 #include "transport/bootstrap/socket.hpp"
-#include "transport/log.hpp"
+#include "common/log.hpp"
 
 namespace gw::bootstrap {
 namespace {

@@ -106,7 +106,7 @@
 
 #include "transport/bootstrap/frames.hpp"
 #include "transport/bootstrap/unique_id.hpp"
-#include "transport/log.hpp"
+#include "common/log.hpp"
 
 namespace gw::bootstrap {
 namespace {

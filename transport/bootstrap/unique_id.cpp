@@ -13,7 +13,7 @@
 
 #include "transport/bootstrap/frames.hpp"
 #include "transport/bootstrap/root_server.hpp"
-#include "transport/log.hpp"
+#include "common/log.hpp"
 
 namespace gw::bootstrap {
 namespace {

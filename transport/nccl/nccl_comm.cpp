@@ -5,7 +5,7 @@
 #include <string>
 #include <thread>
 
-#include "kernels/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "transport/nccl/nccl_library.hpp"
 
 namespace gw::nccl {

@@ -112,7 +112,7 @@
 #include <mutex>
 #include <string>
 
-#include "transport/log.hpp"
+#include "common/log.hpp"
 
 namespace gw::transport {
 namespace {

@@ -50,7 +50,7 @@
 #include <utility>
 #include <vector>
 
-#include "transport/log.hpp"
+#include "common/log.hpp"
 #include "transport/process_watch.hpp"
 #include "transport/ucx/ucx_address.hpp"
 

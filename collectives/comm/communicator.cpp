@@ -1,0 +1,677 @@
+// The communicator: a transport, its scratch memory, and one progress thread that runs the
+// collectives in the order they were submitted (ranks must submit the same sequence). The
+// calling thread only enqueues and waits, so a trainer can overlap its backward pass with
+// communication, and the transport is only ever driven from one thread.
+#include "gradwire/communicator.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "collectives/algorithms/host/algorithms.hpp"
+#include "collectives/comm/communicator_impl.hpp"
+#include "collectives/checks/call_check.hpp"
+#include "collectives/algorithms/device/device_algorithms.hpp"
+#include "collectives/algorithms/device/device_backend.hpp"
+#include "compressors/device_ef_state.hpp"
+#include "collectives/policy/policy.hpp"
+#include "collectives/observability/stats.hpp"
+#include "common/log.hpp"
+#include "transport/transport.hpp"
+
+namespace gw {
+
+// How often an idle progress thread drives the transport.
+constexpr std::chrono::milliseconds kIdleProgress{5};
+// The longest an idle progress thread with point-to-point messages in flight sleeps in the
+// transport (which wakes on its events) before it looks at the queue again.
+constexpr std::chrono::milliseconds kP2pNap{1};
+
+using namespace comm_detail;
+using coll::CallDescriptor;
+using coll::CallKind;
+
+
+Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<transport::Transport> tp,
+                                                           const CommConfig& config) {
+  return create(std::move(tp), config, {});
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<transport::Transport> tp,
+                                                           const CommConfig& config, const std::vector<int>& node_of_rank) {
+  if (tp == nullptr) return invalid_argument("transport is null");
+  if (tp->size() > 1024) return unsupported("communicators hold at most 1024 ranks");
+  if (!node_of_rank.empty() && node_of_rank.size() != static_cast<size_t>(tp->size())) {
+    return invalid_argument("node_of_rank has " + std::to_string(node_of_rank.size()) + " entries for " +
+                            std::to_string(tp->size()) + " ranks");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->topo = node_of_rank.empty() ? coll::Topology::single_node(tp->size(), tp->rank())
+                                    : coll::Topology::from_node_of(node_of_rank, tp->rank());
+  impl->tp = std::move(tp);
+  impl->config = config;
+  impl->counted = std::make_unique<coll::CountingTransport>(*impl->tp, impl->stats);
+  impl->timeline = coll::Timeline(coll::Timeline::path_from_env(impl->tp->rank(), impl->tp->size()), impl->tp->rank());
+  if (const char* t = std::getenv("GW_TUNE"); t != nullptr && std::strcmp(t, "0") == 0) impl->tune = false;
+  if (impl->tune) impl->link_gbps = coll::link_gbps_from_env();
+  if (!config.codec_override.empty()) {
+    GW_ASSIGN_OR_RETURN(impl->codec_override, Codec::create(config.codec_override));
+  }
+  std::unique_ptr<Communicator> comm(new Communicator(std::move(impl)));
+  Impl* im = comm->impl_.get();
+  Communicator* self = comm.get();
+  im->serving = std::make_unique<comm_detail::P2pServingTransport>(*im->counted, [im] { return im->serve_p2p(); });
+  im->worker = std::thread([im, self] {
+    while (true) {
+      std::shared_ptr<Work> w;
+      {
+        std::unique_lock<std::mutex> lock(im->mu);
+        // While idle, keep the transport progressing: a peer may still need this rank's
+        // answers (UCX connection wire-up, acknowledgements) after this rank has moved on to
+        // something else, such as a torch barrier; without them that peer's init times out.
+        // Point-to-point messages are posted at once and, while any is in flight, watched in
+        // the transport's own wait (woken by its events) rather than every kIdleProgress.
+        while (!im->stopping && im->queue.empty()) {
+          if (!im->p2p_new.empty() || !im->p2p_posted.empty()) {
+            lock.unlock();
+            bool moved = im->tp->progress();
+            moved = im->serve_p2p() || moved;
+            if (!moved && !im->p2p_posted.empty()) im->tp->wait_for_events(transport::Clock::now() + kP2pNap);
+            lock.lock();
+            continue;
+          }
+          if (im->cv.wait_for(lock, kIdleProgress,
+                              [&] { return im->stopping || !im->queue.empty() || !im->p2p_new.empty(); })) {
+            continue;
+          }
+          lock.unlock();
+          while (im->tp->progress()) {
+          }
+          lock.lock();
+        }
+        if (im->queue.empty()) {
+          lock.unlock();
+          im->close_p2p();
+          return;
+        }
+        w = std::move(im->queue.front());
+        im->queue.pop_front();
+      }
+      Status s = im->broken_status();
+      if (s.is_ok()) {
+        im->collective_failed = false;
+        try {
+          s = w->fn()(*self);
+        } catch (const std::bad_alloc&) {
+          s = Status(Code::kOutOfMemory, "out of memory in a collective");
+        } catch (const std::exception& e) {
+          s = internal_error(e.what());
+        }
+        // A failed collective leaves peers mid-protocol: nothing after it can be trusted. Argument
+        // errors found before any message moved leave every rank where it was.
+        const bool argument_error = s.code() == Code::kInvalidArgument || s.code() == Code::kUnsupported ||
+                                    s.code() == Code::kBufferTooSmall;
+        if (!s.is_ok() && (im->collective_failed || !argument_error)) {
+          im->break_with(s);
+          im->tp->progress();
+        }
+      }
+      w->finish(std::move(s));
+      im->serve_p2p();
+    }
+  });
+  GW_INFO(kInit, "communicator up: rank %d of %d over %s; %s, this rank is local rank %d of node %d", comm->rank(),
+          comm->size(), im->tp->name(), im->topo.describe().c_str(), im->topo.local_rank, im->topo.node);
+  if (comm->rank() == 0 && im->topo.nnodes > 1 && !im->topo.hierarchical()) {
+    GW_WARN(kInit, "topology %s: the hierarchical all-reduce is off (%s); all-reduces run flat", im->topo.describe().c_str(),
+            im->topo.why_flat().c_str());
+  }
+  return comm;
+}
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Communicator::~Communicator() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->worker.joinable()) impl_->worker.join();
+  if (const Status s = impl_->timeline.write(); !s.is_ok()) GW_WARN(kColl, "%s", s.message().c_str());
+}
+
+int Communicator::rank() const { return impl_->tp->rank(); }
+int Communicator::node_count() const { return impl_->topo.nnodes; }
+int Communicator::node() const { return impl_->topo.node; }
+int Communicator::local_rank() const { return impl_->topo.local_rank; }
+int Communicator::local_size() const { return impl_->topo.local_size; }
+
+Algo Communicator::Impl::layout_choice(Algo flat, Algo requested, bool on_device) const {
+  const bool named = requested == Algo::kHierarchical || (requested == Algo::kAuto && config.algo == Algo::kHierarchical);
+  const bool automatic = requested == Algo::kAuto && config.algo == Algo::kAuto;
+  if (!named && !automatic) return flat;
+  const bool nccl_dense = on_device && flat == Algo::kRing && nccl_on();
+  if (topo.hierarchical() && !nccl_dense) return Algo::kHierarchical;
+  if (named && !told_flat.exchange(true)) {
+    const std::string why = nccl_dense ? "dense device all-reduces run on NCCL, which is topology-aware itself"
+                                       : topo.describe() + ": " + topo.why_flat();
+    GW_WARN(kColl, "hierarchical all-reduce asked for, but %s: running %s (flat) instead", why.c_str(),
+            algo_name(flat));
+  }
+  return flat;
+}
+
+Algo Communicator::Impl::inter_algo(Algo flat, size_t count, DType dtype, const Codec* codec) const {
+  const bool lossy = flat != Algo::kRing && codec != nullptr && codec->id() != CodecId::kNone && dtype == DType::kFloat32;
+  if (!lossy) return Algo::kRing;
+  if (config.inter_algo != Algo::kAuto) return config.inter_algo;
+  // One rank per node takes part: the flat policy's rules with nodes for ranks.
+  return coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, topo.nnodes, Algo::kAuto, Algo::kAuto, 0});
+}
+int Communicator::size() const { return impl_->tp->size(); }
+Status Communicator::error() const { return impl_->broken_status(); }
+
+void Communicator::abort(const std::string& why) {
+  impl_->break_with(Status(Code::kAborted, "communicator aborted: " + why));
+}
+
+Status Communicator::Impl::enter() {
+  const std::thread::id me = std::this_thread::get_id();
+  if (me == worker.get_id()) return Status::ok();  // a submitted function calling a collective
+  {
+    std::lock_guard<std::mutex> lock(entry_mu);
+    if (depth == 0 || caller == me) {
+      caller = me;
+      ++depth;
+      return Status::ok();
+    }
+  }
+  const Status s = invalid_usage(
+      "two threads called collectives on one communicator at once: the ranks could pair different calls, so the "
+      "communicator is now broken (give each thread its own communicator, or make the calls from one thread at a time)");
+  break_with(s);
+  return s;
+}
+
+void Communicator::Impl::leave() {
+  if (std::this_thread::get_id() == worker.get_id()) return;
+  std::lock_guard<std::mutex> lock(entry_mu);
+  --depth;
+}
+
+std::shared_ptr<Communicator::Work> Communicator::submit(std::function<Status(Communicator&)> fn) {
+  const Status entered = impl_->enter();
+  if (!entered.is_ok()) {
+    auto refused = std::make_shared<Work>(nullptr);
+    refused->finish(entered);
+    return refused;
+  }
+  auto w = std::make_shared<Work>(std::move(fn));
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->queue.push_back(w);
+  }
+  impl_->cv.notify_all();
+  impl_->leave();
+  return w;
+}
+
+bool Communicator::test(Work& work, Status* status) { return work.test(status); }
+Status Communicator::wait(Work& work) { return work.wait(); }
+
+Status Communicator::run(std::function<Status()> fn, bool collective) {
+  // Already on the progress thread (a submitted function calling a collective): run inline.
+  if (std::this_thread::get_id() == impl_->worker.get_id()) return fn();
+  if (collective) GW_RETURN_IF_ERROR(impl_->enter());
+  auto w = std::make_shared<Work>([fn = std::move(fn)](Communicator&) { return fn(); });
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->queue.push_back(w);
+  }
+  impl_->cv.notify_all();
+  const Status s = w->wait();
+  if (collective) impl_->leave();
+  return s;
+}
+
+namespace {
+
+// A request for the hierarchical all-reduce leaves the flat policy free.
+Algo flat_request(Algo a) { return a == Algo::kHierarchical ? Algo::kAuto : a; }
+
+// Whether the measured policy decides this call (see AllreduceTuner).
+bool tunable(bool tune, Algo static_choice, Algo requested, Algo configured, const Codec* codec, int nranks) {
+  return tune && static_choice != Algo::kRing && requested == Algo::kAuto && configured == Algo::kAuto &&
+         codec != nullptr && nranks > 1;
+}
+
+// The segment whose owner residual this rank keeps in a compressed all-reduce that has one:
+// scatter-reduce owns segment rank, the compressed ring segment rank + 1.
+uint64_t owner_segment(Algo a, int rank, int p) {
+  return static_cast<uint64_t>(a == Algo::kCompressedRing ? (rank + 1) % p : rank);
+}
+
+// Before a compressed ring or scatter-reduce with ef: an owner residual the other one left
+// belongs to another segment (the tuner weighs the two against each other). It is the error
+// of the sum this rank encoded for that segment, so it goes into this rank's own residual at
+// that segment, and reaches the sum with this rank's next contribution: nothing is lost or
+// applied to the wrong elements. last: which of the two filled ef's owner residual (progress
+// thread only).
+void rehome_owner_residual(ErrorFeedback& ef, std::unordered_map<const void*, Algo>& last, Algo next, size_t n,
+                           int rank, int p) {
+  Algo& was = last[&ef];
+  if (was != Algo::kAuto && was != next && ef.owner_count() > 0) {
+    const coll::Partition part{n, static_cast<uint64_t>(p)};
+    const uint64_t seg = owner_segment(was, rank, p);
+    const size_t len = ef.owner_count();
+    if (ef.count() == n && len == part.length(seg)) {
+      float* res = ef.residual() + part.start(seg);
+      float* own = ef.owner_residual(len);
+      for (size_t i = 0; i < len; ++i) res[i] += own[i];
+      std::memset(own, 0, len * sizeof(float));
+    }
+  }
+  was = next;
+}
+
+}  // namespace
+
+Algo Communicator::choose_algo(size_t count, DType dtype, const Codec* codec, Algo requested, bool on_device) const {
+  codec = impl_->effective_codec(const_cast<Codec*>(codec), dtype);  // only read here
+  const coll::PolicyInput in{count, dtype, codec, size(), flat_request(requested), flat_request(impl_->config.algo),
+                             impl_->config.dense_threshold_bytes};
+  const Algo a = coll::choose_allreduce(in);
+  const Algo chosen = impl_->layout_choice(a, requested, on_device);
+  if (tunable(impl_->tune, a, requested, impl_->config.algo, codec, size())) {
+    const Algo d = impl_->tuner.decided((on_device ? "device|" : "") + coll::AllreduceTuner::key(count, dtype, *codec));
+    if (d != Algo::kAuto) return d;
+    // Before the tuner's first decision: its seed where GW_LINK_GBPS gave one.
+    const coll::AllreduceTuner::Candidates c = coll::allreduce_candidates(in, chosen, on_device, impl_->link_gbps);
+    return c.algo[c.seed];
+  }
+  return chosen;
+}
+
+Result<CommStats> Communicator::stats() {
+  CommStats out;
+  GW_RETURN_IF_ERROR(run([&]() -> Status {
+    out = impl_->stats;
+    return Status::ok();
+  }, /*collective=*/false));
+  return out;
+}
+
+Status Communicator::reset_stats() {
+  return run([&]() -> Status {
+    impl_->stats = CommStats();
+    return Status::ok();
+  }, /*collective=*/false);
+}
+
+Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* send, const void* recv, size_t count,
+                                                                   DType dtype, ReduceOp op, Codec* codec,
+                                                                   const size_t* ef_count, Algo algo,
+                                                                   bool on_device) const {
+  if (!collective_dtype_valid(static_cast<int>(dtype))) {
+    return invalid_argument("dtype " + std::to_string(static_cast<int>(dtype)) + " is not a gw_dtype_t");
+  }
+  if (static_cast<int>(op) > static_cast<int>(ReduceOp::kMax)) {
+    return invalid_argument("op " + std::to_string(static_cast<int>(op)) + " is not a gw_red_op_t");
+  }
+  const bool lossy = codec != nullptr && codec->id() != CodecId::kNone;
+  if (lossy && op != ReduceOp::kSum && op != ReduceOp::kAvg) {
+    return invalid_argument(std::string("a compressed all-reduce sums or averages; op ") + red_op_name(op) +
+                            " runs dense only (pass no codec)");
+  }
+  if (count > 0 && (send == nullptr || recv == nullptr)) return invalid_argument(send == nullptr ? "sendbuf is null" : "recvbuf is null");
+  GW_RETURN_IF_ERROR(check_size("count", count, dtype_size(dtype), dtype_name(dtype)));
+  if (ef_count != nullptr && *ef_count != count) {
+    return invalid_argument("error-feedback state holds " + std::to_string(*ef_count) +
+                            " elements but count is " + std::to_string(count));
+  }
+  codec = impl_->effective_codec(codec, dtype);
+  const Algo flat = coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, size(), flat_request(algo),
+                                                             flat_request(impl_->config.algo),
+                                                             impl_->config.dense_threshold_bytes});
+  const Algo chosen = impl_->layout_choice(flat, algo, on_device);
+  const bool tuned = tunable(impl_->tune, flat, algo, impl_->config.algo, codec, size());
+  if (flat != Algo::kRing) {
+    if (codec == nullptr) return invalid_argument(std::string("algorithm ") + algo_name(flat) + " needs a codec");
+    if (dtype != DType::kFloat32) {
+      return unsupported(std::string("compressed all-reduce takes float32, not ") + dtype_name(dtype));
+    }
+  }
+  GW_TRACE(kColl, "allreduce count %zu %s codec %s algo %s", count, dtype_name(dtype),
+           codec != nullptr ? codec->spec().to_string().c_str() : "none", algo_name(chosen));
+  return AllreduceChoice{codec, chosen, tuned, flat};
+}
+
+Status Communicator::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                               Codec* codec, ErrorFeedback* ef, Algo algo) {
+  const size_t ef_count = ef != nullptr ? ef->count() : 0;
+  GW_ASSIGN_OR_RETURN(AllreduceChoice ch, check_allreduce(send, recv, count, dtype, op, codec,
+                                                          ef != nullptr ? &ef_count : nullptr, algo, false));
+  codec = ch.codec;
+  const Algo chosen = ch.chosen;
+  const Algo inner = impl_->inter_algo(ch.flat, count, dtype, codec);
+  const bool tuned = ch.tuned;
+  const auto* s = static_cast<const float*>(send);
+  auto* r = static_cast<float*>(recv);
+  return run([=]() -> Status {
+    return impl_->allreduce_planned(count, dtype, op, codec, ef, chosen, tuned, false,
+                                    [&](coll::Context& c, Algo ran, bool flush) -> Status {
+      const bool hier_ef = ran == Algo::kHierarchical && inner != Algo::kRing && ef != nullptr;
+      if (ef != nullptr && (ran == Algo::kCompressedRing || ran == Algo::kScatterReduce || hier_ef)) {
+        rehome_owner_residual(*ef, impl_->ef_owner_algo, ran, count, c.rank, c.size);
+      }
+      if (ef != nullptr && ran != Algo::kRing && !hier_ef) impl_->ef_hier.erase(ef);
+      switch (ran) {
+        case Algo::kHierarchical: {
+          const bool flush_ef = hier_ef && impl_->ef_hier.count(ef) == 0;
+          GW_RETURN_IF_ERROR(coll::hierarchical_allreduce(
+              c, impl_->topo,
+              coll::HierarchicalArgs{send, recv, count, dtype, op, codec, inner, hier_ef ? ef : nullptr, &impl_->shard_efs,
+                                     flush_ef, &impl_->node_shm}));
+          if (hier_ef) impl_->ef_hier.insert(ef);
+          return Status::ok();
+        }
+        case Algo::kCompressedRing: return coll::compressed_ring_allreduce(c, s, r, count, op, *codec, ef);
+        case Algo::kScatterReduce: return coll::scatter_reduce_allreduce(c, s, r, count, op, *codec, ef);
+        case Algo::kSparseAllgather: return coll::sparse_allgather_allreduce(c, s, r, count, op, *codec, ef);
+        default:
+          if (flush) {
+            float* acc = coll::prepare_accumulator(c, s, count, ef, 0);  // residual += send
+            GW_RETURN_IF_ERROR(coll::ring_allreduce(c, acc, recv, count, dtype, op));
+            if (count > 0) std::memset(acc, 0, count * sizeof(float));
+            return Status::ok();
+          }
+          return coll::ring_allreduce(c, send, recv, count, dtype, op);
+      }
+    });
+  });
+}
+
+Status Communicator::Impl::allreduce_planned(size_t count, DType dtype, ReduceOp op, const Codec* codec, const void* ef,
+                                             Algo chosen, bool tuned, bool on_device, const AlgoRunner& run_algo) {
+  Impl& im = *this;
+  Algo ran = chosen;
+  coll::AllreduceTuner::Plan plan{chosen, false, false, false};
+  std::string key;
+  if (tuned) {
+    key = (on_device ? "device|" : "") + coll::AllreduceTuner::key(count, dtype, *codec);
+    const coll::PolicyInput in{count, dtype, codec, im.tp->size(), Algo::kAuto, Algo::kAuto,
+                               im.config.dense_threshold_bytes};
+    plan = im.tuner.plan(key, coll::allreduce_candidates(in, chosen, on_device, im.link_gbps));
+    ran = plan.algo;
+  }
+  // A dense call decided by the tuner first sends what a compressed call left in the EF
+  // residual, so that no gradient stays behind (trial calls leave it for the next one).
+  const bool flush = tuned && ran == Algo::kRing && !plan.trial && ef != nullptr && im.ef_unflushed.count(ef) > 0;
+  double seconds = 0;
+  const Status st = im.collective([&](coll::Context& c) { return run_algo(c, ran, flush); },
+                                  allreduce_call(count, dtype, op, codec, ran, on_device), &seconds);
+  ++im.stats.allreduces;
+  im.stats.last_algo = ran;
+  if (ef != nullptr) {
+    if (ran != Algo::kRing) im.ef_unflushed.insert(ef);
+    else if (flush) im.ef_unflushed.erase(ef);
+  }
+  if (!st.is_ok() || !tuned) return st;
+  if (plan.timed) im.tuner.record(key, ran, seconds);
+  if (plan.agree_after) {
+    // Every rank reaches this call at the same index of the key's schedule: the exchange has
+    // the same size everywhere, and the decision is computed from the same numbers.
+    double mine[coll::AllreduceTuner::kExchange];
+    im.tuner.local_stats(key, mine);
+    std::vector<double> all(coll::AllreduceTuner::kExchange * static_cast<size_t>(im.tp->size()));
+    GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, mine, all.data(), sizeof mine); },
+                                     call(CallKind::kTunerAgreement, sizeof mine)));
+    const coll::AllreduceTuner::Verdict v = im.tuner.decide(key, all.data(), im.tp->size());
+    GW_INFO(kTune, "allreduce %s: %s", key.c_str(), v.describe().c_str());
+  }
+  return Status::ok();
+}
+
+Status Communicator::sparse_allgather(const void* msg, size_t len, void* out, size_t capacity, size_t* lengths) {
+  if (msg == nullptr && len > 0) return invalid_argument("msg is null");
+  if (out == nullptr && capacity > 0) return invalid_argument("out is null");
+  if (lengths == nullptr) return invalid_argument("lengths is null");
+  GW_RETURN_IF_ERROR(check_size("len", len, 1, "bytes"));
+  return run([=]() -> Status {
+    bool fits = true;
+    GW_RETURN_IF_ERROR(impl_->collective(
+        [&](coll::Context& c) {
+          if (impl_->topo.hierarchical()) {
+            return coll::hierarchical_sparse_allgather(c, impl_->topo, msg, len, out, capacity, lengths, &fits);
+          }
+          return coll::sparse_allgather(c, msg, len, out, capacity, lengths, &fits);
+        },
+        call(CallKind::kSparseAllgather)));
+    if (fits) return Status::ok();
+    uint64_t total = 0;
+    for (int r = 0; r < size(); ++r) total += lengths[r];
+    return buffer_too_small("the ranks' messages total " + std::to_string(total) + " bytes, above the output capacity " +
+                            std::to_string(capacity) + " (lengths holds each one's length)");
+  });
+}
+
+Status Communicator::sparse_allgather_dense(const void* msg, size_t len, float* dense, size_t count) {
+  if (msg == nullptr && len > 0) return invalid_argument("msg is null");
+  if (dense == nullptr && count > 0) return invalid_argument("dense is null");
+  GW_RETURN_IF_ERROR(check_size("len", len, 1, "bytes"));
+  GW_RETURN_IF_ERROR(check_size("count", count, sizeof(float), "float32"));
+  return run([=]() -> Status {
+    return impl_->collective(
+        [&](coll::Context& c) {
+          if (impl_->topo.hierarchical()) {
+            return coll::hierarchical_sparse_allgather_dense(c, impl_->topo, msg, len, dense, count);
+          }
+          return coll::sparse_allgather_dense(c, msg, len, dense, count);
+        },
+        call(CallKind::kSparseAllgatherDense, count));
+  });
+}
+
+Status Communicator::allgather(const void* send, void* recv, size_t bytes) {
+  GW_RETURN_IF_ERROR(check_size("recvbuf (nranks blocks)", bytes, static_cast<uint64_t>(size()), "bytes per rank"));
+  if (bytes > 0 && (send == nullptr || recv == nullptr)) return invalid_argument(send == nullptr ? "sendbuf is null" : "recvbuf is null");
+  return run([=]() -> Status {
+    return impl_->collective([&](coll::Context& c) { return coll::allgather(c, send, recv, bytes); },
+                             call(CallKind::kAllgather, bytes));
+  });
+}
+
+Status Communicator::broadcast(void* buf, size_t bytes, int root) {
+  if (root < 0 || root >= size()) return invalid_argument("root " + std::to_string(root) + " is out of range");
+  GW_RETURN_IF_ERROR(check_size("buf", bytes, 1, "bytes"));
+  if (bytes > 0 && buf == nullptr) return invalid_argument("buf is null");
+  return run([=]() -> Status {
+    return impl_->collective([&](coll::Context& c) { return coll::broadcast(c, buf, bytes, root); },
+                             call(CallKind::kBroadcast, bytes, root));
+  });
+}
+
+Status Communicator::barrier() {
+  return run([=]() -> Status {
+    return impl_->collective([&](coll::Context& c) { return coll::barrier(c); }, call(CallKind::kBarrier));
+  });
+}
+
+Status Communicator::allreduce_device(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                                      Codec* codec, DeviceEfState* ef, Algo algo, void* stream) {
+  const size_t ef_count = ef != nullptr ? ef->count() : 0;
+  GW_ASSIGN_OR_RETURN(AllreduceChoice ch, check_allreduce(send, recv, count, dtype, op, codec,
+                                                          ef != nullptr ? &ef_count : nullptr, algo, true));
+  if (ch.chosen == Algo::kCompressedRing) {
+    return unsupported("compressed_ring runs on host buffers only; on device buffers scatter_reduce is its counterpart");
+  }
+  GW_ASSIGN_OR_RETURN(coll::DeviceBackend* dev, impl_->device_backend());
+  if (count > 0) {
+    GW_RETURN_IF_ERROR(dev->check_buffer(send, "sendbuf"));
+    GW_RETURN_IF_ERROR(dev->check_buffer(recv, "recvbuf"));
+  }
+  codec = ch.codec;
+  const Algo inner = impl_->inter_algo(ch.flat, count, dtype, codec);
+  const auto* s = static_cast<const float*>(send);
+  auto* r = static_cast<float*>(recv);
+  return run([=]() -> Status {
+    GW_RETURN_IF_ERROR(dev->begin(stream));
+    return impl_->allreduce_planned(count, dtype, op, codec, ef, ch.chosen, ch.tuned, true,
+                                    [&](coll::Context& c, Algo ran, bool flush) -> Status {
+      // Error feedback on the inter-node leg only (see the host all-reduce): the first
+      // hierarchical call after a flat compressed one sends the whole residual once.
+      const bool hier_ef = ran == Algo::kHierarchical && inner != Algo::kRing && ef != nullptr;
+      if (ef != nullptr && ran != Algo::kRing && !hier_ef) impl_->device_ef_hier.erase(ef);
+      return settled(*dev, [&]() -> Status {
+        switch (ran) {
+          case Algo::kHierarchical: {
+            const bool flush_ef = hier_ef && impl_->device_ef_hier.count(ef) == 0;
+            GW_RETURN_IF_ERROR(coll::device_hierarchical_allreduce(
+                c, *dev, impl_->topo,
+                coll::DeviceHierarchicalArgs{send, recv, count, dtype, op, codec, inner, hier_ef ? ef : nullptr,
+                                             flush_ef}));
+            if (hier_ef) impl_->device_ef_hier.insert(ef);
+            return Status::ok();
+          }
+          case Algo::kScatterReduce: return coll::device_scatter_reduce_allreduce(c, *dev, s, r, count, op, *codec, ef);
+          case Algo::kSparseAllgather: return coll::device_sparse_allgather_allreduce(c, *dev, s, r, count, op, *codec, ef);
+          case Algo::kCompressedRing: return unsupported("compressed_ring runs on host buffers only");
+          default:
+            if (flush) {
+              float* acc = ef->residual();
+              GW_RETURN_IF_ERROR(dev->add(acc, s, count));  // residual += send
+              GW_RETURN_IF_ERROR(coll::device_dense_allreduce(c, *dev, acc, recv, count, dtype, op));
+              GW_RETURN_IF_ERROR(dev->zero(acc, count * sizeof(float)));
+              return coll::drain(c, *dev);
+            }
+            return coll::device_dense_allreduce(c, *dev, send, recv, count, dtype, op);
+        }
+      });
+    });
+  });
+}
+
+Status Communicator::allgather_device(const void* send, void* recv, size_t bytes, void* stream) {
+  GW_RETURN_IF_ERROR(check_size("recvbuf (nranks blocks)", bytes, static_cast<uint64_t>(size()), "bytes per rank"));
+  if (bytes > 0 && (send == nullptr || recv == nullptr)) return invalid_argument(send == nullptr ? "sendbuf is null" : "recvbuf is null");
+  GW_ASSIGN_OR_RETURN(coll::DeviceBackend* dev, impl_->device_backend());
+  if (bytes > 0) {
+    GW_RETURN_IF_ERROR(dev->check_buffer(send, "sendbuf"));
+    GW_RETURN_IF_ERROR(dev->check_buffer(recv, "recvbuf"));
+  }
+  return run([=]() -> Status {
+    return impl_->device_collective(*dev, stream, call(CallKind::kAllgather, bytes),
+                                    [&](coll::Context& c) { return coll::device_allgather(c, *dev, send, recv, bytes); });
+  });
+}
+
+Status Communicator::broadcast_device(void* buf, size_t bytes, int root, void* stream) {
+  if (root < 0 || root >= size()) return invalid_argument("root " + std::to_string(root) + " is out of range");
+  GW_RETURN_IF_ERROR(check_size("buf", bytes, 1, "bytes"));
+  if (bytes > 0 && buf == nullptr) return invalid_argument("buf is null");
+  GW_ASSIGN_OR_RETURN(coll::DeviceBackend* dev, impl_->device_backend());
+  if (bytes > 0) GW_RETURN_IF_ERROR(dev->check_buffer(buf, "buf"));
+  return run([=]() -> Status {
+    return impl_->device_collective(*dev, stream, call(CallKind::kBroadcast, bytes, root),
+                                    [&](coll::Context& c) { return coll::device_broadcast(c, *dev, buf, bytes, root); });
+  });
+}
+
+Status Communicator::use_device_backend(std::unique_ptr<coll::DeviceBackend> backend) {
+  return run([&]() -> Status {  // after every earlier call, which may still use the old one
+    std::lock_guard<std::mutex> lock(impl_->device_mu);
+    impl_->device = std::move(backend);
+    impl_->nccl = false;
+    return Status::ok();
+  }, /*collective=*/false);
+}
+
+Status Communicator::device_ready() { return impl_->device_backend().status(); }
+
+bool Communicator::nccl_enabled() const {
+  std::lock_guard<std::mutex> lock(impl_->device_mu);
+  return impl_->nccl;
+}
+
+Status Communicator::enable_nccl() {
+  // Every rank learns every other rank's state before anyone joins NCCL: a rank that cannot
+  // join would leave the others waiting in NCCL's init until the timeout.
+  auto made = impl_->device_backend();
+  const Status local = made.status();
+  coll::DeviceBackend* dev = made.is_ok() ? made.value() : nullptr;
+  return run([=]() -> Status {
+    Impl& im = *impl_;
+    const int p = im.tp->size();
+    // Rank 0's unique id, or why it has none, to everyone.
+    struct IdBlob {
+      uint8_t ok;
+      uint8_t id[128];
+      char why[383];
+    } blob{};
+    if (im.tp->rank() == 0) {
+      Status s = local.is_ok() ? dev->nccl_unique_id(blob.id, sizeof blob.id) : local;
+      blob.ok = s.is_ok() ? 1 : 0;
+      std::snprintf(blob.why, sizeof blob.why, "%s", s.message().c_str());
+    }
+    GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::broadcast(c, &blob, sizeof blob, 0); },
+                                     call(CallKind::kNcclSetup, sizeof blob, 0)));
+    if (blob.ok == 0) return unsupported(std::string("NCCL did not start on rank 0: ") + blob.why);
+    auto agree = [&](const Status& mine, const char* stage) -> Status {
+      const uint8_t flag = mine.is_ok() ? 1 : 0;
+      std::vector<uint8_t> all(static_cast<size_t>(p));
+      GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, &flag, all.data(), 1); },
+                                       call(CallKind::kNcclSetup, 1)));
+      if (!mine.is_ok()) return unsupported(std::string(stage) + " on this rank: " + mine.message());
+      for (int r = 0; r < p; ++r) {
+        if (all[r] == 0) return unsupported(std::string(stage) + " on rank " + std::to_string(r) + " (see its error)");
+      }
+      return Status::ok();
+    };
+    GW_RETURN_IF_ERROR(agree(local, "no CUDA device for NCCL"));
+    const Status joined = dev->nccl_join(blob.id, sizeof blob.id, p, im.tp->rank(),
+                                         transport::Clock::now() + im.config.timeout, [&] { im.tp->progress(); });
+    if (joined.code() == Code::kTimeout) return joined;  // a rank stopped mid-join: nothing to agree with
+    if (Status s = agree(joined, "NCCL init failed"); !s.is_ok()) {
+      dev->nccl_leave();
+      return s;
+    }
+    if (im.topo.hierarchical()) {
+      // The hierarchical all-reduce's legs inside a node: one more communicator per node, from
+      // its local rank 0's id. Every rank learns the outcome everywhere, so all nodes run
+      // those legs alike; without it they go through host memory.
+      struct NodeId {
+        uint8_t ok;
+        uint8_t id[128];
+      } mine{};
+      if (im.topo.local_rank == 0) mine.ok = dev->nccl_unique_id(mine.id, sizeof mine.id).is_ok() ? 1 : 0;
+      std::vector<NodeId> ids(static_cast<size_t>(p));
+      GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, &mine, ids.data(), sizeof mine); },
+                                       call(CallKind::kNcclSetup, sizeof mine)));
+      const NodeId& leader = ids[static_cast<size_t>(im.topo.members[static_cast<size_t>(im.topo.node)][0])];
+      const Status node_joined =
+          leader.ok != 0 ? dev->node_nccl_join(leader.id, sizeof leader.id, im.topo.local_size, im.topo.local_rank,
+                                               transport::Clock::now() + im.config.timeout, [&] { im.tp->progress(); })
+                         : unsupported("local rank 0 has no NCCL id");
+      if (node_joined.code() == Code::kTimeout) return node_joined;
+      if (Status s = agree(node_joined, "NCCL inside the node failed"); !s.is_ok()) {
+        dev->node_nccl_leave();
+        if (s.code() != Code::kUnsupported) return s;
+        GW_WARN(kNccl, "%s: the hierarchical all-reduce's legs inside nodes go through host memory", s.message().c_str());
+      }
+    }
+    std::lock_guard<std::mutex> lock(im.device_mu);
+    im.nccl = true;
+    GW_INFO(kNccl, "NCCL up on rank %d of %d%s", im.tp->rank(), p, dev->node_nccl_ready() ? ", and inside its node" : "");
+    return Status::ok();
+  });
+}
+
+}  // namespace gw

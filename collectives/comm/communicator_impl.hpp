@@ -1,0 +1,368 @@
+// The communicator's private state, shared by the files that implement its calls
+// (communicator.cpp: init, the progress thread and all-reduce; the other communicator_*.cpp:
+// the remaining collectives and point-to-point messages).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "collectives/algorithms/host/algorithms.hpp"
+#include "collectives/checks/call_check.hpp"
+#include "collectives/checks/call_descriptor.hpp"
+#include "collectives/common/context.hpp"
+#include "collectives/algorithms/device/device_backend.hpp"
+#include "collectives/algorithms/hierarchical/node_shm.hpp"
+#include "collectives/policy/policy.hpp"
+#include "collectives/observability/stats.hpp"
+#include "collectives/observability/timeline.hpp"
+#include "collectives/comm/topology.hpp"
+#include "gradwire/communicator.hpp"
+#include "common/log.hpp"
+#include "transport/transport.hpp"
+
+namespace gw {
+
+namespace comm_detail {
+
+using coll::CallDescriptor;
+using coll::CallKind;
+
+inline CallDescriptor call(CallKind kind, uint64_t count = 0, int root = -1) {
+  CallDescriptor d;
+  d.kind = kind;
+  d.count = count;
+  d.root = root;
+  return d;
+}
+
+// No buffer is larger than this (2^48 bytes: 256 TiB, more than an x86-64 or arm64 process can
+// map). Sizes above it, including those whose byte count would wrap, are refused up front:
+// nothing is sent and the communicator stays usable.
+inline constexpr uint64_t kMaxBufferBytes = uint64_t{1} << 48;
+
+inline Status check_size(const char* what, uint64_t count, uint64_t elem_size, const char* unit) {
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(count, elem_size, &bytes) || bytes > kMaxBufferBytes) {
+    return invalid_argument(std::string(what) + " of " + std::to_string(count) + " " + unit + " is larger than any buffer (at most " +
+                            std::to_string(kMaxBufferBytes) + " bytes)");
+  }
+  return Status::ok();
+}
+
+// An all-reduce as the peers must see it: what runs, on what, with which codec.
+inline CallDescriptor allreduce_call(size_t count, DType dtype, ReduceOp op, const Codec* codec, Algo ran, bool on_device) {
+  CallDescriptor d = call(CallKind::kAllreduce, count);
+  d.dtype = static_cast<uint8_t>(dtype);
+  d.op = static_cast<uint8_t>(op);
+  d.algo = static_cast<uint8_t>(ran);
+  d.flags = on_device ? CallDescriptor::kDevice : 0;
+  if (codec != nullptr && codec->id() != CodecId::kNone) d.spec = codec->spec().to_string();
+  return d;
+}
+
+// Runs a device collective; when it fails, returns only after the work it enqueued is done,
+// so that nothing writes the caller's buffers (or frees staging in use) after the call.
+template <class F>
+Status settled(coll::DeviceBackend& dev, F&& run_collective) {
+  const Status s = run_collective();
+  if (!s.is_ok()) dev.quiesce();
+  return s;
+}
+
+
+}  // namespace comm_detail
+
+using coll::CallDescriptor;
+
+class Communicator::Work {
+ public:
+  explicit Work(std::function<Status(Communicator&)> fn) : fn_(std::move(fn)) {}
+
+  // Sets the result once (later calls are ignored), runs the completion callbacks outside the
+  // lock, and only then wakes the waiters: a caller whose wait returned sees its callback done.
+  void finish(Status s) {
+    std::vector<std::function<void(const Status&)>> run;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (done_ || finishing_) return;
+      status_ = std::move(s);
+      finishing_ = true;
+      run.swap(callbacks_);
+    }
+    for (;;) {
+      for (auto& fn : run) fn(status_);  // status_ no longer changes
+      run.clear();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (callbacks_.empty()) {  // none was added while those ran
+        done_ = true;
+        cv_.notify_all();
+        return;
+      }
+      run.swap(callbacks_);
+    }
+  }
+  bool test(Status* s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_ && s != nullptr) *s = status_;
+    return done_;
+  }
+  Status wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    return status_;
+  }
+  // False when the work is still pending after timeout.
+  bool wait_for(std::chrono::milliseconds timeout, Status* s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return done_; })) return false;
+    *s = status_;
+    return true;
+  }
+  // fn runs once with the result: in finish(), or here at once when the work has finished.
+  void on_complete(std::function<void(const Status&)> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!done_) {
+        callbacks_.push_back(std::move(fn));
+        return;
+      }
+    }
+    fn(status_);
+  }
+  std::function<Status(Communicator&)>& fn() { return fn_; }
+
+ private:
+  std::function<Status(Communicator&)> fn_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool finishing_ = false;  // the result is set, callbacks are running
+  bool done_ = false;
+  Status status_;
+  std::vector<std::function<void(const Status&)>> callbacks_;
+};
+
+namespace comm_detail {
+
+// A point-to-point message: posted by the progress thread, finished when its op is.
+struct P2pMessage {
+  bool is_recv = false;
+  void* buf = nullptr;  // the caller's (a send's is const)
+  size_t bytes = 0;     // a send's length; the exact length a receive expects
+  int peer = -1;
+  uint32_t tag = 0;
+  std::shared_ptr<Communicator::Work> work;
+  std::unique_ptr<transport::Op> op;  // on the heap: the transport holds its address
+  transport::Clock::time_point deadline;
+};
+
+// Arguments of isend/irecv that need no progress thread to check.
+inline Status check_p2p_args(const void* buf, size_t bytes, int peer, int nranks) {
+  if (peer < 0 || peer >= nranks) {
+    return invalid_argument("peer " + std::to_string(peer) + " is not a rank of this communicator (0 to " +
+                            std::to_string(nranks - 1) + ")");
+  }
+  GW_RETURN_IF_ERROR(check_size("bytes", bytes, 1, "bytes"));
+  if (bytes > 0 && buf == nullptr) return invalid_argument("buf is null");
+  return Status::ok();
+}
+
+// The transport the collectives see (the counting one): it also serves point-to-point
+// messages between its rounds (posting new ones, finishing those done), so a long collective
+// holds none of them back. serve is Communicator::Impl::serve_p2p.
+class P2pServingTransport final : public transport::ForwardingTransport {
+ public:
+  P2pServingTransport(transport::Transport& inner, std::function<bool()> serve)
+      : ForwardingTransport(inner), serve_(std::move(serve)) {}
+  bool progress() override {
+    const bool moved = inner_.progress();
+    return serve_() || moved;
+  }
+
+ private:
+  std::function<bool()> serve_;
+};
+
+}  // namespace comm_detail
+
+struct Communicator::Impl {
+  std::unique_ptr<transport::Transport> tp;
+  CommConfig config;
+  coll::Topology topo;
+  // The hierarchical all-reduce's EF states for the pieces of this rank's shard (views of the
+  // caller's state's residual, each with its own owner-side residual), and the caller's EF states
+  // whose residual the hierarchical path last filled (zero outside this rank's shard).
+  std::vector<ErrorFeedback> shard_efs;       // progress thread only
+  coll::NodeShm node_shm;                     // progress thread only
+  std::unordered_set<const void*> ef_hier;    // progress thread only
+  // Where hierarchical was asked for by name and the layout runs flat: said once.
+  mutable std::atomic<bool> told_flat{false};
+  // The algorithm an all-reduce runs given the flat policy's choice: kHierarchical where the
+  // layout allows it and nothing asked for a flat algorithm by name (on device buffers, not
+  // for dense calls once NCCL is up: NCCL's own all-reduce knows the topology).
+  Algo layout_choice(Algo flat, Algo requested, bool on_device) const;
+  // The inter-node leg's algorithm of a hierarchical all-reduce whose flat choice is flat.
+  Algo inter_algo(Algo flat, size_t count, DType dtype, const Codec* codec) const;
+  std::unique_ptr<Codec> codec_override;  // GW_CODEC
+  // GW_CODEC replaces the codec of calls that asked for compression (a lossy codec on
+  // float32), never of dense ones: a plain all-reduce stays exact whatever the environment.
+  Codec* effective_codec(Codec* asked, DType dtype) const {
+    if (codec_override == nullptr || asked == nullptr || asked->id() == CodecId::kNone || dtype != DType::kFloat32) {
+      return asked;
+    }
+    return codec_override.get();
+  }
+  coll::Scratch scratch;
+  uint64_t seq = 0;  // progress thread only
+  // A collective of the current work item failed midway: its peers may still be in it, so
+  // the communicator breaks whatever the error (progress thread only).
+  bool collective_failed = false;
+  coll::CommStats stats;                             // progress thread only
+  std::unique_ptr<coll::CountingTransport> counted;  // tp, counting what collectives send
+  std::unique_ptr<comm_detail::P2pServingTransport> serving;  // counted, serving p2p between rounds
+  coll::AllreduceTuner tuner;
+  coll::CallCheck check;  // the peers' call descriptors of the running collective
+  coll::Timeline timeline{std::string(), 0};  // GW_TIMELINE; set up in create()
+  static std::string timeline_args(const CallDescriptor& d, const Status& s, uint64_t sent) {
+    std::string a = "\"seq\": " + std::to_string(d.seq) + ", \"count\": " + std::to_string(d.count) +
+                    ", \"bytes_sent\": " + std::to_string(sent);
+    if (d.dtype != coll::kNoField) a += std::string(", \"dtype\": \"") + dtype_name(static_cast<DType>(d.dtype)) + "\"";
+    if (d.op != coll::kNoField) a += std::string(", \"op\": \"") + red_op_name(static_cast<ReduceOp>(d.op)) + "\"";
+    if (d.algo != coll::kNoField) a += std::string(", \"algo\": \"") + algo_name(static_cast<Algo>(d.algo)) + "\"";
+    if (d.root >= 0) a += ", \"root\": " + std::to_string(d.root);
+    if (!d.spec.empty()) a += ", \"codec\": \"" + d.spec + "\"";  // specs hold no quotes or backslashes
+    if (!s.is_ok()) a += std::string(", \"error\": \"") + code_name(s.code()) + "\"";
+    return a;
+  }
+  bool tune = true;  // GW_TUNE=0 keeps the static policy
+  double link_gbps = 0;  // GW_LINK_GBPS (0: unset): seeds the tuner's first choice
+  // EF states (host or device) whose residual a compressed call filled and no dense call has
+  // flushed yet.
+  std::unordered_set<const void*> ef_unflushed;  // progress thread only
+  // Host EF states whose owner residual the compressed ring or scatter-reduce last filled
+  // (they own different segments; see rehome_owner_residual in communicator.cpp).
+  std::unordered_map<const void*, Algo> ef_owner_algo;  // progress thread only
+
+  // The accelerator of the device collectives: made on first use by a caller's thread, then
+  // used by the progress thread only.
+  mutable std::mutex device_mu;
+  std::unique_ptr<coll::DeviceBackend> device;
+  bool nccl = false;  // enable_nccl succeeded, under device_mu
+  bool nccl_on() const {
+    std::lock_guard<std::mutex> lock(device_mu);
+    return nccl;
+  }
+  // Device EF states whose residual the hierarchical path last filled (zero outside this
+  // rank's shard); the device counterpart of ef_hier.
+  std::unordered_set<const void*> device_ef_hier;  // progress thread only
+
+  Result<coll::DeviceBackend*> device_backend() {
+    std::lock_guard<std::mutex> lock(device_mu);
+    if (device == nullptr) {
+      GW_ASSIGN_OR_RETURN(device, coll::make_cuda_backend());
+    }
+    return device.get();
+  }
+
+  // Which user thread is inside a collective call (enter/leave): a second one at the same
+  // time breaks the communicator, since its ranks could pair the two threads' calls crosswise.
+  std::mutex entry_mu;
+  std::thread::id caller;
+  int depth = 0;
+  Status enter();
+  void leave();
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<Work>> queue;
+  // Point-to-point messages not posted yet (any thread adds, under mu), and those posted
+  // (progress thread only). Neither waits behind the queue above.
+  std::deque<std::unique_ptr<comm_detail::P2pMessage>> p2p_new;
+  std::vector<std::unique_ptr<comm_detail::P2pMessage>> p2p_posted;
+  bool serving_p2p = false;  // serve_p2p is running (progress thread only): no re-entry
+  bool stopping = false;
+  Status broken;  // sticky, under mu
+  std::thread worker;
+
+  Status broken_status() {
+    std::lock_guard<std::mutex> lock(mu);
+    return broken;
+  }
+  // Progress thread (communicator_p2p.cpp): posts the new point-to-point messages and finishes
+  // the posted ones that are done, failed or past their deadline (the caller progresses the
+  // transport). True if anything happened.
+  bool serve_p2p();
+  // Progress thread: fails every point-to-point message, posted or not, with why (the
+  // transport must have been aborted first where any is posted: it owns their buffers).
+  void fail_p2p(const Status& why);
+  // Progress thread, at the communicator's end: finishes what has finished, then aborts the
+  // transport if anything is still posted and fails the rest.
+  void close_p2p();
+
+  // Runs one collective with a fresh context (the next sequence number), counting it. Every
+  // rank states the call (d) to every other, and the call succeeds only where they all match.
+  template <class F>
+  Status collective(F&& fn, CallDescriptor d, double* seconds = nullptr) {
+    coll::Context c{*serving, tp->rank(), tp->size(), transport::Clock::now() + config.timeout, seq++,
+                    config.chunk_bytes, scratch};
+    c.stats = &stats;
+    d.seq = c.seq;
+    const coll::Timeline::Active recording(&timeline);
+    const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t sent0 = stats.bytes_sent;
+    Status s;
+    if (c.size > 1) {
+      c.check = &check;
+      s = check.start(*tp, d);
+    }
+    if (s.is_ok()) s = fn(c);
+    if (s.is_ok() && c.check != nullptr) s = check.finish(c.deadline);
+    if (!s.is_ok()) collective_failed = true;
+    const auto t1 = std::chrono::steady_clock::now();
+    if (timeline.enabled()) timeline.span(coll::call_kind_name(d.kind), "collective", t0, t1, timeline_args(d, s, stats.bytes_sent - sent0));
+    const double t = std::chrono::duration<double>(t1 - t0).count();
+    stats.total_s += t;
+    ++stats.collectives;
+    if (seconds != nullptr) *seconds = t;
+    return s;
+  }
+
+  void break_with(const Status& s) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!broken.is_ok()) return;
+      broken = s;
+    }
+    GW_WARN(kColl, "communicator broken: %s", s.to_string().c_str());
+    tp->abort(s);
+    std::lock_guard<std::mutex> lock(device_mu);
+    if (device != nullptr) device->abort();
+  }
+
+  // Progress thread: one device collective, after the work the caller queued on stream.
+  template <class F>
+  Status device_collective(coll::DeviceBackend& dev, void* stream, CallDescriptor d, F&& fn) {
+    GW_RETURN_IF_ERROR(dev.begin(stream));
+    d.flags = CallDescriptor::kDevice;
+    return collective([&](coll::Context& c) { return comm_detail::settled(dev, [&] { return fn(c); }); }, d);
+  }
+
+  using AlgoRunner = std::function<Status(coll::Context&, Algo ran, bool flush)>;
+  // Progress thread: one all-reduce of the policy's choice, through the tuner when tuned;
+  // run_algo does the work (flush: a dense call that first sends ef's residual).
+  // on_device: the call is on device buffers, timed apart from host calls (other costs, NCCL).
+  Status allreduce_planned(size_t count, DType dtype, ReduceOp op, const Codec* codec, const void* ef, Algo chosen,
+                           bool tuned, bool on_device, const AlgoRunner& run_algo);
+};
+
+}  // namespace gw
