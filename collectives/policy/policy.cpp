@@ -26,17 +26,6 @@ const char* algo_name(Algo algo) {
   return "unknown";
 }
 
-const char* red_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kProd: return "prod";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-  }
-  return "unknown";
-}
-
 Result<Algo> parse_algo(const std::string& name) {
   for (Algo a : {Algo::kAuto, Algo::kRing, Algo::kCompressedRing, Algo::kScatterReduce, Algo::kSparseAllgather,
                  Algo::kHierarchical}) {

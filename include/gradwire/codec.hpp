@@ -11,27 +11,9 @@
 
 #include "gradwire/export.h"
 #include "gradwire/status.hpp"
+#include "gradwire/types.hpp"
 
 namespace gw {
-
-// Values match gw_dtype_t. Codecs and the wire format carry the first three; the dense
-// collectives carry all of them.
-enum class DType : uint8_t {
-  kFloat32 = 1,
-  kFloat16 = 2,
-  kBFloat16 = 3,
-  kFloat64 = 4,
-  kInt8 = 5,
-  kUInt8 = 6,
-  kInt32 = 7,
-  kInt64 = 8,
-};
-GW_API size_t dtype_size(DType dtype);
-GW_API const char* dtype_name(DType dtype);
-// Whether value is a dtype codecs take (float32, float16, bfloat16).
-GW_API bool dtype_valid(int value);
-// Whether value is any gw_dtype_t (the dense collectives take them all).
-GW_API bool collective_dtype_valid(int value);
 
 // Values match gw_codec_id_t and the codec byte of the wire header.
 enum class CodecId : uint8_t {

@@ -13,6 +13,7 @@
 #include "gradwire/ef_state.hpp"
 #include "gradwire/export.h"
 #include "gradwire/status.hpp"
+#include "gradwire/types.hpp"
 
 namespace gw {
 
@@ -24,10 +25,6 @@ class DeviceBackend;
 namespace transport {
 class Transport;
 }
-
-// Values match gw_red_op_t.
-enum class ReduceOp : uint8_t { kSum = 0, kAvg = 1, kProd = 2, kMin = 3, kMax = 4 };
-GW_API const char* red_op_name(ReduceOp op);
 
 // Values match gw_algo_t.
 enum class Algo : uint8_t {

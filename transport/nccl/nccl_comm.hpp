@@ -15,9 +15,8 @@
 #include <functional>
 #include <memory>
 
-#include "gradwire/codec.hpp"
-#include "gradwire/communicator.hpp"
 #include "gradwire/status.hpp"
+#include "gradwire/types.hpp"
 
 struct ncclComm;  // <nccl.h> stays out of this header
 

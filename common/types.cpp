@@ -1,4 +1,4 @@
-#include "gradwire/codec.hpp"
+#include "gradwire/types.hpp"
 
 namespace gw {
 
@@ -33,5 +33,16 @@ const char* dtype_name(DType dtype) {
 bool dtype_valid(int value) { return value >= 1 && value <= 3; }
 
 bool collective_dtype_valid(int value) { return value >= 1 && value <= 8; }
+
+const char* red_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kProd: return "prod";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+  }
+  return "unknown";
+}
 
 }  // namespace gw
