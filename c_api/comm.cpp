@@ -9,7 +9,7 @@
 
 #include "c_api/exit.hpp"
 #include "collectives/comm/comm_init.hpp"
-#include "collectives/comm/communicator_impl.hpp"
+#include "collectives/checks/argument_checks.hpp"
 #include "c_api/handles.hpp"
 #include "c_api/support.hpp"
 #include "compressors/device_memory.hpp"

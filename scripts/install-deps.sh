@@ -2,8 +2,9 @@
 # Installs what gradwire needs to build, test and benchmark on Debian 12.
 # CUDA is optional and not installed here: the build finds /usr/local/cuda when present.
 # clang and libclang-rt-14-dev build the sanitizer tree of scripts/test.sh --sanitize and the
-# fuzzers; python3-setuptools and python3-wheel make `pip install --no-build-isolation .` work
-# offline.
+# fuzzers; clang-format checks the code's layout (the format test), clang-tidy runs
+# scripts/tidy.sh; python3-setuptools and python3-wheel make `pip install
+# --no-build-isolation .` work offline.
 set -euo pipefail
 
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
@@ -12,7 +13,7 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   cmake g++ make pkg-config git ca-certificates \
-  clang libclang-rt-14-dev \
+  clang libclang-rt-14-dev clang-format clang-tidy \
   libgtest-dev libgmock-dev libbenchmark-dev \
   libucx-dev ucx-utils libibverbs-dev librdmacm-dev \
   libopenmpi-dev openmpi-bin \

@@ -19,6 +19,7 @@
 
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/checks/call_check.hpp"
+#include "collectives/checks/argument_checks.hpp"
 #include "collectives/checks/call_descriptor.hpp"
 #include "collectives/common/context.hpp"
 #include "collectives/algorithms/device/device_backend.hpp"
@@ -44,20 +45,6 @@ inline CallDescriptor call(CallKind kind, uint64_t count = 0, int root = -1) {
   d.count = count;
   d.root = root;
   return d;
-}
-
-// No buffer is larger than this (2^48 bytes: 256 TiB, more than an x86-64 or arm64 process can
-// map). Sizes above it, including those whose byte count would wrap, are refused up front:
-// nothing is sent and the communicator stays usable.
-inline constexpr uint64_t kMaxBufferBytes = uint64_t{1} << 48;
-
-inline Status check_size(const char* what, uint64_t count, uint64_t elem_size, const char* unit) {
-  uint64_t bytes = 0;
-  if (__builtin_mul_overflow(count, elem_size, &bytes) || bytes > kMaxBufferBytes) {
-    return invalid_argument(std::string(what) + " of " + std::to_string(count) + " " + unit + " is larger than any buffer (at most " +
-                            std::to_string(kMaxBufferBytes) + " bytes)");
-  }
-  return Status::ok();
 }
 
 // An all-reduce as the peers must see it: what runs, on what, with which codec.
@@ -165,17 +152,6 @@ struct P2pMessage {
   std::unique_ptr<transport::Op> op;  // on the heap: the transport holds its address
   transport::Clock::time_point deadline;
 };
-
-// Arguments of isend/irecv that need no progress thread to check.
-inline Status check_p2p_args(const void* buf, size_t bytes, int peer, int nranks) {
-  if (peer < 0 || peer >= nranks) {
-    return invalid_argument("peer " + std::to_string(peer) + " is not a rank of this communicator (0 to " +
-                            std::to_string(nranks - 1) + ")");
-  }
-  GW_RETURN_IF_ERROR(check_size("bytes", bytes, 1, "bytes"));
-  if (bytes > 0 && buf == nullptr) return invalid_argument("buf is null");
-  return Status::ok();
-}
 
 // The transport the collectives see (the counting one): it also serves point-to-point
 // messages between its rounds (posting new ones, finishing those done), so a long collective
