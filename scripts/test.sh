@@ -26,8 +26,15 @@ if [ "$sanitize" = 1 ]; then
   CC=clang CXX=clang++ GW_BUILD_DIR=$root/build-asan GW_BUILD_TYPE=Debug "$root/scripts/build.sh" \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
     -DGW_WERROR=ON -DGW_SANITIZE=address,undefined -DGW_WITH_CUDA=OFF -DGW_BUILD_PERF=OFF
+  # The sanitized tree runs every test but the heaviest data-path sweeps over UCX's TCP
+  # transport: the same library code runs them over shared memory here and over TCP in the
+  # normal tree, and under ASan they took 16 of CI's minutes. Their failure-path twins (killed
+  # and frozen peers, mismatched calls) still run over TCP here.
+  asan_skip='^(mp_collectives_fork_np[1-4]_tcp|Hierarchical[.](LossyCallsInPiecesKeepEveryProperty'
+  asan_skip+='|SwitchingBetweenFlatAndHierarchicalKeepsTheResidual)_tcp|DenseCollectives[.](AllreduceEveryOpAndDtype'
+  asan_skip+='|HierarchicalAllreduceEveryLayoutOpAndDtype|ReduceToEveryRoot)_tcp)$'
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir "$root/build-asan" --output-on-failure -j "$(nproc)" --timeout 600
+    ctest --test-dir "$root/build-asan" --output-on-failure -j "$(nproc)" --timeout 600 -E "$asan_skip"
   # The library without UCX (what a GPU machine without UCX could build): warning-free with
   # clang, and one rank works on the in-process transport.
   # Unoptimised and without debug info: the check is the warnings, and this halves its time.
