@@ -6,7 +6,7 @@ import re
 import sys
 
 root = sys.argv[1]
-LIBRARY_DIRS = ("collectives", "compressors", "transport", "kernels")
+LIBRARY_DIRS = ("common", "compressors", "transport", "kernels", "collectives", "c_api")
 
 
 def read(path):
