@@ -15,17 +15,18 @@
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/device/device_algorithms.hpp"
 #include "collectives/algorithms/hierarchical/hierarchical_groups.hpp"
+#include "collectives/algorithms/scratch_slots.hpp"
 #include "collectives/common/reduce.hpp"
 
 namespace gw::coll {
 namespace {
 
-// Scratch slots above those of the flat device algorithms (device 0-4, staging 0-2), which
-// run inside the inter-node leg while these are in use.
-constexpr int kStagingWhole = 3;  // host: the whole buffer (the legs through the transport)
-constexpr int kPaddedWhole = 5;   // device: node_size padded blocks (NCCL, uneven shards)
-constexpr int kPaddedShard = 6;   // device: one padded block (NCCL, uneven shards)
-constexpr int kShardOwner = 7;    // device: the owner-side residual of the inter-node leg
+// Scratch slots above those of the flat device algorithms (scratch_slots.hpp), which run
+// inside the inter-node leg while these are in use.
+constexpr int kStagingWhole = kHierStagingSlots.base;    // host: the whole buffer (the legs through the transport)
+constexpr int kPaddedWhole = kHierDeviceSlots.base;      // device: node_size padded blocks (NCCL, uneven shards)
+constexpr int kPaddedShard = kHierDeviceSlots.base + 1;  // device: one padded block (NCCL, uneven shards)
+constexpr int kShardOwner = kHierDeviceSlots.base + 2;   // device: the owner-side residual of the inter-node leg
 
 Status copy_bytes(DeviceBackend& dev, void* dst, const void* src, size_t bytes) {
   return bytes == 0 ? Status::ok() : dev.copy(dst, src, bytes);
