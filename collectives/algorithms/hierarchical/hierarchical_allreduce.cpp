@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/algorithms/algorithm_table.hpp"
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/hierarchical/hierarchical_groups.hpp"
 #include "collectives/algorithms/hierarchical/node_pipeline.hpp"
@@ -63,12 +64,9 @@ Status inter_leg(Context& across, const Topology& t, const HierarchicalArgs& a, 
     if (ef != nullptr) a.ef->set_step(ef->step());
     return Status::ok();
   }
-  Status s;
-  switch (a.inner) {
-    case Algo::kCompressedRing: s = compressed_ring_allreduce(across, in, f, len, sum_op, *a.codec, ef); break;
-    case Algo::kSparseAllgather: s = sparse_allgather_allreduce(across, in, f, len, sum_op, *a.codec, ef); break;
-    default: s = scatter_reduce_allreduce(across, in, f, len, sum_op, *a.codec, ef); break;
-  }
+  const AlgorithmRow* row = find_algorithm(a.inner);
+  if (row == nullptr || row->host == nullptr) row = find_algorithm(Algo::kScatterReduce);
+  const Status s = row->host(across, HostAllreduce{in, f, len, DType::kFloat32, sum_op, a.codec, ef});
   GW_RETURN_IF_ERROR(s.with_context("inter-node leg"));
   if (ef != nullptr) {
     // The owner's re-encoding error goes back into this rank's own residual at the same
