@@ -12,6 +12,7 @@
 #include "collectives/checks/argument_checks.hpp"
 #include "c_api/handles.hpp"
 #include "c_api/support.hpp"
+#include "collectives/algorithms/algorithm_table.hpp"
 #include "compressors/device_memory.hpp"
 #include "gradwire/communicator.hpp"
 #include "gradwire/gradwire.h"
@@ -71,7 +72,7 @@ Status check_dtype_op(gw_dtype_t dtype, gw_red_op_t op) {
 // Enum ranges only: which dtype and op a codec or algorithm takes is the C++ layer's check.
 Status check_enum_args(gw_dtype_t dtype, gw_red_op_t op, gw_algo_t algo) {
   GW_RETURN_IF_ERROR(check_dtype_op(dtype, op));
-  if (static_cast<int>(algo) < 0 || algo > GW_ALGO_HIERARCHICAL) {
+  if (!gw::coll::algo_value_known(static_cast<int>(algo))) {
     return gw::invalid_argument("algo " + std::to_string(static_cast<int>(algo)) + " is not a gw_algo_t");
   }
   return Status::ok();

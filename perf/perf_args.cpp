@@ -6,11 +6,26 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
+#include "gradwire/communicator.hpp"
 #include "gradwire/gradwire.h"
 
 namespace gw::perf {
 namespace {
+
+// The library's all-reduce algorithms (its table, through algo_name): "auto, ring, ... or
+// hierarchical". Their values run from kAuto with no gap.
+std::string algo_choices() {
+  std::vector<std::string> names;
+  for (int v = 0; std::strcmp(algo_name(static_cast<Algo>(v)), "unknown") != 0; ++v) {
+    names.emplace_back(algo_name(static_cast<Algo>(v)));
+  }
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) s += (i == 0 ? "" : i + 1 < names.size() ? ", " : " or ") + names[i];
+  return s;
+}
 
 void print_usage(const char* tool) {
   std::fprintf(stderr,
@@ -21,8 +36,9 @@ void print_usage(const char* tool) {
                "environment (mpirun, srun, torchrun; see README). --codec repeats to compare codecs;\n"
                "with any --codec a dense reference row (codec none) is added unless --no-dense-reference.\n"
                "--ef-steps N: relative error of the running sum of N all-reduces (default 20, 0: off).\n"
-               "--link-gbps X: link rate in Gbit/s for the link floor (default: measured by the dense row).\n",
-               tool);
+               "--link-gbps X: link rate in Gbit/s for the link floor (default: measured by the dense row).\n"
+               "--algo NAME: %s (default auto: the library's policy).\n",
+               tool, algo_choices().c_str());
 }
 
 // One line naming what is wrong, then exit 2: nothing has been launched yet.
@@ -105,9 +121,8 @@ Args parse_args(int argc, char** argv, const char* tool) {
       a.codec_given = true;
     } else if (!std::strcmp(f, "--algo")) {
       a.algo = value();
-      if (a.algo != "auto" && a.algo != "ring" && a.algo != "compressed_ring" && a.algo != "scatter_reduce" &&
-          a.algo != "sparse_allgather" && a.algo != "hierarchical") {
-        bad(tool, f, a.algo.c_str(), "auto, ring, compressed_ring, scatter_reduce, sparse_allgather or hierarchical");
+      if (!parse_algo(a.algo).is_ok()) {
+        bad(tool, f, a.algo.c_str(), algo_choices().c_str());
       }
     } else if (!std::strcmp(f, "--np")) a.np = static_cast<int>(parse_int(tool, f, value(), 0, 1024));
     else if (!std::strcmp(f, "-J")) {

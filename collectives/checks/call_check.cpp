@@ -3,11 +3,12 @@
 #include <cstring>
 #include <string>
 
+#include "collectives/algorithms/step_ranges.hpp"
 #include "collectives/common/context.hpp"
 
 namespace gw::coll {
 
-uint64_t CallCheck::tag() { return static_cast<uint64_t>(kMaxSteps - 1) << kChunkBits; }
+uint64_t CallCheck::tag() { return static_cast<uint64_t>(kCallCheckSteps.base) << kChunkBits; }
 
 Status CallCheck::start(transport::Transport& tp, const CallDescriptor& mine) {
   tp_ = &tp;

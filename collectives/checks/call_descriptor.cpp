@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "collectives/algorithms/algorithm_table.hpp"
 #include "gradwire/codec.hpp"
 #include "gradwire/communicator.hpp"
 #include "compressors/payload_io.hpp"
@@ -45,7 +46,7 @@ std::string dtype_text(uint8_t d) {
 }
 
 std::string algo_text(uint8_t a) {
-  return a <= static_cast<uint8_t>(Algo::kHierarchical) ? algo_name(static_cast<Algo>(a)) : "algo" + std::to_string(a);
+  return algo_value_known(a) ? algo_name(static_cast<Algo>(a)) : "algo" + std::to_string(a);
 }
 
 // The fields of d that differ from o (all of d's own fields when the collectives differ),

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "collectives/algorithms/algorithm_table.hpp"
 #include "gradwire/communicator.hpp"
 
 namespace gw {
@@ -41,7 +42,9 @@ Result<CommConfig> CommConfig::from_env() {
   if (const char* a = std::getenv("GW_INTER_ALGO"); a != nullptr && *a != '\0') {
     auto algo = parse_algo(a);
     if (!algo.is_ok()) return algo.status().with_context("GW_INTER_ALGO");
-    if (*algo == Algo::kHierarchical) return invalid_argument("GW_INTER_ALGO=hierarchical: name a flat algorithm for the inter-node leg");
+    if (const coll::AlgorithmRow* row = coll::find_algorithm(*algo); row != nullptr && row->composite) {
+      return invalid_argument(std::string("GW_INTER_ALGO=") + row->name + ": name a flat algorithm for the inter-node leg");
+    }
     c.inter_algo = *algo;
   }
   if (const char* s = std::getenv("GW_CODEC"); s != nullptr && *s != '\0') {

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "collectives/algorithms/algorithm_table.hpp"
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/comm/communicator_impl.hpp"
 #include "collectives/checks/call_check.hpp"
@@ -253,6 +254,17 @@ bool tunable(bool tune, Algo static_choice, Algo requested, Algo configured, con
          codec != nullptr && nranks > 1;
 }
 
+// The entry points of a flat algorithm the policy chose (never kAuto or a composite; the
+// dense ring for anything else, as the dispatch always did). Null: it runs on host buffers only.
+coll::HostEntry host_entry(Algo a) {
+  const coll::AlgorithmRow* row = coll::find_algorithm(a);
+  return row != nullptr && !row->composite ? row->host : coll::find_algorithm(Algo::kRing)->host;
+}
+coll::DeviceEntry device_entry(Algo a) {
+  const coll::AlgorithmRow* row = coll::find_algorithm(a);
+  return row != nullptr && !row->composite ? row->device : coll::find_algorithm(Algo::kRing)->device;
+}
+
 // The segment whose owner residual this rank keeps in a compressed all-reduce that has one:
 // scatter-reduce owns segment rank, the compressed ring segment rank + 1.
 uint64_t owner_segment(Algo a, int rank, int p) {
@@ -343,7 +355,7 @@ Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* 
                                                              impl_->config.dense_threshold_bytes});
   const Algo chosen = impl_->layout_choice(flat, algo, on_device);
   const bool tuned = tunable(impl_->tune, flat, algo, impl_->config.algo, codec, size());
-  if (flat != Algo::kRing) {
+  if (const coll::AlgorithmRow* row = coll::find_algorithm(flat); row == nullptr || !(row->codecs & coll::kNoCodec)) {
     if (codec == nullptr) return invalid_argument(std::string("algorithm ") + algo_name(flat) + " needs a codec");
     if (dtype != DType::kFloat32) {
       return unsupported(std::string("compressed all-reduce takes float32, not ") + dtype_name(dtype));
@@ -364,7 +376,6 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
   const Algo inner = impl_->inter_algo(ch.flat, count, dtype, codec);
   const bool tuned = ch.tuned;
   const auto* s = static_cast<const float*>(send);
-  auto* r = static_cast<float*>(recv);
   return run([=]() -> Status {
     return impl_->allreduce_planned(count, dtype, op, codec, ef, chosen, tuned, false,
                                     [&](coll::Context& c, Algo ran, bool flush) -> Status {
@@ -383,9 +394,6 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
           if (hier_ef) impl_->ef_hier.insert(ef);
           return Status::ok();
         }
-        case Algo::kCompressedRing: return coll::compressed_ring_allreduce(c, s, r, count, op, *codec, ef);
-        case Algo::kScatterReduce: return coll::scatter_reduce_allreduce(c, s, r, count, op, *codec, ef);
-        case Algo::kSparseAllgather: return coll::sparse_allgather_allreduce(c, s, r, count, op, *codec, ef);
         default:
           if (flush) {
             float* acc = coll::prepare_accumulator(c, s, count, ef, 0);  // residual += send
@@ -393,7 +401,7 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
             if (count > 0) std::memset(acc, 0, count * sizeof(float));
             return Status::ok();
           }
-          return coll::ring_allreduce(c, send, recv, count, dtype, op);
+          return host_entry(ran)(c, coll::HostAllreduce{send, recv, count, dtype, op, codec, ef});
       }
     });
   });
@@ -510,8 +518,10 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
   const size_t ef_count = ef != nullptr ? ef->count() : 0;
   GW_ASSIGN_OR_RETURN(AllreduceChoice ch, check_allreduce(send, recv, count, dtype, op, codec,
                                                           ef != nullptr ? &ef_count : nullptr, algo, true));
-  if (ch.chosen == Algo::kCompressedRing) {
-    return unsupported("compressed_ring runs on host buffers only; on device buffers scatter_reduce is its counterpart");
+  const coll::AlgorithmRow* row = coll::find_algorithm(ch.chosen);
+  if (row != nullptr && !(row->memory & coll::kDeviceMemory)) {
+    return unsupported(std::string(row->name) + " runs on host buffers only; on device buffers " +
+                       algo_name(row->device_counterpart) + " is its counterpart");
   }
   GW_ASSIGN_OR_RETURN(coll::DeviceBackend* dev, impl_->device_backend());
   if (count > 0) {
@@ -521,7 +531,6 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
   codec = ch.codec;
   const Algo inner = impl_->inter_algo(ch.flat, count, dtype, codec);
   const auto* s = static_cast<const float*>(send);
-  auto* r = static_cast<float*>(recv);
   return run([=]() -> Status {
     GW_RETURN_IF_ERROR(dev->begin(stream));
     return impl_->allreduce_planned(count, dtype, op, codec, ef, ch.chosen, ch.tuned, true,
@@ -541,9 +550,6 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
             if (hier_ef) impl_->device_ef_hier.insert(ef);
             return Status::ok();
           }
-          case Algo::kScatterReduce: return coll::device_scatter_reduce_allreduce(c, *dev, s, r, count, op, *codec, ef);
-          case Algo::kSparseAllgather: return coll::device_sparse_allgather_allreduce(c, *dev, s, r, count, op, *codec, ef);
-          case Algo::kCompressedRing: return unsupported("compressed_ring runs on host buffers only");
           default:
             if (flush) {
               float* acc = ef->residual();
@@ -552,7 +558,9 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
               GW_RETURN_IF_ERROR(dev->zero(acc, count * sizeof(float)));
               return coll::drain(c, *dev);
             }
-            return coll::device_dense_allreduce(c, *dev, send, recv, count, dtype, op);
+            const coll::DeviceEntry entry = device_entry(ran);
+            if (entry == nullptr) return unsupported(std::string(algo_name(ran)) + " runs on host buffers only");
+            return entry(c, *dev, coll::DeviceAllreduce{send, recv, count, dtype, op, codec, ef});
         }
       });
     });

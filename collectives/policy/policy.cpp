@@ -10,30 +10,10 @@
 #include <string>
 
 #include "collectives/policy/policy.hpp"
+#include "collectives/algorithms/algorithm_table.hpp"
 #include "common/log.hpp"
 
 namespace gw {
-
-const char* algo_name(Algo algo) {
-  switch (algo) {
-    case Algo::kAuto: return "auto";
-    case Algo::kRing: return "ring";
-    case Algo::kCompressedRing: return "compressed_ring";
-    case Algo::kScatterReduce: return "scatter_reduce";
-    case Algo::kSparseAllgather: return "sparse_allgather";
-    case Algo::kHierarchical: return "hierarchical";
-  }
-  return "unknown";
-}
-
-Result<Algo> parse_algo(const std::string& name) {
-  for (Algo a : {Algo::kAuto, Algo::kRing, Algo::kCompressedRing, Algo::kScatterReduce, Algo::kSparseAllgather,
-                 Algo::kHierarchical}) {
-    if (name == algo_name(a)) return a;
-  }
-  return invalid_argument("unknown algorithm '" + name +
-                          "' (known: auto, ring, compressed_ring, scatter_reduce, sparse_allgather, hierarchical)");
-}
 
 namespace coll {
 
@@ -221,52 +201,16 @@ std::string AllreduceTuner::Verdict::describe() const {
   return s;
 }
 
-namespace {
-
-// The codec work model: encode and decode rates in fp32 input bytes per second, and the rate
-// at which sparse messages are summed, in message bytes per second (docs/performance.md
-// measures one core at 2.5-20 GB/s encode and 11-60 GB/s decode; these are on the slow side,
-// since the ranks share cores with the trainer).
-constexpr double kEncodeBps = 2e9;
-constexpr double kDecodeBps = 10e9;
-constexpr double kSparseSumBps = 1e9;
-
-}  // namespace
-
 double model_seconds(const PolicyInput& in, Algo algo, double link_gbps) {
+  const AlgorithmRow* row = find_algorithm(algo == Algo::kAuto ? Algo::kRing : algo);
+  if (row == nullptr) return 0;
   const double p = in.nranks > 0 ? in.nranks : 1;
   const double bytes = static_cast<double>(in.count) * static_cast<double>(dtype_size(in.dtype));
-  const double link = link_gbps * 1e9 / 8;  // bytes per second
   double enc = bytes;
   if (in.codec != nullptr && algo != Algo::kRing) {
     enc = static_cast<double>(in.codec->max_encoded_bytes(in.count, in.dtype));
   }
-  double wire = 0, work = 0;
-  switch (algo) {
-    case Algo::kRing:
-    case Algo::kAuto:
-      wire = 2 * (p - 1) / p * bytes;
-      break;
-    case Algo::kScatterReduce:
-      // All-to-all of encoded segments, then the owner's encoded segment to everyone. Every
-      // rank encodes its buffer and its segment, decodes p - 1 segments and the whole result.
-      wire = 2 * (p - 1) / p * enc;
-      work = (bytes + bytes / p) / kEncodeBps + ((p - 1) / p * bytes + bytes) / kDecodeBps;
-      break;
-    case Algo::kCompressedRing:
-      wire = 2 * (p - 1) / p * enc;
-      work = bytes / kEncodeBps + 2 * bytes / kDecodeBps;
-      return wire / link + work;  // each hop waits for the previous one's decode and encode
-    case Algo::kSparseAllgather:
-      wire = (p - 1) * enc;
-      work = bytes / kEncodeBps + p * enc / kSparseSumBps;
-      break;
-    case Algo::kHierarchical:
-      // Without the layout here: it puts no more bytes on the scarce links than any flat
-      // algorithm and compresses as they do, so a known link speed starts the trials with it.
-      return 0;
-  }
-  return std::max(wire / link, work);
+  return row->cost(CostInput{p, bytes, enc, link_gbps * 1e9 / 8});
 }
 
 AllreduceTuner::Candidates allreduce_candidates(const PolicyInput& in, Algo static_choice, bool on_device,
@@ -279,17 +223,17 @@ AllreduceTuner::Candidates allreduce_candidates(const PolicyInput& in, Algo stat
     if (c.n < AllreduceTuner::kMaxCandidates) c.algo[c.n++] = a;
   };
   add(static_choice);
-  const bool sparse = in.codec != nullptr && in.codec->spec().is_sparse();
-  if (static_choice == Algo::kHierarchical) {
+  const AlgorithmRow* chosen = find_algorithm(static_choice);
+  if (chosen != nullptr && chosen->composite) {
     add(choose_allreduce(in));  // the flat path it has to beat
-  } else if (sparse) {
-    // The static rule picks sparse all-gather while k p < n; there scatter-reduce is the
-    // alternative. Past it, all-gather moves more than a dense buffer and is not tried.
-    if (static_choice == Algo::kSparseAllgather) add(Algo::kScatterReduce);
-  } else if (in.nranks > 2 && !on_device) {
-    add(Algo::kCompressedRing);  // with 2 ranks it is scatter-reduce's twin
+  } else {
+    // The rows that say they are worth weighing against this static choice.
+    const TuneInput t{static_choice, in.codec != nullptr && in.codec->spec().is_sparse(), in.nranks, on_device};
+    for (const AlgorithmRow& row : algorithms()) {
+      if (row.weighed != nullptr && row.weighed(t)) add(row.id);
+    }
   }
-  add(Algo::kRing);
+  add(Algo::kRing);  // the dense baseline, always weighed
   c.seed = 0;
   c.seeded = link_gbps > 0;
   if (link_gbps > 0) {

@@ -12,20 +12,22 @@
 #include <string>
 #include <vector>
 
+#include "collectives/algorithms/algorithm_table.hpp"
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/device/device_algorithms.hpp"
 #include "collectives/algorithms/hierarchical/hierarchical_groups.hpp"
+#include "collectives/algorithms/scratch_slots.hpp"
 #include "collectives/common/reduce.hpp"
 
 namespace gw::coll {
 namespace {
 
-// Scratch slots above those of the flat device algorithms (device 0-4, staging 0-2), which
-// run inside the inter-node leg while these are in use.
-constexpr int kStagingWhole = 3;  // host: the whole buffer (the legs through the transport)
-constexpr int kPaddedWhole = 5;   // device: node_size padded blocks (NCCL, uneven shards)
-constexpr int kPaddedShard = 6;   // device: one padded block (NCCL, uneven shards)
-constexpr int kShardOwner = 7;    // device: the owner-side residual of the inter-node leg
+// Scratch slots above those of the flat device algorithms (scratch_slots.hpp), which run
+// inside the inter-node leg while these are in use.
+constexpr int kStagingWhole = kHierStagingSlots.base;    // host: the whole buffer (the legs through the transport)
+constexpr int kPaddedWhole = kHierDeviceSlots.base;      // device: node_size padded blocks (NCCL, uneven shards)
+constexpr int kPaddedShard = kHierDeviceSlots.base + 1;  // device: one padded block (NCCL, uneven shards)
+constexpr int kShardOwner = kHierDeviceSlots.base + 2;   // device: the owner-side residual of the inter-node leg
 
 Status copy_bytes(DeviceBackend& dev, void* dst, const void* src, size_t bytes) {
   return bytes == 0 ? Status::ok() : dev.copy(dst, src, bytes);
@@ -112,11 +114,13 @@ Status rehome_flat_owner(DeviceBackend& dev, DeviceEfState& ef, const Context& c
 Status compressed_inter_leg(Context& across, DeviceBackend& dev, const DeviceHierarchicalArgs& a, float* shard,
                             uint64_t start, uint64_t len) {
   const ReduceOp sum_op = a.op == ReduceOp::kAvg ? ReduceOp::kSum : a.op;
+  // A host-only algorithm's device counterpart stands in for it (scatter-reduce for the
+  // compressed ring).
+  const AlgorithmRow* row = find_algorithm(a.inner);
+  if (row != nullptr && row->device == nullptr) row = find_algorithm(row->device_counterpart);
+  if (row == nullptr || row->device == nullptr) row = find_algorithm(Algo::kScatterReduce);
   auto run = [&](DeviceEfState* ef) {
-    // Scatter-reduce stands in for the compressed ring, which has no device version.
-    return a.inner == Algo::kSparseAllgather
-               ? device_sparse_allgather_allreduce(across, dev, shard, shard, len, sum_op, *a.codec, ef)
-               : device_scatter_reduce_allreduce(across, dev, shard, shard, len, sum_op, *a.codec, ef);
+    return row->device(across, dev, DeviceAllreduce{shard, shard, len, DType::kFloat32, sum_op, a.codec, ef});
   };
   if (a.ef == nullptr) return run(nullptr).with_context("inter-node leg");
   float* owner = nullptr;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/algorithms/algorithm_table.hpp"
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/hierarchical/hierarchical_groups.hpp"
 #include "collectives/algorithms/hierarchical/node_pipeline.hpp"
@@ -19,7 +20,6 @@ namespace gw::coll {
 namespace {
 
 // The fence after the segment's legs (NodeShm's set-up uses 3600-3602).
-constexpr uint32_t kBarrierStep = 3610;
 
 // The segment of the shard whose owner-side residual `inner` keeps on inter-node rank j.
 uint64_t owner_segment(Algo inner, int j, int nodes) {
@@ -64,12 +64,9 @@ Status inter_leg(Context& across, const Topology& t, const HierarchicalArgs& a, 
     if (ef != nullptr) a.ef->set_step(ef->step());
     return Status::ok();
   }
-  Status s;
-  switch (a.inner) {
-    case Algo::kCompressedRing: s = compressed_ring_allreduce(across, in, f, len, sum_op, *a.codec, ef); break;
-    case Algo::kSparseAllgather: s = sparse_allgather_allreduce(across, in, f, len, sum_op, *a.codec, ef); break;
-    default: s = scatter_reduce_allreduce(across, in, f, len, sum_op, *a.codec, ef); break;
-  }
+  const AlgorithmRow* row = find_algorithm(a.inner);
+  if (row == nullptr || row->host == nullptr) row = find_algorithm(Algo::kScatterReduce);
+  const Status s = row->host(across, HostAllreduce{in, f, len, DType::kFloat32, sum_op, a.codec, ef});
   GW_RETURN_IF_ERROR(s.with_context("inter-node leg"));
   if (ef != nullptr) {
     // The owner's re-encoding error goes back into this rank's own residual at the same
@@ -146,8 +143,9 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
     // reductions inside the node run in the links' waits. Sparse results keep the shard
     // whole: top-k selects from the shard, and each shard's messages are decoded whole.
     const uint32_t stride = 2 * static_cast<uint32_t>(N);
-    const int pieces =
-        sparse_results ? 1 : NodePipeline::pieces_for(part.length(0) * es, static_cast<int>(2048 / stride));
+    const int pieces = sparse_results ? 1
+                                      : NodePipeline::pieces_for(part.length(0) * es,
+                                                                 static_cast<int>(kHierInterSteps.size / stride));
     NodePipeline pipe(c, seg, L, t.local_rank, a.n, a.dtype, a.op, src, a.recv, c.seq + 1, pieces);
     LegIo io;
     io.ef_step = a.ef != nullptr ? a.ef->step() : 0;
@@ -163,7 +161,7 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
     PumpingTransport pumping(g.across_tp, pipe);
     const Status ran = pipe.run(
         [&](int k, uint8_t* data, uint64_t plen) -> Status {
-          Context x = in_group(c, pumping, t.node, N, kHierInterSteps + static_cast<uint32_t>(k) * stride);
+          Context x = in_group(c, pumping, t.node, N, kHierInterSteps.base + static_cast<uint32_t>(k) * stride);
           x.piece = pieces > 1 ? static_cast<uint32_t>(k) + 1 : 0;
           LegIo piece_io = io;
           piece_io.piece = k;
@@ -172,7 +170,7 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
           return Status::ok();
         });
     GW_RETURN_IF_ERROR(ran);
-    Context fence = in_group(c, g.node_tp, t.local_rank, L, kBarrierStep);
+    Context fence = in_group(c, g.node_tp, t.local_rank, L, kHierFenceSteps.base);
     return barrier(fence);  // nobody writes the slots again before everyone has read them
   }
 

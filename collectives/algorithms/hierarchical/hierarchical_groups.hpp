@@ -1,22 +1,18 @@
 // What the hierarchical all-reduce on host and on device buffers (hierarchical_allreduce.cpp,
 // device_hierarchical_allreduce.cpp) share: the groups it runs in (this rank's node, and the
 // ranks that hold the same shard on every node), each with the call's context in its own
-// step range, and this rank's shard.
+// step range (step_ranges.hpp), and this rank's shard.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "collectives/algorithms/host/algorithms.hpp"
+#include "collectives/algorithms/step_ranges.hpp"
 #include "collectives/common/subgroup_transport.hpp"
 #include "collectives/comm/topology.hpp"
 
 namespace gw::coll {
-
-// Step ranges of the legs: each leg's tags differ from the others' (every algorithm uses
-// fewer than 2 * ranks steps, and a leg has at most 1024 ranks).
-constexpr uint32_t kHierInterSteps = 1024;
-constexpr uint32_t kHierGatherSteps = 3072;
 
 struct HierarchicalGroups {
   HierarchicalGroups(const Context& c, const Topology& t, uint64_t n)
@@ -25,9 +21,9 @@ struct HierarchicalGroups {
         len(part.length(static_cast<uint64_t>(t.local_rank))),
         node_tp(c.tp, t.members[static_cast<size_t>(t.node)], t.local_rank),
         across_tp(c.tp, t.same_local_rank(t.local_rank), t.node),
-        in_node(in_group(c, node_tp, t.local_rank, t.local_size, 0)),
-        across(in_group(c, across_tp, t.node, t.nnodes, kHierInterSteps)),
-        gather(in_group(c, node_tp, t.local_rank, t.local_size, kHierGatherSteps)) {}
+        in_node(in_group(c, node_tp, t.local_rank, t.local_size, kHierInNodeSteps.base)),
+        across(in_group(c, across_tp, t.node, t.nnodes, kHierInterSteps.base)),
+        gather(in_group(c, node_tp, t.local_rank, t.local_size, kHierGatherSteps.base)) {}
   HierarchicalGroups(const HierarchicalGroups&) = delete;
   HierarchicalGroups& operator=(const HierarchicalGroups&) = delete;
 

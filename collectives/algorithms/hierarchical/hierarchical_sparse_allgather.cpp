@@ -10,13 +10,13 @@
 
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/host/allgatherv.hpp"
+#include "collectives/algorithms/step_ranges.hpp"
 #include "collectives/common/subgroup_transport.hpp"
 #include "collectives/comm/topology.hpp"
 
 namespace gw::coll {
 namespace {
 
-constexpr uint32_t kAcrossSteps = 1024;           // intra-node rings use j * local_size from 0
 
 // Every rank's message at offsets[r] of data (this rank's already there).
 Status gather_messages(Context& c, const Topology& t, uint8_t* data, const uint64_t* offsets, const uint64_t* lengths) {
@@ -28,7 +28,7 @@ Status gather_messages(Context& c, const Topology& t, uint8_t* data, const uint6
     off[static_cast<size_t>(j)] = offsets[across[static_cast<size_t>(j)]];
     len[static_cast<size_t>(j)] = lengths[across[static_cast<size_t>(j)]];
   }
-  Context x = in_group(c, across_tp, t.node, N, kAcrossSteps);
+  Context x = in_group(c, across_tp, t.node, N, kHierGatherAcrossSteps.base);
   GW_RETURN_IF_ERROR(ring_allgatherv(x, data, off.data(), len.data()));
   const std::vector<int>& mine = t.members[static_cast<size_t>(t.node)];
   SubgroupTransport node_tp(c.tp, mine, t.local_rank);
@@ -38,7 +38,7 @@ Status gather_messages(Context& c, const Topology& t, uint8_t* data, const uint6
       off[static_cast<size_t>(r)] = offsets[theirs[static_cast<size_t>(r)]];
       len[static_cast<size_t>(r)] = lengths[theirs[static_cast<size_t>(r)]];
     }
-    Context in_node = in_group(c, node_tp, t.local_rank, L, static_cast<uint32_t>(j * L));
+    Context in_node = in_group(c, node_tp, t.local_rank, L, kHierGatherInNodeSteps.base + static_cast<uint32_t>(j * L));
     GW_RETURN_IF_ERROR(ring_allgatherv(in_node, data, off.data(), len.data()));
   }
   return Status::ok();

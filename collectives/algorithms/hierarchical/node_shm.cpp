@@ -11,13 +11,12 @@
 #include <random>
 
 #include "collectives/algorithms/host/algorithms.hpp"
+#include "collectives/algorithms/step_ranges.hpp"
 #include "common/log.hpp"
 
 namespace gw::coll {
 namespace {
 
-// Step ranges of the set-up's messages (the hierarchical all-reduce's legs use others).
-constexpr uint32_t kAnnounceStep = 3600, kFlagStep = 3601, kDecisionStep = 3602;
 constexpr size_t kRound = size_t{2} << 20;
 
 struct Announce {
@@ -90,13 +89,13 @@ Result<uint8_t*> NodeShm::map(Context& in_node, size_t bytes) {
     mine = create(a.name, want, &why);
     a.ok = mine != nullptr ? 1 : 0;
   }
-  Context announce = at_step(in_node, kAnnounceStep);
+  Context announce = at_step(in_node, kNodeShmAnnounceStep);
   GW_RETURN_IF_ERROR(broadcast(announce, &a, sizeof a, 0));
   a.name[sizeof a.name - 1] = '\0';
   if (in_node.rank != 0 && a.ok != 0) mine = open_existing(a.name, want, &why);
   // Every rank's verdict to local rank 0, its decision to every rank; then the name goes.
   uint8_t ok = mine != nullptr ? 1 : 0;
-  Context flags = at_step(in_node, kFlagStep);
+  Context flags = at_step(in_node, kNodeShmFlagStep);
   if (in_node.rank == 0) {
     std::vector<uint8_t> got(static_cast<size_t>(in_node.size), 1);
     transport::Op* recvs = in_node.scratch.recvs.get(static_cast<size_t>(in_node.size));
@@ -111,7 +110,7 @@ Result<uint8_t*> NodeShm::map(Context& in_node, size_t bytes) {
     GW_RETURN_IF_ERROR(in_node.tp.isend(0, flags.tag(0, 0), &ok, 1, sends[0]));
     GW_RETURN_IF_ERROR(flags.wait(sends[0]));
   }
-  Context decision = at_step(in_node, kDecisionStep);
+  Context decision = at_step(in_node, kNodeShmDecisionStep);
   GW_RETURN_IF_ERROR(broadcast(decision, &ok, 1, 0));
   if (ok == 0) {
     if (mine != nullptr) ::munmap(mine, want);

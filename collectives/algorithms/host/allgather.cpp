@@ -6,6 +6,7 @@
 
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/host/allgatherv.hpp"
+#include "collectives/algorithms/scratch_slots.hpp"
 
 namespace gw::coll {
 
@@ -53,8 +54,8 @@ Status ring_allgatherv(Context& c, uint8_t* data, const uint64_t* offsets, const
 
 Status allgather(Context& c, const void* send, void* recv, size_t bytes) {
   auto* data = static_cast<uint8_t*>(recv);
-  uint64_t* offsets = c.scratch.bytes.get<uint64_t>(6, static_cast<size_t>(c.size));
-  uint64_t* lengths = c.scratch.bytes.get<uint64_t>(7, static_cast<size_t>(c.size));
+  uint64_t* offsets = c.scratch.bytes.get<uint64_t>(kLayoutOffsetsSlot, static_cast<size_t>(c.size));
+  uint64_t* lengths = c.scratch.bytes.get<uint64_t>(kLayoutLengthsSlot, static_cast<size_t>(c.size));
   for (int r = 0; r < c.size; ++r) {
     offsets[r] = static_cast<uint64_t>(r) * bytes;
     lengths[r] = bytes;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "collectives/algorithms/host/algorithms.hpp"
+#include "collectives/algorithms/scratch_slots.hpp"
 
 namespace gw::coll {
 namespace {
@@ -126,8 +127,8 @@ Status agree_on_sizes(Context& c, const uint64_t* sbytes, const uint64_t* rbytes
 
 Status alltoall(Context& c, const void* send, void* recv, size_t bytes) {
   const auto p = static_cast<size_t>(c.size);
-  uint64_t* off = c.scratch.bytes.get<uint64_t>(6, p);
-  uint64_t* len = c.scratch.bytes.get<uint64_t>(7, p);
+  uint64_t* off = c.scratch.bytes.get<uint64_t>(kLayoutOffsetsSlot, p);
+  uint64_t* len = c.scratch.bytes.get<uint64_t>(kLayoutLengthsSlot, p);
   for (size_t r = 0; r < p; ++r) {
     off[r] = r * bytes;
     len[r] = bytes;

@@ -9,6 +9,7 @@
 
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/host/allgatherv.hpp"
+#include "collectives/algorithms/step_ranges.hpp"
 #include "collectives/common/message_pieces.hpp"
 
 namespace gw::coll {
@@ -16,7 +17,7 @@ namespace gw::coll {
 Result<uint64_t> gather_layout(Context& c, size_t len, uint64_t* offsets, uint64_t* lengths) {
   const uint64_t mine = len;
   Context lengths_phase = c;  // its own tag range: the messages follow on the same ring
-  lengths_phase.step_base = kMaxSteps / 2;
+  lengths_phase.step_base = kGatherLengthSteps.base;
   GW_RETURN_IF_ERROR(allgather(lengths_phase, &mine, lengths, sizeof(uint64_t)));
   uint64_t total = 0;
   for (int r = 0; r < c.size; ++r) {

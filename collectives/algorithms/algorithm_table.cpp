@@ -1,0 +1,202 @@
+#include "collectives/algorithms/algorithm_table.hpp"
+
+#include <algorithm>
+
+#include "collectives/algorithms/device/device_algorithms.hpp"
+#include "collectives/algorithms/host/algorithms.hpp"
+
+namespace gw::coll {
+namespace {
+
+// The codec work model: encode and decode rates in fp32 input bytes per second, and the rate
+// at which sparse messages are summed, in message bytes per second (docs/performance.md
+// measures one core at 2.5-20 GB/s encode and 11-60 GB/s decode; these are on the slow side,
+// since the ranks share cores with the trainer).
+constexpr double kEncodeBps = 2e9;
+constexpr double kDecodeBps = 10e9;
+constexpr double kSparseSumBps = 1e9;
+
+// --- ring: dense reduce-scatter then all-gather.
+double ring_cost(const CostInput& in) {
+  const double p = in.ranks;
+  const double wire = 2 * (p - 1) / p * in.bytes;
+  return std::max(wire / in.link_bytes_per_s, 0.0);
+}
+Status ring_host(Context& c, const HostAllreduce& a) {
+  return ring_allreduce(c, a.send, a.recv, a.count, a.dtype, a.op);
+}
+Status ring_device(Context& c, DeviceBackend& dev, const DeviceAllreduce& a) {
+  return device_dense_allreduce(c, dev, a.send, a.recv, a.count, a.dtype, a.op);
+}
+
+// --- compressed ring: every hop decodes, adds and re-encodes.
+double compressed_ring_cost(const CostInput& in) {
+  const double p = in.ranks;
+  const double wire = 2 * (p - 1) / p * in.encoded;
+  const double work = in.bytes / kEncodeBps + 2 * in.bytes / kDecodeBps;
+  return wire / in.link_bytes_per_s + work;  // each hop waits for the previous one's decode and encode
+}
+// With 2 ranks it is scatter-reduce's twin; it has no device version.
+bool compressed_ring_weighed(const TuneInput& in) { return !in.sparse_codec && in.nranks > 2 && !in.on_device; }
+Status compressed_ring_host(Context& c, const HostAllreduce& a) {
+  return compressed_ring_allreduce(c, static_cast<const float*>(a.send), static_cast<float*>(a.recv), a.count, a.op,
+                                   *a.codec, a.ef);
+}
+
+// --- scatter-reduce: compressed all-to-all, owners sum, encode once, all-gather.
+double scatter_reduce_cost(const CostInput& in) {
+  // All-to-all of encoded segments, then the owner's encoded segment to everyone. Every
+  // rank encodes its buffer and its segment, decodes p - 1 segments and the whole result.
+  const double p = in.ranks, bytes = in.bytes;
+  const double wire = 2 * (p - 1) / p * in.encoded;
+  const double work = (bytes + bytes / p) / kEncodeBps + ((p - 1) / p * bytes + bytes) / kDecodeBps;
+  return std::max(wire / in.link_bytes_per_s, work);
+}
+// The alternative to a sparse all-gather (the static rule's choice while k p < n).
+bool scatter_reduce_weighed(const TuneInput& in) {
+  return in.sparse_codec && in.static_choice == Algo::kSparseAllgather;
+}
+Status scatter_reduce_host(Context& c, const HostAllreduce& a) {
+  return scatter_reduce_allreduce(c, static_cast<const float*>(a.send), static_cast<float*>(a.recv), a.count, a.op,
+                                  *a.codec, a.ef);
+}
+Status scatter_reduce_device(Context& c, DeviceBackend& dev, const DeviceAllreduce& a) {
+  return device_scatter_reduce_allreduce(c, dev, static_cast<const float*>(a.send), static_cast<float*>(a.recv),
+                                         a.count, a.op, *a.codec, a.ef);
+}
+
+// --- sparse all-gather: every rank's message to every rank, summed in rank order. Never
+// weighed as an alternative: past k p < n it moves more than a dense buffer.
+double sparse_allgather_cost(const CostInput& in) {
+  const double p = in.ranks;
+  const double wire = (p - 1) * in.encoded;
+  const double work = in.bytes / kEncodeBps + p * in.encoded / kSparseSumBps;
+  return std::max(wire / in.link_bytes_per_s, work);
+}
+Status sparse_allgather_host(Context& c, const HostAllreduce& a) {
+  return sparse_allgather_allreduce(c, static_cast<const float*>(a.send), static_cast<float*>(a.recv), a.count, a.op,
+                                    *a.codec, a.ef);
+}
+Status sparse_allgather_device(Context& c, DeviceBackend& dev, const DeviceAllreduce& a) {
+  return device_sparse_allgather_allreduce(c, dev, static_cast<const float*>(a.send), static_cast<float*>(a.recv),
+                                           a.count, a.op, *a.codec, a.ef);
+}
+
+// --- hierarchical: dense inside nodes, a flat algorithm between them. Without the layout
+// here: it puts no more bytes on the scarce links than any flat algorithm and compresses as
+// they do, so a known link speed starts the trials with it.
+double hierarchical_cost(const CostInput&) { return 0; }
+
+constexpr uint32_t kNoSlots = 0;
+
+// One row per algorithm, at index id - 1. The fields in AlgorithmRow's order:
+//   id, name, description,
+//   collectives, memory, codecs, composite, device_counterpart,
+//   cost, weighed, host, device,
+//   steps, step_ranges, host_slots, device_slots, staging_slots
+constexpr AlgorithmRow kRows[] = {
+    {Algo::kRing, "ring", "dense ring: reduce-scatter then all-gather",
+     kServesAllreduce, kHostMemory | kDeviceMemory, kNoCodec, false, Algo::kRing,
+     ring_cost, nullptr, ring_host, ring_device,
+     &kFlatSteps, 1, kFlatHostSlots.mask(), kNoSlots, kFlatStagingSlots.mask()},
+    {Algo::kCompressedRing, "compressed_ring", "every hop decodes, adds and re-encodes",
+     kServesAllreduce, kHostMemory, kLossyCodecs, false, Algo::kScatterReduce,
+     compressed_ring_cost, compressed_ring_weighed, compressed_ring_host, nullptr,
+     &kFlatSteps, 1, kFlatHostSlots.mask(), kNoSlots, kNoSlots},
+    {Algo::kScatterReduce, "scatter_reduce", "compressed all-to-all, owners encode the sum once",
+     kServesAllreduce, kHostMemory | kDeviceMemory, kLossyCodecs, false, Algo::kScatterReduce,
+     scatter_reduce_cost, scatter_reduce_weighed, scatter_reduce_host, scatter_reduce_device,
+     &kFlatSteps, 1, kFlatHostSlots.mask(), kFlatDeviceSlots.mask(), kFlatStagingSlots.mask()},
+    {Algo::kSparseAllgather, "sparse_allgather", "every rank's message to every rank, summed in rank order",
+     kServesAllreduce | kServesSparseAllgather, kHostMemory | kDeviceMemory, kLossyCodecs, false,
+     Algo::kSparseAllgather,
+     sparse_allgather_cost, nullptr, sparse_allgather_host, sparse_allgather_device,
+     kSparseAllgatherSteps, 2, kFlatHostSlots.mask(), kFlatDeviceSlots.mask(), kFlatStagingSlots.mask()},
+    {Algo::kHierarchical, "hierarchical", "dense inside each node, the policy's algorithm between nodes",
+     kServesAllreduce | kServesSparseAllgather, kHostMemory | kDeviceMemory, kNoCodec | kLossyCodecs, true,
+     Algo::kHierarchical,
+     hierarchical_cost, nullptr, nullptr, nullptr,
+     kHierarchicalSteps, 5, kNoSlots, kHierDeviceSlots.mask(), kHierStagingSlots.mask()},
+};
+
+constexpr size_t kRowCount = sizeof kRows / sizeof kRows[0];
+
+// Rows sit at index id - 1: a lookup is an index.
+constexpr bool rows_in_algo_order() {
+  for (size_t i = 0; i < kRowCount; ++i) {
+    if (static_cast<size_t>(kRows[i].id) != i + 1) return false;
+  }
+  return true;
+}
+static_assert(rows_in_algo_order(), "kRows[i] must be the row of Algo value i + 1");
+
+// Each row's step ranges are disjoint and leave the call check's step.
+constexpr bool step_ranges_disjoint() {
+  for (const AlgorithmRow& row : kRows) {
+    if (!disjoint_below_call_check(row.steps, row.step_ranges)) return false;
+  }
+  return true;
+}
+static_assert(step_ranges_disjoint(), "an algorithm's step ranges overlap");
+
+// A composite algorithm runs flat ones inside itself: the slots it holds meanwhile are
+// none of theirs.
+constexpr bool nested_slots_disjoint() {
+  for (const AlgorithmRow& outer : kRows) {
+    if (!outer.composite) continue;
+    for (const AlgorithmRow& inner : kRows) {
+      if (inner.composite) continue;
+      if ((outer.host_slots & inner.host_slots) != 0 || (outer.device_slots & inner.device_slots) != 0 ||
+          (outer.staging_slots & inner.staging_slots) != 0) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+static_assert(nested_slots_disjoint(), "a composite algorithm's scratch slots overlap a flat one's");
+
+}  // namespace
+
+AlgorithmList algorithms() { return AlgorithmList{kRows, kRowCount}; }
+
+const AlgorithmRow* find_algorithm(Algo id) {
+  const size_t i = static_cast<size_t>(id);
+  return i >= 1 && i <= kRowCount ? &kRows[i - 1] : nullptr;
+}
+
+const AlgorithmRow* find_algorithm(const std::string& name) {
+  for (const AlgorithmRow& row : algorithms()) {
+    if (name == row.name) return &row;
+  }
+  return nullptr;
+}
+
+bool algo_value_known(int value) {
+  return value == static_cast<int>(Algo::kAuto) || (value >= 1 && static_cast<size_t>(value) <= kRowCount);
+}
+
+std::string algorithm_choices(const char* last_separator) {
+  std::string s = "auto";
+  const AlgorithmList rows = algorithms();
+  for (size_t i = 0; i < rows.n; ++i) s += std::string(i + 1 < rows.n ? ", " : last_separator) + rows.first[i].name;
+  return s;
+}
+
+}  // namespace gw::coll
+
+namespace gw {
+
+const char* algo_name(Algo algo) {
+  if (algo == Algo::kAuto) return "auto";
+  const coll::AlgorithmRow* row = coll::find_algorithm(algo);
+  return row != nullptr ? row->name : "unknown";
+}
+
+Result<Algo> parse_algo(const std::string& name) {
+  if (name == "auto") return Algo::kAuto;
+  if (const coll::AlgorithmRow* row = coll::find_algorithm(name)) return row->id;
+  return invalid_argument("unknown algorithm '" + name + "' (known: " + coll::algorithm_choices(", ") + ")");
+}
+
+}  // namespace gw
