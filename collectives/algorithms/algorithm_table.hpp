@@ -13,7 +13,7 @@
 #include <string>
 
 #include "collectives/algorithms/scratch_slots.hpp"
-#include "collectives/algorithms/step_ranges.hpp"
+#include "collectives/common/step_ranges.hpp"
 #include "collectives/common/context.hpp"
 #include "gradwire/codec.hpp"
 #include "gradwire/communicator.hpp"

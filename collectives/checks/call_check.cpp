@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include "collectives/algorithms/step_ranges.hpp"
+#include "collectives/common/step_ranges.hpp"
 #include "collectives/common/context.hpp"
 
 namespace gw::coll {

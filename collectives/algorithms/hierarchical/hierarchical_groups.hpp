@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "collectives/algorithms/host/algorithms.hpp"
-#include "collectives/algorithms/step_ranges.hpp"
+#include "collectives/common/step_ranges.hpp"
 #include "collectives/common/subgroup_transport.hpp"
 #include "collectives/comm/topology.hpp"
 

@@ -11,7 +11,7 @@
 #include <random>
 
 #include "collectives/algorithms/host/algorithms.hpp"
-#include "collectives/algorithms/step_ranges.hpp"
+#include "collectives/common/step_ranges.hpp"
 #include "common/log.hpp"
 
 namespace gw::coll {

@@ -9,7 +9,7 @@
 
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/host/allgatherv.hpp"
-#include "collectives/algorithms/step_ranges.hpp"
+#include "collectives/common/step_ranges.hpp"
 #include "collectives/common/message_pieces.hpp"
 
 namespace gw::coll {
