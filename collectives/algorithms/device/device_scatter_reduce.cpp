@@ -64,7 +64,8 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
   for (int peer = 0; peer < p; ++peer) {
     if (peer == c.rank) continue;
     for (uint32_t k = 0; k < seg_chunks(c.rank); ++k) {
-      GW_RETURN_IF_ERROR(c.tp.irecv(peer, sched.tag(c, S::kContribute, k), in_h + in_at(S::kContribute, peer, k), max_msg, recvs[slot(peer, k)]));
+      GW_RETURN_IF_ERROR(c.tp.irecv(peer, sched.tag(c, S::kContribute, k), in_h + in_at(S::kContribute, peer, k),
+                                    max_msg, recvs[slot(peer, k)]));
     }
     for (uint32_t k = 0; k < seg_chunks(peer); ++k) {
       GW_RETURN_IF_ERROR(c.tp.irecv(peer, sched.tag(c, S::kResult, k), in_h + in_at(S::kResult, peer, k), max_msg,
@@ -126,7 +127,8 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
       GW_RETURN_IF_ERROR(dev.apply(h, own_dev + at, exact, recv + own_start + chunks.offset(k), DecodeMode::kOverwrite));
       for (int i = 1; i < p; ++i) {
         const int peer = sched.send_peer(i);
-        GW_RETURN_IF_ERROR(c.tp.isend(peer, sched.tag(c, S::kResult, k), own_h + at, exact, sends[per_phase + slot(peer, k)]));
+        GW_RETURN_IF_ERROR(
+            c.tp.isend(peer, sched.tag(c, S::kResult, k), own_h + at, exact, sends[per_phase + slot(peer, k)]));
       }
       return Status::ok();
     });
@@ -159,7 +161,8 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
       transport::Op& r = recvs[slot(own_peer, own_k)];
       GW_ASSIGN_OR_RETURN(const bool got, c.ready(r));
       if (!got) break;
-      GW_RETURN_IF_ERROR(apply_received(in_at(S::kContribute, own_peer, own_k), r.bytes, acc + own_start + chunks.offset(own_k),
+      GW_RETURN_IF_ERROR(apply_received(in_at(S::kContribute, own_peer, own_k), r.bytes,
+                                        acc + own_start + chunks.offset(own_k),
                                         seg_chunk_len(c.rank, own_k), DecodeMode::kAccumulate,
                                         "contribution from rank " + std::to_string(own_peer)));
       ++own_peer;
@@ -172,8 +175,9 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
         if (applied[slot(peer, k)] != 0) continue;
         GW_ASSIGN_OR_RETURN(const bool got, c.ready(r));
         if (!got) continue;
-        GW_RETURN_IF_ERROR(apply_received(in_at(S::kResult, peer, k), r.bytes, recv + seg_off(peer, k), seg_chunk_len(peer, k),
-                                          DecodeMode::kOverwrite, "result from rank " + std::to_string(peer)));
+        GW_RETURN_IF_ERROR(apply_received(in_at(S::kResult, peer, k), r.bytes, recv + seg_off(peer, k),
+                                          seg_chunk_len(peer, k), DecodeMode::kOverwrite,
+                                          "result from rank " + std::to_string(peer)));
         applied[slot(peer, k)] = 1;
         --results_left;
         any = true;

@@ -111,7 +111,8 @@ Status sparse_allgather_exchange(Context& c, const float* send, size_t n, Codec&
   for (int i = 1; i < p; ++i) {
     const int peer = sched.recv_peer(i);
     for (uint32_t j = 0; j < pieces; ++j) {
-      GW_RETURN_IF_ERROR(c.tp.irecv(peer, sched.tag(c, j), slot(peer) + mp.offset(j), mp.length(cap, j), op_of(recvs, peer, j)));
+      GW_RETURN_IF_ERROR(
+          c.tp.irecv(peer, sched.tag(c, j), slot(peer) + mp.offset(j), mp.length(cap, j), op_of(recvs, peer, j)));
     }
   }
   const EncodeContext ctx = sched.encode_context();
@@ -124,7 +125,8 @@ Status sparse_allgather_exchange(Context& c, const float* send, size_t n, Codec&
   for (uint32_t j = 0; j < pieces; ++j) {
     for (int i = 1; i < p; ++i) {
       const int peer = sched.send_peer(i);
-      GW_RETURN_IF_ERROR(c.tp.isend(peer, sched.tag(c, j), slot(c.rank) + mp.offset(j), mp.length(len, j), op_of(sends, peer, j)));
+      GW_RETURN_IF_ERROR(
+          c.tp.isend(peer, sched.tag(c, j), slot(c.rank) + mp.offset(j), mp.length(len, j), op_of(sends, peer, j)));
     }
   }
   c.tp.progress();
