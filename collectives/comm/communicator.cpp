@@ -12,8 +12,6 @@
 #include <deque>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "collectives/algorithms/algorithm_table.hpp"
 #include "collectives/algorithms/host/algorithms.hpp"
@@ -265,35 +263,6 @@ coll::DeviceEntry device_entry(Algo a) {
   return row != nullptr && !row->composite ? row->device : coll::find_algorithm(Algo::kRing)->device;
 }
 
-// The segment whose owner residual this rank keeps in a compressed all-reduce that has one:
-// scatter-reduce owns segment rank, the compressed ring segment rank + 1.
-uint64_t owner_segment(Algo a, int rank, int p) {
-  return static_cast<uint64_t>(a == Algo::kCompressedRing ? (rank + 1) % p : rank);
-}
-
-// Before a compressed ring or scatter-reduce with ef: an owner residual the other one left
-// belongs to another segment (the tuner weighs the two against each other). It is the error
-// of the sum this rank encoded for that segment, so it goes into this rank's own residual at
-// that segment, and reaches the sum with this rank's next contribution: nothing is lost or
-// applied to the wrong elements. last: which of the two filled ef's owner residual (progress
-// thread only).
-void rehome_owner_residual(ErrorFeedback& ef, std::unordered_map<const void*, Algo>& last, Algo next, size_t n,
-                           int rank, int p) {
-  Algo& was = last[&ef];
-  if (was != Algo::kAuto && was != next && ef.owner_count() > 0) {
-    const coll::Partition part{n, static_cast<uint64_t>(p)};
-    const uint64_t seg = owner_segment(was, rank, p);
-    const size_t len = ef.owner_count();
-    if (ef.count() == n && len == part.length(seg)) {
-      float* res = ef.residual() + part.start(seg);
-      float* own = ef.owner_residual(len);
-      for (size_t i = 0; i < len; ++i) res[i] += own[i];
-      std::memset(own, 0, len * sizeof(float));
-    }
-  }
-  was = next;
-}
-
 }  // namespace
 
 Algo Communicator::choose_algo(size_t count, DType dtype, const Codec* codec, Algo requested, bool on_device) const {
@@ -381,17 +350,17 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
                                     [&](coll::Context& c, Algo ran, bool flush) -> Status {
       const bool hier_ef = ran == Algo::kHierarchical && inner != Algo::kRing && ef != nullptr;
       if (ef != nullptr && (ran == Algo::kCompressedRing || ran == Algo::kScatterReduce || hier_ef)) {
-        rehome_owner_residual(*ef, impl_->ef_owner_algo, ran, count, c.rank, c.size);
+        impl_->efs.rehome_owner_residual(*ef, ran, count, c.rank, c.size);
       }
-      if (ef != nullptr && ran != Algo::kRing && !hier_ef) impl_->ef_hier.erase(ef);
+      if (ef != nullptr && ran != Algo::kRing && !hier_ef) impl_->efs.mark_flat_filled(ef);
       switch (ran) {
         case Algo::kHierarchical: {
-          const bool flush_ef = hier_ef && impl_->ef_hier.count(ef) == 0;
+          const bool flush_ef = hier_ef && !impl_->efs.hier_filled(ef);
           GW_RETURN_IF_ERROR(coll::hierarchical_allreduce(
               c, impl_->topo,
-              coll::HierarchicalArgs{send, recv, count, dtype, op, codec, inner, hier_ef ? ef : nullptr, &impl_->shard_efs,
-                                     flush_ef, &impl_->node_shm}));
-          if (hier_ef) impl_->ef_hier.insert(ef);
+              coll::HierarchicalArgs{send, recv, count, dtype, op, codec, inner, hier_ef ? ef : nullptr,
+                                     impl_->efs.hier_views(), flush_ef, &impl_->node_shm}));
+          if (hier_ef) impl_->efs.mark_hier_filled(ef);
           return Status::ok();
         }
         default:
@@ -422,16 +391,13 @@ Status Communicator::Impl::allreduce_planned(size_t count, DType dtype, ReduceOp
   }
   // A dense call decided by the tuner first sends what a compressed call left in the EF
   // residual, so that no gradient stays behind (trial calls leave it for the next one).
-  const bool flush = tuned && ran == Algo::kRing && !plan.trial && ef != nullptr && im.ef_unflushed.count(ef) > 0;
+  const bool flush = tuned && ran == Algo::kRing && !plan.trial && ef != nullptr && im.efs.needs_flush(ef);
   double seconds = 0;
   const Status st = im.collective([&](coll::Context& c) { return run_algo(c, ran, flush); },
                                   allreduce_call(count, dtype, op, codec, ran, on_device), &seconds);
   ++im.stats.allreduces;
   im.stats.last_algo = ran;
-  if (ef != nullptr) {
-    if (ran != Algo::kRing) im.ef_unflushed.insert(ef);
-    else if (flush) im.ef_unflushed.erase(ef);
-  }
+  if (ef != nullptr) im.efs.after_allreduce(ef, ran, flush);
   if (!st.is_ok() || !tuned) return st;
   if (plan.timed) im.tuner.record(key, ran, seconds);
   if (plan.agree_after) {
@@ -538,16 +504,16 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
       // Error feedback on the inter-node leg only (see the host all-reduce): the first
       // hierarchical call after a flat compressed one sends the whole residual once.
       const bool hier_ef = ran == Algo::kHierarchical && inner != Algo::kRing && ef != nullptr;
-      if (ef != nullptr && ran != Algo::kRing && !hier_ef) impl_->device_ef_hier.erase(ef);
+      if (ef != nullptr && ran != Algo::kRing && !hier_ef) impl_->efs.mark_flat_filled(ef);
       return settled(*dev, [&]() -> Status {
         switch (ran) {
           case Algo::kHierarchical: {
-            const bool flush_ef = hier_ef && impl_->device_ef_hier.count(ef) == 0;
+            const bool flush_ef = hier_ef && !impl_->efs.hier_filled(ef);
             GW_RETURN_IF_ERROR(coll::device_hierarchical_allreduce(
                 c, *dev, impl_->topo,
                 coll::DeviceHierarchicalArgs{send, recv, count, dtype, op, codec, inner, hier_ef ? ef : nullptr,
                                              flush_ef}));
-            if (hier_ef) impl_->device_ef_hier.insert(ef);
+            if (hier_ef) impl_->efs.mark_hier_filled(ef);
             return Status::ok();
           }
           default:

@@ -13,8 +13,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "collectives/algorithms/host/algorithms.hpp"
@@ -27,6 +25,7 @@
 #include "collectives/policy/policy.hpp"
 #include "collectives/observability/stats.hpp"
 #include "collectives/observability/timeline.hpp"
+#include "collectives/comm/ef_book.hpp"
 #include "collectives/comm/topology.hpp"
 #include "gradwire/communicator.hpp"
 #include "common/log.hpp"
@@ -175,12 +174,7 @@ struct Communicator::Impl {
   std::unique_ptr<transport::Transport> tp;
   CommConfig config;
   coll::Topology topo;
-  // The hierarchical all-reduce's EF states for the pieces of this rank's shard (views of the
-  // caller's state's residual, each with its own owner-side residual), and the caller's EF states
-  // whose residual the hierarchical path last filled (zero outside this rank's shard).
-  std::vector<ErrorFeedback> shard_efs;       // progress thread only
-  coll::NodeShm node_shm;                     // progress thread only
-  std::unordered_set<const void*> ef_hier;    // progress thread only
+  coll::NodeShm node_shm;  // progress thread only
   // Where hierarchical was asked for by name and the layout runs flat: said once.
   mutable std::atomic<bool> told_flat{false};
   // The algorithm an all-reduce runs given the flat policy's choice: kHierarchical where the
@@ -222,12 +216,8 @@ struct Communicator::Impl {
   }
   bool tune = true;  // GW_TUNE=0 keeps the static policy
   double link_gbps = 0;  // GW_LINK_GBPS (0: unset): seeds the tuner's first choice
-  // EF states (host or device) whose residual a compressed call filled and no dense call has
-  // flushed yet.
-  std::unordered_set<const void*> ef_unflushed;  // progress thread only
-  // Host EF states whose owner residual the compressed ring or scatter-reduce last filled
-  // (they own different segments; see rehome_owner_residual in communicator.cpp).
-  std::unordered_map<const void*, Algo> ef_owner_algo;  // progress thread only
+  // What the all-reduces know of the EF states (host and device) they were given.
+  coll::EfBook efs;  // progress thread only
 
   // The accelerator of the device collectives: made on first use by a caller's thread, then
   // used by the progress thread only.
@@ -238,10 +228,6 @@ struct Communicator::Impl {
     std::lock_guard<std::mutex> lock(device_mu);
     return nccl;
   }
-  // Device EF states whose residual the hierarchical path last filled (zero outside this
-  // rank's shard); the device counterpart of ef_hier.
-  std::unordered_set<const void*> device_ef_hier;  // progress thread only
-
   Result<coll::DeviceBackend*> device_backend() {
     std::lock_guard<std::mutex> lock(device_mu);
     if (device == nullptr) {

@@ -5,9 +5,10 @@
 // host Communicator::allreduce's results and error-feedback residuals bit for bit (3 steps,
 // the same gradients), as must the dense, all-gather and broadcast calls. DeviceEncoder and
 // decode_device are checked against the host codec API, and the backend's refusal of host
-// memory. The hierarchical all-reduce (ranks laid out on nodes) too, against the host's.
+// memory. The hierarchical all-reduce (ranks laid out on nodes) too, against the host's, and
+// the flat twins called directly on a piece of a cut call (Context::piece > 0).
 // `collectives_harness quick` runs the default grid; with no argument, also 5 ranks and 70001
-// elements; `hierarchical`, the hierarchical part alone. Exits non-zero on any mismatch.
+// elements; `hierarchical` or `pieces`, that part alone. Exits non-zero on any mismatch.
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
@@ -23,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/algorithms/device/device_algorithms.hpp"
+#include "collectives/algorithms/host/algorithms.hpp"
 #include "gradwire/codec.hpp"
 #include "gradwire/communicator.hpp"
 #include "gradwire/ef_state.hpp"
@@ -717,6 +720,125 @@ long compare_hierarchical() {
   return runs;
 }
 
+// A piece of a call cut into pieces (Context::piece > 0, as the host hierarchical
+// all-reduce's node pipeline runs its inter-node leg) keys its random streams by piece: the
+// device twins, called directly with the same Context, must draw the same words as the host
+// algorithms (the schedules in collectives/algorithms/schedules/). Piece 0 is a flat call.
+void compare_piece(int p, size_t n, const char* spec, Algo algo, uint32_t piece, bool with_ef) {
+  constexpr int kCalls = 3;
+  char label[256];
+  std::snprintf(label, sizeof label, "twins %s %s p=%d n=%zu piece=%u%s", spec, algo_name(algo), p, n, piece,
+                with_ef ? " ef" : "");
+  const size_t P = static_cast<size_t>(p);
+  std::vector<std::vector<std::vector<float>>> host_out(kCalls, std::vector<std::vector<float>>(P)),
+      dev_out(kCalls, std::vector<std::vector<float>>(P));
+  std::vector<std::vector<float>> host_res(P), dev_res(P), host_owner(P), dev_owner(P);
+  std::vector<uint64_t> host_step(P), dev_step(P);
+  const long failures_before = g_failures.load();
+  auto grad = [&](int call, int r) { return gradient(n, static_cast<uint64_t>(1000 * call + r + 1) * (n + 1), 0); };
+  auto run_group = [&](const std::function<void(transport::Transport&, int)>& fn) {
+    auto group = transport::make_local_group(p);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < p; ++r) threads.emplace_back([&, r] { fn(*group[static_cast<size_t>(r)], r); });
+    for (auto& t : threads) t.join();
+  };
+  auto context = [&](transport::Transport& tp, coll::Scratch& scratch, int call) {
+    coll::Context c{tp, tp.rank(), tp.size(), transport::Clock::now() + std::chrono::seconds(60),
+                    40 + static_cast<uint64_t>(call), 4096, scratch};
+    c.piece = piece;
+    return c;
+  };
+  // A failed rank aborts its own transport only: its peers then fail too (kAborted or a
+  // timeout), and every failure is reported.
+  run_group([&](transport::Transport& tp, int r) {
+    auto codec = Codec::create(spec);
+    if (!codec.is_ok()) return fail(std::string(label) + ": " + codec.status().to_string());
+    coll::Scratch scratch;
+    ErrorFeedback ef(n);
+    for (int call = 0; call < kCalls; ++call) {
+      coll::Context c = context(tp, scratch, call);
+      std::vector<float> g = grad(call, r), out(n, -7.0f);
+      ErrorFeedback* e = with_ef ? &ef : nullptr;
+      const Status s = algo == Algo::kSparseAllgather
+                           ? coll::sparse_allgather_allreduce(c, g.data(), out.data(), n, ReduceOp::kAvg, *codec.value(), e)
+                           : coll::scatter_reduce_allreduce(c, g.data(), out.data(), n, ReduceOp::kAvg, *codec.value(), e);
+      if (!s.is_ok()) {
+        tp.abort(s);
+        return fail(std::string(label) + ": host: " + s.to_string());
+      }
+      host_out[call][r] = out;
+    }
+    host_res[r].assign(ef.residual(), ef.residual() + n);
+    host_owner[r].assign(ef.owner_residual(), ef.owner_residual() + ef.owner_count());
+    host_step[r] = ef.step();
+  });
+  run_group([&](transport::Transport& tp, int r) {
+    auto codec = Codec::create(spec);
+    if (!codec.is_ok()) return fail(std::string(label) + ": " + codec.status().to_string());
+    auto dev = coll::make_cuda_backend();
+    if (!dev.is_ok()) return fail(std::string(label) + ": make_cuda_backend: " + dev.status().to_string());
+    auto ef = kern::DeviceResidual::create(n);
+    if (!ef.is_ok()) return fail(std::string(label) + ": DeviceResidual::create: " + ef.status().to_string());
+    coll::Scratch scratch;
+    DevBuf<float> g(n), out(n);
+    for (int call = 0; call < kCalls; ++call) {
+      coll::Context c = context(tp, scratch, call);
+      g.upload(grad(call, r));
+      out.fill(0x7F);
+      DeviceEfState* e = with_ef ? ef.value().get() : nullptr;
+      Status s = dev.value()->begin(nullptr);
+      if (s.is_ok()) {
+        s = algo == Algo::kSparseAllgather
+                ? coll::device_sparse_allgather_allreduce(c, *dev.value(), g.data(), out.data(), n, ReduceOp::kAvg,
+                                                          *codec.value(), e)
+                : coll::device_scatter_reduce_allreduce(c, *dev.value(), g.data(), out.data(), n, ReduceOp::kAvg,
+                                                        *codec.value(), e);
+      }
+      if (!s.is_ok()) {
+        dev.value()->quiesce();
+        tp.abort(s);
+        return fail(std::string(label) + ": device: " + s.to_string());
+      }
+      dev_out[call][r] = out.download();
+    }
+    dev_res[r].resize(n);
+    OK_OR_FAIL(label, ef.value()->copy_out(dev_res[r].data(), n));
+    dev_owner[r].resize(ef.value()->owner_count());
+    OK_OR_FAIL(label, ef.value()->copy_owner_out(dev_owner[r].data(), dev_owner[r].size()));
+    dev_step[r] = ef.value()->step();
+  });
+  if (g_failures.load() != failures_before) return;
+  for (int call = 0; call < kCalls; ++call) {
+    for (int r = 0; r < p; ++r) {
+      compare_floats(std::string(label) + " call " + std::to_string(call) + " rank " + std::to_string(r) + " result",
+                     dev_out[call][r], host_out[call][r]);
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    const std::string who = std::string(label) + " rank " + std::to_string(r);
+    compare_floats(who + " residual", dev_res[r], host_res[r]);
+    compare_floats(who + " owner residual", dev_owner[r], host_owner[r]);
+    ++g_checks;
+    if (dev_step[r] != host_step[r]) {
+      fail(who + ": device EF step " + std::to_string(dev_step[r]) + ", host " + std::to_string(host_step[r]));
+    }
+  }
+}
+
+long compare_pieces() {
+  long runs = 0;
+  for (uint32_t piece : {0u, 1u, 6u}) {
+    for (int p : {2, 3}) {
+      compare_piece(p, 4097, "qsgd:bits=4,bucket=128,rounding=stochastic", Algo::kScatterReduce, piece, true);
+      compare_piece(p, 4097, "randomk:ratio=0.05,seed=3", Algo::kScatterReduce, piece, false);
+      compare_piece(p, 4097, "randomk:ratio=0.05,seed=3", Algo::kSparseAllgather, piece, true);
+      compare_piece(p, 4097, "qsgd:bits=2,bucket=128,rounding=stochastic", Algo::kSparseAllgather, piece, false);
+      runs += 4;
+    }
+  }
+  return runs;
+}
+
 // Deferred streams only: with the backend's wait for the caller's stream skipped
 // (kern::testing_hooks), the call on the caller's stream must read the previous step's input
 // and the comparison must fail, or the harness could not see that wait go missing.
@@ -740,6 +862,12 @@ int main(int argc, char** argv) {
     emu::g_strict_memory = true;
     const long runs = compare_hierarchical();
     std::printf("%ld hierarchical comparisons, %ld checks, %ld failures\n", runs, g_checks.load(), g_failures.load());
+    return g_failures.load() == 0 ? 0 : 1;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "pieces") == 0) {  // that part alone
+    emu::g_strict_memory = true;
+    const long runs = compare_pieces();
+    std::printf("%ld twin comparisons on pieces, %ld checks, %ld failures\n", runs, g_checks.load(), g_failures.load());
     return g_failures.load() == 0 ? 0 : 1;
   }
   setenv("GW_TUNE", "0", 1);  // the static policy on both sides for Algo::kAuto (no timing-dependent choice)
@@ -790,7 +918,8 @@ int main(int argc, char** argv) {
     runs += 2;
   }
   runs += compare_hierarchical();
-  progress("no-ef, sum, in place, ties, auto, hierarchical");
+  runs += compare_pieces();
+  progress("no-ef, sum, in place, ties, auto, hierarchical, pieces");
   for (int p : {1, 2, 3, 4}) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{4099}, size_t{20011}}) {
       compare_dense(p, n, 4096);

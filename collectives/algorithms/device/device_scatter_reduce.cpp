@@ -7,25 +7,25 @@
 
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/device/device_algorithms.hpp"
-#include "collectives/common/message_step.hpp"
+#include "collectives/algorithms/schedules/scatter_reduce_schedule.hpp"
 
 namespace gw::coll {
 
 Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const float* send, float* recv, size_t n,
                                        ReduceOp op, const Codec& codec, DeviceEfState* ef) {
+  using S = ScatterReduceSchedule;
   const int p = c.size;
-  const uint64_t base_step = ef != nullptr ? ef->step() : c.seq;
-  const Partition part{n, static_cast<uint64_t>(p)};
-  const uint64_t own_start = part.start(static_cast<uint64_t>(c.rank));
-  const uint64_t own_len = part.length(static_cast<uint64_t>(c.rank));
-  const Chunking chunks = Chunking::for_segment(part.length(0), c.chunk_bytes, sizeof(float));
-  const uint32_t max_chunks = chunks.count(part.length(0));
+  const S sched = S::make(c, n, ef);  // the host algorithm's: keyed by piece, too
+  const uint64_t own_start = sched.own_start();
+  const uint64_t own_len = sched.own_len();
+  const Chunking& chunks = sched.chunks;
+  const uint32_t max_chunks = sched.max_chunks;
   const size_t max_msg = slot_bytes(codec.max_encoded_bytes(chunks.elems, DType::kFloat32));
-  const size_t per_phase = static_cast<size_t>(p) * max_chunks;
-  auto slot = [&](int peer, uint32_t k) { return static_cast<size_t>(peer) * max_chunks + k; };
-  auto seg_chunks = [&](int seg) { return chunks.count(part.length(static_cast<uint64_t>(seg))); };
-  auto seg_chunk_len = [&](int seg, uint32_t k) { return chunks.length(part.length(static_cast<uint64_t>(seg)), k); };
-  auto seg_off = [&](int seg, uint32_t k) { return part.start(static_cast<uint64_t>(seg)) + chunks.offset(k); };
+  const size_t per_phase = sched.per_phase();
+  auto slot = [&](int peer, uint32_t k) { return sched.slot(peer, k); };
+  auto seg_chunks = [&](int seg) { return sched.seg_chunks(seg); };
+  auto seg_chunk_len = [&](int seg, uint32_t k) { return sched.chunk_len(seg, k); };
+  auto seg_off = [&](int seg, uint32_t k) { return sched.chunk_start(seg, k); };
 
   float* acc = nullptr;
   if (ef != nullptr) {
@@ -64,10 +64,11 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
   for (int peer = 0; peer < p; ++peer) {
     if (peer == c.rank) continue;
     for (uint32_t k = 0; k < seg_chunks(c.rank); ++k) {
-      GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(0, k), in_h + in_at(0, peer, k), max_msg, recvs[slot(peer, k)]));
+      GW_RETURN_IF_ERROR(c.tp.irecv(peer, sched.tag(c, S::kContribute, k), in_h + in_at(S::kContribute, peer, k),
+                                    max_msg, recvs[slot(peer, k)]));
     }
     for (uint32_t k = 0; k < seg_chunks(peer); ++k) {
-      GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(1, k), in_h + in_at(1, peer, k), max_msg,
+      GW_RETURN_IF_ERROR(c.tp.irecv(peer, sched.tag(c, S::kResult, k), in_h + in_at(S::kResult, peer, k), max_msg,
                                     recvs[per_phase + slot(peer, k)]));
     }
   }
@@ -76,10 +77,10 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
   // Phase 0: every foreign chunk encoded (with EF in place), copied down, sent when it lands.
   for (uint32_t k = 0; k < max_chunks; ++k) {
     for (int i = 1; i < p; ++i) {
-      const int owner = c.wrap(c.rank + i);
+      const int owner = sched.send_peer(i);
       if (k >= seg_chunks(owner)) continue;
       const size_t at = slot(owner, k) * max_msg;
-      const EncodeContext ctx{message_step(base_step, 0, k), static_cast<uint32_t>(c.rank)};
+      const EncodeContext ctx = sched.encode_context(S::kContribute, k);
       const uint64_t off = seg_off(owner, k);
       size_t len = 0;
       {
@@ -93,7 +94,7 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
       GW_RETURN_IF_ERROR(dev.copy(out_h + at, out_dev + at, len));
       GW_ASSIGN_OR_RETURN(DeviceBackend::Fence f, dev.fence());
       transport::Op* sent = &sends[slot(owner, k)];
-      const uint64_t tag = c.tag(0, k);
+      const uint64_t tag = sched.tag(c, S::kContribute, k);
       fenced.push(f, [&c, owner, tag, buf = out_h + at, len, sent]() -> Status {
         GW_ASSIGN_OR_RETURN(const size_t exact, wire::encoded_length(buf, len));
         return c.tp.isend(owner, tag, buf, exact, *sent);
@@ -111,7 +112,7 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
     float* sum = acc + own_start + chunks.offset(k);
     GW_RETURN_IF_ERROR(dev.fold_owner(owner_res + chunks.offset(k), sum, len, op == ReduceOp::kAvg ? p : 1));
     const size_t at = static_cast<size_t>(k) * max_msg;
-    const EncodeContext ctx{message_step(base_step, 1, k), static_cast<uint32_t>(c.rank)};
+    const EncodeContext ctx = sched.encode_context(S::kResult, k);
     size_t mlen = 0;
     {
       ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");
@@ -125,8 +126,9 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
       GW_ASSIGN_OR_RETURN(wire::Header h, wire::read_header(own_h + at, exact));
       GW_RETURN_IF_ERROR(dev.apply(h, own_dev + at, exact, recv + own_start + chunks.offset(k), DecodeMode::kOverwrite));
       for (int i = 1; i < p; ++i) {
-        const int peer = c.wrap(c.rank + i);
-        GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(1, k), own_h + at, exact, sends[per_phase + slot(peer, k)]));
+        const int peer = sched.send_peer(i);
+        GW_RETURN_IF_ERROR(
+            c.tp.isend(peer, sched.tag(c, S::kResult, k), own_h + at, exact, sends[per_phase + slot(peer, k)]));
       }
       return Status::ok();
     });
@@ -159,7 +161,8 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
       transport::Op& r = recvs[slot(own_peer, own_k)];
       GW_ASSIGN_OR_RETURN(const bool got, c.ready(r));
       if (!got) break;
-      GW_RETURN_IF_ERROR(apply_received(in_at(0, own_peer, own_k), r.bytes, acc + own_start + chunks.offset(own_k),
+      GW_RETURN_IF_ERROR(apply_received(in_at(S::kContribute, own_peer, own_k), r.bytes,
+                                        acc + own_start + chunks.offset(own_k),
                                         seg_chunk_len(c.rank, own_k), DecodeMode::kAccumulate,
                                         "contribution from rank " + std::to_string(own_peer)));
       ++own_peer;
@@ -172,8 +175,9 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
         if (applied[slot(peer, k)] != 0) continue;
         GW_ASSIGN_OR_RETURN(const bool got, c.ready(r));
         if (!got) continue;
-        GW_RETURN_IF_ERROR(apply_received(in_at(1, peer, k), r.bytes, recv + seg_off(peer, k), seg_chunk_len(peer, k),
-                                          DecodeMode::kOverwrite, "result from rank " + std::to_string(peer)));
+        GW_RETURN_IF_ERROR(apply_received(in_at(S::kResult, peer, k), r.bytes, recv + seg_off(peer, k),
+                                          seg_chunk_len(peer, k), DecodeMode::kOverwrite,
+                                          "result from rank " + std::to_string(peer)));
         applied[slot(peer, k)] = 1;
         --results_left;
         any = true;
@@ -184,7 +188,7 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
   }
   GW_RETURN_IF_ERROR(c.wait_all(sends, 2 * per_phase));
   GW_RETURN_IF_ERROR(drain(c, dev));
-  if (ef != nullptr) ef->advance();
+  advance_after_call(ef);
   return Status::ok();
 }
 

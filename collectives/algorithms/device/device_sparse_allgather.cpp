@@ -6,17 +6,18 @@
 
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/device/device_algorithms.hpp"
-#include "collectives/common/message_pieces.hpp"
+#include "collectives/algorithms/schedules/sparse_allgather_schedule.hpp"
 
 namespace gw::coll {
 
 Status device_sparse_allgather_allreduce(Context& c, DeviceBackend& dev, const float* send, float* recv, size_t n,
                                          ReduceOp op, const Codec& codec, DeviceEfState* ef) {
-  const uint64_t base_step = ef != nullptr ? ef->step() : c.seq;
   const int p = c.size;
   const size_t max_msg = codec.max_encoded_bytes(n, DType::kFloat32);
   const size_t cap = slot_bytes(max_msg);
-  const MessagePieces mp = MessagePieces::for_cap(max_msg, c.chunk_bytes);  // as the host path sends
+  // The host algorithm's schedule (pieces of the codec's bound, not of the padded slot).
+  const SparseAllgatherSchedule sched = SparseAllgatherSchedule::make(c, max_msg, ef);
+  const MessagePieces& mp = sched.pieces;
   const uint32_t pieces = mp.count;
   GW_ASSIGN_OR_RETURN(void* msgs_d, dev.device_scratch(1, static_cast<size_t>(p) * cap));
   GW_ASSIGN_OR_RETURN(uint8_t* msgs_h, dev.host_staging(0, static_cast<size_t>(p) * cap));
@@ -24,17 +25,15 @@ Status device_sparse_allgather_allreduce(Context& c, DeviceBackend& dev, const f
   auto at = [&](int r) { return static_cast<size_t>(r) * cap; };
   transport::Op* sends = c.scratch.sends.get(static_cast<size_t>(p) * pieces);
   transport::Op* recvs = c.scratch.recvs.get(static_cast<size_t>(p) * pieces);
-  auto op_of = [&](transport::Op* ops, int r, uint32_t j) -> transport::Op& {
-    return ops[static_cast<size_t>(r) * pieces + j];
-  };
+  auto op_of = [&](transport::Op* ops, int r, uint32_t j) -> transport::Op& { return ops[sched.op_index(r, j)]; };
   for (int i = 1; i < p; ++i) {
-    const int peer = c.wrap(c.rank - i);
+    const int peer = sched.recv_peer(i);
     for (uint32_t j = 0; j < pieces; ++j) {
-      GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(0, j), msgs_h + at(peer) + mp.offset(j), mp.length(max_msg, j),
+      GW_RETURN_IF_ERROR(c.tp.irecv(peer, sched.tag(c, j), msgs_h + at(peer) + mp.offset(j), mp.length(max_msg, j),
                                     op_of(recvs, peer, j)));
     }
   }
-  const EncodeContext ctx{base_step, static_cast<uint32_t>(c.rank)};
+  const EncodeContext ctx = sched.encode_context();
   size_t len = 0;
   {
     ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");
@@ -61,8 +60,8 @@ Status device_sparse_allgather_allreduce(Context& c, DeviceBackend& dev, const f
         GW_ASSIGN_OR_RETURN(len, wire::encoded_length(msgs_h + at(c.rank), len));
         for (uint32_t j = 0; j < pieces; ++j) {
           for (int i = 1; i < p; ++i) {
-            const int peer = c.wrap(c.rank + i);  // staggered, so that no rank is everyone's first
-            GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(0, j), msgs_h + at(c.rank) + mp.offset(j), mp.length(len, j),
+            const int peer = sched.send_peer(i);
+            GW_RETURN_IF_ERROR(c.tp.isend(peer, sched.tag(c, j), msgs_h + at(c.rank) + mp.offset(j), mp.length(len, j),
                                           op_of(sends, peer, j)));
           }
         }
@@ -96,10 +95,10 @@ Status device_sparse_allgather_allreduce(Context& c, DeviceBackend& dev, const f
   }
   if (op == ReduceOp::kAvg) GW_RETURN_IF_ERROR(dev.divide(recv, n, p));
   for (int i = 1; i < p; ++i) {
-    for (uint32_t j = 0; j < pieces; ++j) GW_RETURN_IF_ERROR(c.wait(op_of(sends, c.wrap(c.rank + i), j)));
+    for (uint32_t j = 0; j < pieces; ++j) GW_RETURN_IF_ERROR(c.wait(op_of(sends, sched.send_peer(i), j)));
   }
   GW_RETURN_IF_ERROR(drain(c, dev));
-  if (ef != nullptr) ef->advance();
+  advance_after_call(ef);
   return Status::ok();
 }
 

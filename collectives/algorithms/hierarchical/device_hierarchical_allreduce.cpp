@@ -17,6 +17,7 @@
 #include "collectives/algorithms/device/device_algorithms.hpp"
 #include "collectives/algorithms/hierarchical/hierarchical_groups.hpp"
 #include "collectives/algorithms/scratch_slots.hpp"
+#include "collectives/algorithms/schedules/ef_rules.hpp"
 #include "collectives/common/reduce.hpp"
 
 namespace gw::coll {
@@ -104,9 +105,10 @@ class NcclLegs {
 Status rehome_flat_owner(DeviceBackend& dev, DeviceEfState& ef, const Context& c, size_t n) {
   const Partition flat{n, static_cast<uint64_t>(c.size)};
   const size_t olen = ef.owner_count();
-  if (olen == 0 || olen != flat.length(static_cast<uint64_t>(c.rank))) return Status::ok();
+  const uint64_t owned = owner_segment(Algo::kScatterReduce, c.rank, c.size);
+  if (olen == 0 || olen != flat.length(owned)) return Status::ok();
   GW_ASSIGN_OR_RETURN(float* own, ef.owner_residual(olen));
-  return dev.fold_owner(ef.residual() + flat.start(static_cast<uint64_t>(c.rank)), own, olen, 1);
+  return dev.fold_owner(ef.residual() + flat.start(owned), own, olen, 1);
 }
 
 // The inter-node leg of a compressed call on len elements at shard (device, in place), with
@@ -136,7 +138,7 @@ Status compressed_inter_leg(Context& across, DeviceBackend& dev, const DeviceHie
   // outside the caller's state.
   const size_t olen = view.owner_count();
   const Partition inner_part{len, static_cast<uint64_t>(across.size)};
-  const uint64_t owned = static_cast<uint64_t>(across.rank);
+  const uint64_t owned = owner_segment(Algo::kScatterReduce, across.rank, across.size);
   if (olen == 0 || owner == nullptr) return Status::ok();
   if (olen != inner_part.length(owned)) return internal_error("inter-node leg: owner residual of an unexpected length");
   return dev.fold_owner(view.residual() + inner_part.start(owned), owner, olen, 1);

@@ -14,17 +14,13 @@
 #include "collectives/algorithms/hierarchical/hierarchical_groups.hpp"
 #include "collectives/algorithms/hierarchical/node_pipeline.hpp"
 #include "collectives/algorithms/hierarchical/node_shm.hpp"
+#include "collectives/algorithms/schedules/ef_rules.hpp"
 #include "collectives/common/reduce.hpp"
 
 namespace gw::coll {
 namespace {
 
 // The fence after the segment's legs (NodeShm's set-up uses 3600-3602).
-
-// The segment of the shard whose owner-side residual `inner` keeps on inter-node rank j.
-uint64_t owner_segment(Algo inner, int j, int nodes) {
-  return static_cast<uint64_t>(inner == Algo::kCompressedRing ? (j + 1) % nodes : j);
-}
 
 // Where the inter-node leg of a compressed call reads and leaves its data.
 struct LegIo {
@@ -74,12 +70,7 @@ Status inter_leg(Context& across, const Topology& t, const HierarchicalArgs& a, 
     const size_t olen = ef->owner_count();
     const Partition inner_part{len, static_cast<uint64_t>(N)};
     const uint64_t owned = owner_segment(a.inner, t.node, N);
-    if (olen > 0 && olen == inner_part.length(owned)) {
-      float* res = ef->residual() + inner_part.start(owned);
-      float* own = ef->owner_residual(olen);
-      for (size_t i = 0; i < olen; ++i) res[i] += own[i];
-      std::memset(own, 0, olen * sizeof(float));
-    }
+    if (olen > 0 && olen == inner_part.length(owned)) fold_owner_residual(*ef, inner_part.start(owned), olen);
     a.ef->set_step(ef->step());
   }
   return Status::ok();

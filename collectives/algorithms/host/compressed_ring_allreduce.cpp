@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "collectives/algorithms/host/algorithms.hpp"
+#include "collectives/algorithms/schedules/ef_rules.hpp"
 #include "collectives/common/message_step.hpp"
 
 namespace gw::coll {
@@ -13,7 +14,7 @@ namespace gw::coll {
 Status compressed_ring_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
                                  Codec& codec, ErrorFeedback* ef) {
   const int p = c.size;
-  const uint64_t base_step = c.stream_step(ef != nullptr ? ef->step() : c.seq);
+  const uint64_t base_step = call_stream_step(c, ef);
   float* acc = prepare_accumulator(c, send, n, ef, 0);
   const Partition part{n, static_cast<uint64_t>(p)};
   const Chunking chunks = Chunking::for_segment(part.length(0), c.chunk_bytes, sizeof(float));
@@ -21,7 +22,7 @@ Status compressed_ring_allreduce(Context& c, const float* send, float* recv, siz
   const size_t max_msg = codec.max_encoded_bytes(chunks.elems, DType::kFloat32);
   const int rs_steps = p - 1;
   const int steps = 2 * (p - 1);
-  const int own = c.wrap(c.rank + 1);
+  const int own = static_cast<int>(owner_segment(Algo::kCompressedRing, c.rank, p));
   auto send_seg = [&](int s) { return s < rs_steps ? c.wrap(c.rank - s) : c.wrap(c.rank + 1 - (s - rs_steps)); };
   auto recv_seg = [&](int s) { return s < rs_steps ? c.wrap(c.rank - s - 1) : c.wrap(c.rank - (s - rs_steps)); };
 
@@ -82,7 +83,7 @@ Status compressed_ring_allreduce(Context& c, const float* send, float* recv, siz
 
   if (p == 1) {
     for (uint32_t k = 0; k < nchunks(own); ++k) GW_RETURN_IF_ERROR(finish_owned_chunk(k));
-    if (ef != nullptr) ef->advance();
+    advance_after_call(ef);
     return Status::ok();
   }
   GW_RETURN_IF_ERROR(post_recvs(0));
@@ -113,7 +114,7 @@ Status compressed_ring_allreduce(Context& c, const float* send, float* recv, siz
     }
   }
   GW_RETURN_IF_ERROR(c.wait_all(sends, static_cast<size_t>(steps) * max_chunks));
-  if (ef != nullptr) ef->advance();
+  advance_after_call(ef);
   return Status::ok();
 }
 

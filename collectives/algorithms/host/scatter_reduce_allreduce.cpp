@@ -5,17 +5,17 @@
 #include <cstring>
 
 #include "collectives/algorithms/host/algorithms.hpp"
-#include "collectives/common/message_step.hpp"
+#include "collectives/algorithms/schedules/scatter_reduce_schedule.hpp"
 
 namespace gw::coll {
 
 Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
                                 Codec& codec, ErrorFeedback* ef) {
+  using S = ScatterReduceSchedule;
   const int p = c.size;
-  const uint64_t base_step = c.stream_step(ef != nullptr ? ef->step() : c.seq);
-  const Partition part{n, static_cast<uint64_t>(p)};
-  const uint64_t own_start = part.start(static_cast<uint64_t>(c.rank));
-  const uint64_t own_len = part.length(static_cast<uint64_t>(c.rank));
+  const S sched = S::make(c, n, ef);
+  const uint64_t own_start = sched.own_start();
+  const uint64_t own_len = sched.own_len();
   // With error feedback every segment is encoded from the residual (which keeps the loss);
   // without, foreign segments are encoded straight from send and only my segment, which
   // receives the others' contributions, is copied.
@@ -26,11 +26,11 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
     acc = c.scratch.bytes.get<float>(0, n);
     if (own_len > 0) std::memcpy(acc + own_start, send + own_start, own_len * sizeof(float));
   }
-  const Chunking chunks = Chunking::for_segment(part.length(0), c.chunk_bytes, sizeof(float));
-  const uint32_t max_chunks = chunks.count(part.length(0));
+  const Chunking& chunks = sched.chunks;
+  const uint32_t max_chunks = sched.max_chunks;
   const size_t max_msg = codec.max_encoded_bytes(chunks.elems, DType::kFloat32);
-  const size_t per_phase = static_cast<size_t>(p) * max_chunks;  // (peer, chunk) slots
-  auto slot = [&](int peer, uint32_t k) { return static_cast<size_t>(peer) * max_chunks + k; };
+  const size_t per_phase = sched.per_phase();  // (peer, chunk) slots
+  auto slot = [&](int peer, uint32_t k) { return sched.slot(peer, k); };
 
   uint8_t* out_msgs = c.scratch.bytes.get<uint8_t>(1, per_phase * max_msg);      // to owners
   uint8_t* in_msgs = c.scratch.bytes.get<uint8_t>(2, 2 * per_phase * max_msg);   // both phases
@@ -40,8 +40,8 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
   if (ef == nullptr && own_len > 0) std::memset(owner_res, 0, own_len * sizeof(float));
   uint8_t* own_msgs = c.scratch.bytes.get<uint8_t>(3, static_cast<size_t>(max_chunks) * max_msg);
 
-  auto seg_chunks = [&](int seg) { return chunks.count(part.length(static_cast<uint64_t>(seg))); };
-  auto seg_chunk_len = [&](int seg, uint32_t k) { return chunks.length(part.length(static_cast<uint64_t>(seg)), k); };
+  auto seg_chunks = [&](int seg) { return sched.seg_chunks(seg); };
+  auto seg_chunk_len = [&](int seg, uint32_t k) { return sched.chunk_len(seg, k); };
   auto in_msg = [&](int phase, int peer, uint32_t k) {
     return in_msgs + (static_cast<size_t>(phase) * per_phase + slot(peer, k)) * max_msg;
   };
@@ -50,10 +50,11 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
   for (int peer = 0; peer < p; ++peer) {
     if (peer == c.rank) continue;
     for (uint32_t k = 0; k < seg_chunks(c.rank); ++k) {
-      GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(0, k), in_msg(0, peer, k), max_msg, recvs[slot(peer, k)]));
+      GW_RETURN_IF_ERROR(c.tp.irecv(peer, sched.tag(c, S::kContribute, k), in_msg(S::kContribute, peer, k), max_msg,
+                                    recvs[slot(peer, k)]));
     }
     for (uint32_t k = 0; k < seg_chunks(peer); ++k) {
-      GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(1, k), in_msg(1, peer, k), max_msg,
+      GW_RETURN_IF_ERROR(c.tp.irecv(peer, sched.tag(c, S::kResult, k), in_msg(S::kResult, peer, k), max_msg,
                                     recvs[per_phase + slot(peer, k)]));
     }
   }
@@ -67,7 +68,7 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
       if (peer == c.rank) continue;
       transport::Op& r = recvs[slot(peer, k)];
       GW_RETURN_IF_ERROR(c.wait(r));
-      GW_RETURN_IF_ERROR(timed_decode(c, in_msg(0, peer, k), r.bytes, sum, len, DecodeMode::kAccumulate)
+      GW_RETURN_IF_ERROR(timed_decode(c, in_msg(S::kContribute, peer, k), r.bytes, sum, len, DecodeMode::kAccumulate)
                              .with_context("contribution from rank " + std::to_string(peer)));
     }
     // The owner residual is in output units (after averaging); my own contribution is
@@ -77,11 +78,11 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
       sum[i] = 0.0f;
     }
     uint8_t* msg = own_msgs + static_cast<size_t>(k) * max_msg;
-    const EncodeContext ctx{message_step(base_step, 1, k), static_cast<uint32_t>(c.rank)};
+    const EncodeContext ctx = sched.encode_context(S::kResult, k);
     GW_ASSIGN_OR_RETURN(size_t mlen, timed_encode(c, codec, ores, len, ctx, msg, max_msg));
     for (int i = 1; i < p; ++i) {  // out first: my own copy can be decoded while they travel
-      const int peer = c.wrap(c.rank + i);
-      GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(1, k), msg, mlen, sends[per_phase + slot(peer, k)]));
+      const int peer = sched.send_peer(i);
+      GW_RETURN_IF_ERROR(c.tp.isend(peer, sched.tag(c, S::kResult, k), msg, mlen, sends[per_phase + slot(peer, k)]));
     }
     c.tp.progress();
     return timed_decode(c, msg, mlen, recv + own_start + chunks.offset(k), len, DecodeMode::kOverwrite);
@@ -110,14 +111,13 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
       any = true;
     }
     for (int i = 1; i < p; ++i) {
-      const int peer = c.wrap(c.rank + i);
+      const int peer = sched.send_peer(i);
       while (next_result[peer] < seg_chunks(peer)) {
         const uint32_t k = next_result[peer];
         transport::Op& r = recvs[per_phase + slot(peer, k)];
         GW_ASSIGN_OR_RETURN(const bool got, c.ready(r));
         if (!got) break;
-        GW_RETURN_IF_ERROR(timed_decode(c, in_msg(1, peer, k), r.bytes,
-                                        recv + part.start(static_cast<uint64_t>(peer)) + chunks.offset(k),
+        GW_RETURN_IF_ERROR(timed_decode(c, in_msg(S::kResult, peer, k), r.bytes, recv + sched.chunk_start(peer, k),
                                         seg_chunk_len(peer, k), DecodeMode::kOverwrite)
                                .with_context("result from rank " + std::to_string(peer)));
         ++next_result[peer];
@@ -133,15 +133,15 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
   // and the links never wait for this loop to end.
   for (uint32_t k = 0; k < max_chunks; ++k) {
     for (int i = 1; i < p; ++i) {
-      const int owner = c.wrap(c.rank + i);  // staggered so that owners are not all hit at once
+      const int owner = sched.send_peer(i);
       if (k >= seg_chunks(owner)) continue;
       uint8_t* msg = out_msgs + slot(owner, k) * max_msg;
-      const EncodeContext ctx{message_step(base_step, 0, k), static_cast<uint32_t>(c.rank)};
-      const uint64_t off = part.start(static_cast<uint64_t>(owner)) + chunks.offset(k);
+      const EncodeContext ctx = sched.encode_context(S::kContribute, k);
+      const uint64_t off = sched.chunk_start(owner, k);
       GW_ASSIGN_OR_RETURN(size_t len, ef != nullptr
                                           ? timed_encode(c, codec, acc + off, seg_chunk_len(owner, k), ctx, msg, max_msg)
                                           : timed_encode_input(c, codec, send + off, seg_chunk_len(owner, k), ctx, msg, max_msg));
-      GW_RETURN_IF_ERROR(c.tp.isend(owner, c.tag(0, k), msg, len, sends[slot(owner, k)]));
+      GW_RETURN_IF_ERROR(c.tp.isend(owner, sched.tag(c, S::kContribute, k), msg, len, sends[slot(owner, k)]));
       c.tp.progress();  // let the transport move what is posted while the next chunk encodes
     }
     GW_RETURN_IF_ERROR(drain_ready(false).status());
@@ -153,7 +153,7 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
                               c.deadline));
   }
   GW_RETURN_IF_ERROR(c.wait_all(sends, 2 * per_phase));
-  if (ef != nullptr) ef->advance();
+  advance_after_call(ef);
   return Status::ok();
 }
 

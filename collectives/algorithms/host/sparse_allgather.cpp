@@ -10,6 +10,7 @@
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/host/allgatherv.hpp"
 #include "collectives/common/step_ranges.hpp"
+#include "collectives/algorithms/schedules/sparse_allgather_schedule.hpp"
 #include "collectives/common/message_pieces.hpp"
 
 namespace gw::coll {
@@ -96,27 +97,26 @@ Status sparse_allgather_dense(Context& c, const void* msg, size_t len, float* de
 Status sparse_allgather_exchange(Context& c, const float* send, size_t n, Codec& codec, ErrorFeedback* ef,
                                  uint8_t* msgs, size_t cap, uint64_t* lengths,
                                  const std::function<Status(int)>& on_message) {
-  const uint64_t base_step = c.stream_step(ef != nullptr ? ef->step() : c.seq);
   const int p = c.size;
   // Every rank encodes with the same codec and count, so no message exceeds cap: the
   // receives are posted before this rank encodes, with no length exchange, and each rank's
   // message leaves as soon as that rank has encoded it. Slot r holds rank r's message.
   // It travels as pieces (message_pieces.hpp).
-  const MessagePieces mp = MessagePieces::for_cap(cap, c.chunk_bytes);
+  const SparseAllgatherSchedule sched = SparseAllgatherSchedule::make(c, cap, ef);
+  const MessagePieces& mp = sched.pieces;
   const uint32_t pieces = mp.count;
   transport::Op* sends = c.scratch.sends.get(static_cast<size_t>(p) * pieces);
   transport::Op* recvs = c.scratch.recvs.get(static_cast<size_t>(p) * pieces);
   auto slot = [&](int r) { return msgs + static_cast<size_t>(r) * cap; };
-  auto op_of = [&](transport::Op* ops, int r, uint32_t j) -> transport::Op& {
-    return ops[static_cast<size_t>(r) * pieces + j];
-  };
+  auto op_of = [&](transport::Op* ops, int r, uint32_t j) -> transport::Op& { return ops[sched.op_index(r, j)]; };
   for (int i = 1; i < p; ++i) {
-    const int peer = c.wrap(c.rank - i);
+    const int peer = sched.recv_peer(i);
     for (uint32_t j = 0; j < pieces; ++j) {
-      GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(0, j), slot(peer) + mp.offset(j), mp.length(cap, j), op_of(recvs, peer, j)));
+      GW_RETURN_IF_ERROR(
+          c.tp.irecv(peer, sched.tag(c, j), slot(peer) + mp.offset(j), mp.length(cap, j), op_of(recvs, peer, j)));
     }
   }
-  const EncodeContext ctx{base_step, static_cast<uint32_t>(c.rank)};
+  const EncodeContext ctx = sched.encode_context();
   size_t len = 0;
   if (ef != nullptr) {
     GW_ASSIGN_OR_RETURN(len, timed_encode_adding(c, codec, ef->residual(), send, n, ctx, slot(c.rank), cap));
@@ -125,8 +125,9 @@ Status sparse_allgather_exchange(Context& c, const float* send, size_t n, Codec&
   }
   for (uint32_t j = 0; j < pieces; ++j) {
     for (int i = 1; i < p; ++i) {
-      const int peer = c.wrap(c.rank + i);  // staggered, so that no rank is everyone's first
-      GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(0, j), slot(c.rank) + mp.offset(j), mp.length(len, j), op_of(sends, peer, j)));
+      const int peer = sched.send_peer(i);
+      GW_RETURN_IF_ERROR(
+          c.tp.isend(peer, sched.tag(c, j), slot(c.rank) + mp.offset(j), mp.length(len, j), op_of(sends, peer, j)));
     }
   }
   c.tp.progress();
@@ -141,9 +142,9 @@ Status sparse_allgather_exchange(Context& c, const float* send, size_t n, Codec&
     c.tp.progress();
   }
   for (int i = 1; i < p; ++i) {
-    for (uint32_t j = 0; j < pieces; ++j) GW_RETURN_IF_ERROR(c.wait(op_of(sends, c.wrap(c.rank + i), j)));
+    for (uint32_t j = 0; j < pieces; ++j) GW_RETURN_IF_ERROR(c.wait(op_of(sends, sched.send_peer(i), j)));
   }
-  if (ef != nullptr) ef->advance();
+  advance_after_call(ef);
   return Status::ok();
 }
 
