@@ -1,6 +1,7 @@
 // randomk: k values at indices every rank derives from (seed, step) alone, so the indices
 // cost no bytes. Indices are stratified (one per stratum of n / k elements): strictly
 // increasing, each computable on its own. The header carries seed and step.
+#include <iterator>
 #include <algorithm>
 #include <string>
 
@@ -8,6 +9,7 @@
 #include "compressors/element_io.hpp"
 #include "compressors/payload_io.hpp"
 #include "compressors/stratified.hpp"
+#include "compressors/spec_params.hpp"
 
 namespace gw::detail {
 namespace {
@@ -65,9 +67,14 @@ void apply_randomk(const wire::Header& h, const uint8_t* payload, void* dst, DTy
   }
 }
 
+constexpr SpecParam kRandomkParams[] = {kRatioParam, kKParam, kSeedParam};
+const char* const kRandomkBench[] = {"randomk:ratio=0.01", nullptr};
+
 }  // namespace
 
-const CodecEntry kRandomkEntry{CodecId::kRandomk, "randomk", "ratio,k,seed", make_randomk,
-                               validate_randomk, apply_randomk, false};
+const CodecEntry kRandomkEntry{CodecId::kRandomk, "randomk", kRandomkParams, std::size(kRandomkParams),
+                               finish_sparse, kCapLossy | kCapErrorFeedback | kCapSparse, make_randomk,
+                               validate_randomk, apply_randomk, kRandomkBench};
+GW_REGISTER_CODEC(kRandomkEntry);
 
 }  // namespace gw::detail
