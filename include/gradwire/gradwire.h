@@ -172,7 +172,7 @@ GW_API gw_result_t gw_codec_max_encoded_bytes(gw_codec_t codec, size_t count, gw
 #define GW_CODEC_CAP_INDICES 0x8u   /* messages carry the kept elements' indices */
 #define GW_CODEC_CAP_ANY_DTYPE 0x10u /* takes float16 and bfloat16 too, not float32 only */
 #define GW_CODEC_CAP_DEVICE 0x20u   /* gw_encode_device / gw_decode_device serve it in this build */
-typedef struct gw_codec_info {
+typedef struct gw_codec_info_s {
   const char* name; /* as in a spec; static storage */
   gw_codec_id_t id;
   uint32_t caps;    /* GW_CODEC_CAP_* */
