@@ -154,19 +154,31 @@ TEST(CodecPlugin, AllreduceThroughTheCollectives) {
   auto codec = Codec::create("testround:scale=4");
   ASSERT_TRUE(codec.is_ok()) << codec.status().to_string();
   // Quarter-integers and their sums are exactly what testround carries, so every algorithm
-  // that compresses partial sums still gives the exact sum.
-  auto value = [](int rank, size_t i) { return static_cast<float>(static_cast<int>(i % 17) - 8 + rank) * 0.25f; };
-  test::run_local_ranks(kRanks, [&](Communicator& c, int rank) {
-    std::vector<float> g(kCount), out(kCount);
-    for (size_t i = 0; i < kCount; ++i) g[i] = value(rank, i);
-    const Status st = c.allreduce(g.data(), out.data(), kCount, DType::kFloat32, ReduceOp::kSum, codec->get(), nullptr);
-    ASSERT_TRUE(st.is_ok()) << st.to_string();
-    for (size_t i = 0; i < kCount; ++i) {
+  // that compresses partial sums still gives the exact sum. Element 0 is 0.1 on every rank,
+  // which testround sends as 0: it shows the codec was on the path.
+  auto value = [](int rank, size_t i) {
+    return i == 0 ? 0.1f : static_cast<float>(static_cast<int>(i % 17) - 8 + rank) * 0.25f;
+  };
+  for (const Algo algo : {Algo::kCompressedRing, Algo::kScatterReduce}) {
+    std::vector<std::vector<float>> outs(kRanks);
+    test::run_local_ranks(kRanks, [&](Communicator& c, int rank) {
+      std::vector<float> g(kCount);
+      std::vector<float>& out = outs[static_cast<size_t>(rank)];
+      out.resize(kCount);
+      for (size_t i = 0; i < kCount; ++i) g[i] = value(rank, i);
+      const Status st =
+          c.allreduce(g.data(), out.data(), kCount, DType::kFloat32, ReduceOp::kSum, codec->get(), nullptr, algo);
+      ASSERT_TRUE(st.is_ok()) << st.to_string();
+    });
+    SCOPED_TRACE(algo_name(algo));
+    for (size_t i = 1; i < kCount; ++i) {
       float want = 0.0f;
       for (int r = 0; r < kRanks; ++r) want += value(r, i);
-      ASSERT_EQ(out[i], want) << "rank " << rank << " element " << i;
+      ASSERT_EQ(outs[0][i], want) << "element " << i;
     }
-  });
+    EXPECT_NE(outs[0][0], value(0, 0) + value(1, 0) + value(2, 0));
+    for (int r = 1; r < kRanks; ++r) EXPECT_EQ(outs[static_cast<size_t>(r)], outs[0]) << "rank " << r;
+  }
 }
 
 TEST(CodecPlugin, MeasuredByCodecBench) {
