@@ -3,16 +3,16 @@
 // that would keep 1.25 k of the whole, keep every element at or above it in one pass, and
 // run an exact top-k over those candidates when more than k pass. Fewer than k may pass;
 // then all of them are sent. Too many to hold (a degenerate sample) falls back to exact top-k.
-#include <iterator>
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "compressors/element_io.hpp"
 #include "compressors/hd.hpp"
 #include "compressors/sparse_codec.hpp"
+#include "compressors/spec_params.hpp"
 #include "compressors/stratified.hpp"
 #include "compressors/topk_select.hpp"
-#include "compressors/spec_params.hpp"
 
 namespace gw::detail {
 namespace {

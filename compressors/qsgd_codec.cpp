@@ -1,8 +1,8 @@
 // qsgd: per bucket, min and unit as fp32; each element a bits-wide code q with
 // value = min + q * unit, rounded stochastically (unbiased) or to nearest.
-#include <iterator>
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <type_traits>
 
 #include "compressors/bucketed_layout.hpp"
@@ -11,8 +11,8 @@
 #include "compressors/host_simd.hpp"
 #include "compressors/payload_io.hpp"
 #include "compressors/philox.hpp"
-#include "compressors/workspace.hpp"
 #include "compressors/spec_params.hpp"
+#include "compressors/workspace.hpp"
 
 namespace gw::detail {
 namespace {

@@ -1,15 +1,15 @@
 // randomk: k values at indices every rank derives from (seed, step) alone, so the indices
 // cost no bytes. Indices are stratified (one per stratum of n / k elements): strictly
 // increasing, each computable on its own. The header carries seed and step.
-#include <iterator>
 #include <algorithm>
+#include <iterator>
 #include <string>
 
 #include "compressors/codec_registry.hpp"
 #include "compressors/element_io.hpp"
 #include "compressors/payload_io.hpp"
-#include "compressors/stratified.hpp"
 #include "compressors/spec_params.hpp"
+#include "compressors/stratified.hpp"
 
 namespace gw::detail {
 namespace {

@@ -1,9 +1,9 @@
 // sign: one bit per element (1 = negative) and, per bucket, the mean magnitude as the
 // scale: value = +-scale. The mean uses quant::fold_lanes' canonical order.
-#include <iterator>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <type_traits>
 
 #include "compressors/bucketed_layout.hpp"
