@@ -166,8 +166,10 @@ struct CodecRegistrar {
 
 #define GW_CODEC_CONCAT_INNER(a, b) a##b
 #define GW_CODEC_CONCAT(a, b) GW_CODEC_CONCAT_INNER(a, b)
-// At namespace scope in the file that defines the entry.
-#define GW_REGISTER_CODEC(entry)                                                            \
-  static const ::gw::detail::CodecRegistrar GW_CODEC_CONCAT(gw_codec_registrar_, __LINE__) { \
-    entry                                                                                   \
-  }
+// At namespace scope in the file that defines the entry. The registrars run before ordinary
+// static initializers (init_priority), so a global of another file that creates a codec
+// finds every entry whatever the link order.
+#define GW_CODEC_INIT_PRIORITY __attribute__((init_priority(200)))
+#define GW_REGISTER_CODEC(entry)                                                                   \
+  static const ::gw::detail::CodecRegistrar GW_CODEC_CONCAT(gw_codec_registrar_, __LINE__) \
+      GW_CODEC_INIT_PRIORITY {entry}

@@ -80,6 +80,14 @@ GW_REGISTER_CODEC(kTestRoundEntry);
 namespace gw {
 namespace {
 
+// Created during static initialization, before or after the registrars' files depending on
+// link order (this file links first): the registrars must have run already.
+const Result<std::unique_ptr<Codec>> g_made_at_static_init = Codec::create("qsgd:bits=4");
+
+TEST(CodecPlugin, RegisteredBeforeOtherStaticInitializers) {
+  EXPECT_TRUE(g_made_at_static_init.is_ok()) << g_made_at_static_init.status().to_string();
+}
+
 TEST(CodecPlugin, ListedThroughTheCApi) {
   bool found = false;
   int last_id = -1;
