@@ -1,8 +1,11 @@
 // The codec and error-feedback half of the C ABI: argument checks, then the C++ API.
 #include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "c_api/handles.hpp"
+#include "compressors/codec_registry.hpp"
 #include "compressors/device_ef_state.hpp"
 #include "compressors/ef_state_blob.hpp"
 #include "compressors/device_memory.hpp"
@@ -117,6 +120,34 @@ gw_result_t gw_codec_id(gw_codec_t codec, gw_codec_id_t* id) {
     if (codec == nullptr) return null_arg("codec");
     if (id == nullptr) return null_arg("id");
     *id = static_cast<gw_codec_id_t>(codec->codec->id());
+    return Status::ok();
+  });
+}
+
+size_t gw_codec_count(void) { return gw::detail::codec_count(); }
+
+gw_result_t gw_codec_info(size_t index, gw_codec_info_t* info) {
+  return guard("gw_codec_info", [&]() -> Status {
+    if (info == nullptr) return null_arg("info");
+    const size_t count = gw::detail::codec_count();
+    if (index >= count) {
+      return gw::invalid_argument("index " + std::to_string(index) + " is not below gw_codec_count() = " +
+                                  std::to_string(count));
+    }
+    // The key lists, built once: the registry is complete before main.
+    static const std::vector<std::string> keys = [count] {
+      std::vector<std::string> all(count);
+      for (size_t i = 0; i < count; ++i) {
+        const gw::detail::CodecEntry& e = *gw::detail::codec_at(i);
+        for (size_t p = 0; p < e.n_params; ++p) all[i] += (p > 0 ? "," : "") + std::string(e.params[p].key);
+      }
+      return all;
+    }();
+    const gw::detail::CodecEntry& e = *gw::detail::codec_at(index);
+    info->name = e.name;
+    info->id = static_cast<gw_codec_id_t>(e.id);
+    info->caps = e.caps | (gw::capi::has_device_codec(static_cast<uint8_t>(e.id)) ? GW_CODEC_CAP_DEVICE : 0u);
+    info->keys = index < keys.size() ? keys[index].c_str() : "";
     return Status::ok();
   });
 }

@@ -9,6 +9,7 @@
 #include "gradwire/gradwire.h"
 #include "common/cuda_check.hpp"
 #include "kernels/device_codec.hpp"
+#include "kernels/device_codecs.hpp"
 
 namespace {
 
@@ -121,3 +122,7 @@ gw_result_t gw_decode_device(const void* msg, size_t len, void* dst, size_t coun
 }
 
 }  // extern "C"
+
+bool gw::capi::has_device_codec(uint8_t codec_id) {
+  return gw::kern::find_device_codec(static_cast<gw::CodecId>(codec_id)) != nullptr;
+}

@@ -32,6 +32,9 @@ gw_result_t guard(const char* function, Fn&& fn) noexcept {
   }
 }
 
+// Whether this build runs the codec on device memory (c_api/device.cpp, device_no_cuda.cpp).
+bool has_device_codec(uint8_t codec_id);
+
 inline Status null_arg(const char* name) { return invalid_argument(std::string(name) + " is null"); }
 
 }  // namespace gw::capi

@@ -149,7 +149,7 @@ Status decode(const void* msg, size_t len, void* dst, size_t n, DType dtype, Dec
     return invalid_message("message decodes to " + std::to_string(v.header.count) +
                            " elements but the destination holds " + std::to_string(n));
   }
-  if (!v.entry->any_dst_dtype && dtype != DType::kFloat32) {
+  if (!v.entry->has(detail::kCapAnyDtype) && dtype != DType::kFloat32) {
     return unsupported(std::string(v.entry->name) + " messages decode into float32 only, not " +
                        dtype_name(dtype));
   }

@@ -1,4 +1,5 @@
 // Parsing and printing of codec specs: "name" or "name:key=value,key=value".
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -7,14 +8,11 @@
 #include <string>
 
 #include "compressors/codec_registry.hpp"
+#include "compressors/spec_params.hpp"
 #include "gradwire/codec.hpp"
 
 namespace gw {
 namespace {
-
-constexpr uint32_t kMaxBucket = 1u << 24;
-constexpr uint32_t kDefaultBucket = 512;
-constexpr double kDefaultDgcSample = 0.01;
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -54,55 +52,90 @@ Result<bool> parse_bool(std::string_view key, std::string_view value) {
   return bad_value(key, value, "0 or 1");
 }
 
-bool key_allowed(const detail::CodecEntry& entry, std::string_view key) {
-  if (key == "ef") return true;
-  std::string_view keys(entry.keys);
-  while (!keys.empty()) {
-    const size_t comma = keys.find(',');
-    if (keys.substr(0, comma) == key) return true;
-    if (comma == std::string_view::npos) break;
-    keys.remove_prefix(comma + 1);
+const detail::SpecParam* find_param(const detail::CodecEntry& entry, std::string_view key) {
+  for (size_t i = 0; i < entry.n_params; ++i) {
+    if (key == entry.params[i].key) return &entry.params[i];
   }
-  return false;
+  return nullptr;
 }
 
-Status set_key(CodecSpec& spec, std::string_view key, std::string_view value) {
-  if (key == "ef") {
-    GW_ASSIGN_OR_RETURN(spec.ef, parse_bool(key, value));
-  } else if (key == "bits") {
-    GW_ASSIGN_OR_RETURN(uint64_t bits, parse_u64(key, value, "1, 2, 4 or 8"));
-    if (bits != 1 && bits != 2 && bits != 4 && bits != 8) return bad_value(key, value, "1, 2, 4 or 8");
-    spec.bits = static_cast<uint32_t>(bits);
-  } else if (key == "bucket") {
-    GW_ASSIGN_OR_RETURN(uint64_t bucket, parse_u64(key, value, "1 to 16777216"));
-    if (bucket < 1 || bucket > kMaxBucket) return bad_value(key, value, "1 to 16777216");
-    spec.bucket = static_cast<uint32_t>(bucket);
-  } else if (key == "ratio") {
-    GW_ASSIGN_OR_RETURN(double ratio, parse_double(key, value, "0 < ratio <= 1"));
-    if (!(ratio > 0.0 && ratio <= 1.0)) return bad_value(key, value, "0 < ratio <= 1");
-    spec.ratio = ratio;
-  } else if (key == "k") {
-    GW_ASSIGN_OR_RETURN(uint64_t k, parse_u64(key, value, "k >= 1"));
-    if (k < 1) return bad_value(key, value, "k >= 1");
-    spec.k = k;
-  } else if (key == "sample") {
-    GW_ASSIGN_OR_RETURN(double sample, parse_double(key, value, "0 < sample <= 1"));
-    if (!(sample > 0.0 && sample <= 1.0)) return bad_value(key, value, "0 < sample <= 1");
-    spec.sample = sample;
-  } else if (key == "seed") {
-    GW_ASSIGN_OR_RETURN(spec.seed, parse_u64(key, value, "an unsigned 64-bit integer"));
-  } else if (key == "rounding") {
-    if (value == "stochastic") {
-      spec.stochastic = true;
-    } else if (value == "nearest") {
-      spec.stochastic = false;
-    } else {
-      return bad_value(key, value, "stochastic or nearest");
-    }
+// "bits,bucket,rounding,seed": the entry's keys in table order.
+std::string key_list(const detail::CodecEntry& entry) {
+  std::string keys;
+  for (size_t i = 0; i < entry.n_params; ++i) {
+    if (i > 0) keys += ",";
+    keys += entry.params[i].key;
+  }
+  return keys;
+}
+
+Status store(const detail::SpecParam& p, CodecSpec& spec, uint64_t v) {
+  if (p.u32 != nullptr) {
+    spec.*p.u32 = static_cast<uint32_t>(v);
+  } else if (p.u64 != nullptr) {
+    spec.*p.u64 = v;
   } else {
-    return internal_error("spec key without a setter: " + std::string(key));
+    return internal_error(std::string("spec key without a field: ") + p.key);
   }
   return Status::ok();
+}
+
+Status set_param(const detail::SpecParam& p, CodecSpec& spec, std::string_view key, std::string_view value) {
+  using Kind = detail::SpecParam::Kind;
+  switch (p.kind) {
+    case Kind::kUnsigned: {
+      GW_ASSIGN_OR_RETURN(uint64_t v, parse_u64(key, value, p.expected));
+      bool ok = v >= p.min && v <= p.max;
+      if (p.n_values > 0) ok = std::find(p.values, p.values + p.n_values, v) != p.values + p.n_values;
+      if (!ok) return bad_value(key, value, p.expected);
+      return store(p, spec, v);
+    }
+    case Kind::kReal: {
+      GW_ASSIGN_OR_RETURN(double v, parse_double(key, value, p.expected));
+      if (!(v > p.lo && v <= p.hi)) return bad_value(key, value, p.expected);
+      spec.*p.real = v;
+      return Status::ok();
+    }
+    case Kind::kChoice:
+      for (int i = 0; i < 2; ++i) {
+        if (value == p.choices[i]) {
+          spec.*p.flag = i == 1;
+          return Status::ok();
+        }
+      }
+      return bad_value(key, value, p.expected);
+  }
+  return internal_error("spec key of an unknown kind: " + std::string(key));
+}
+
+Status set_default(const detail::SpecParam& p, CodecSpec& spec) {
+  using Kind = detail::SpecParam::Kind;
+  switch (p.kind) {
+    case Kind::kUnsigned: return store(p, spec, static_cast<uint64_t>(p.default_value));
+    case Kind::kReal: spec.*p.real = p.default_value; return Status::ok();
+    case Kind::kChoice: spec.*p.flag = p.default_value != 0.0; return Status::ok();
+  }
+  return internal_error(std::string("spec key of an unknown kind: ") + p.key);
+}
+
+std::string format_param(const detail::SpecParam& p, const CodecSpec& spec) {
+  using Kind = detail::SpecParam::Kind;
+  char buf[96];
+  switch (p.kind) {
+    case Kind::kUnsigned:
+      if (p.u32 != nullptr) {
+        std::snprintf(buf, sizeof buf, "%s=%u", p.key, spec.*p.u32);
+      } else {
+        std::snprintf(buf, sizeof buf, "%s=%llu", p.key, static_cast<unsigned long long>(spec.*p.u64));
+      }
+      return buf;
+    case Kind::kReal:
+      std::snprintf(buf, sizeof buf, "%s=%.17g", p.key, spec.*p.real);
+      return buf;
+    case Kind::kChoice:
+      return std::string(p.key) + "=" + p.choices[spec.*p.flag ? 1 : 0];
+  }
+  return p.key;
 }
 
 }  // namespace
@@ -113,8 +146,11 @@ Result<CodecSpec> CodecSpec::parse(std::string_view text) {
   const std::string_view name = trim(text.substr(0, colon));
   const detail::CodecEntry* entry = detail::find_codec(name);
   if (entry == nullptr) {
-    return invalid_argument("codec spec: unknown codec '" + std::string(name) +
-                            "' (known: none, fp16, bf16, qsgd, sign, topk, dgc, randomk)");
+    std::string known;
+    for (size_t i = 0; i < detail::codec_count(); ++i) {
+      known += (i > 0 ? ", " : "") + std::string(detail::codec_at(i)->name);
+    }
+    return invalid_argument("codec spec: unknown codec '" + std::string(name) + "' (known: " + known + ")");
   }
   CodecSpec spec;
   spec.id = entry->id;
@@ -131,100 +167,54 @@ Result<CodecSpec> CodecSpec::parse(std::string_view text) {
       }
       const std::string_view key = trim(item.substr(0, eq));
       const std::string_view value = trim(item.substr(eq + 1));
-      if (!key_allowed(*entry, key)) {
+      const detail::SpecParam* param = find_param(*entry, key);
+      if (param == nullptr && key != "ef") {
+        const std::string keys = key_list(*entry);
         return invalid_argument("codec spec: unknown key '" + std::string(key) + "' for codec " +
-                                entry->name + " (keys: " + entry->keys +
-                                (entry->keys[0] != '\0' ? "," : "") + "ef)");
+                                entry->name + " (keys: " + keys + (keys.empty() ? "" : ",") + "ef)");
       }
       const std::string marker = "," + std::string(key) + ",";
       if (seen.find(marker) != std::string::npos) {
         return invalid_argument("codec spec: key '" + std::string(key) + "' given twice");
       }
       seen += std::string(key) + ",";
-      GW_RETURN_IF_ERROR(set_key(spec, key, value));
+      if (param == nullptr) {
+        GW_ASSIGN_OR_RETURN(spec.ef, parse_bool(key, value));
+      } else {
+        GW_RETURN_IF_ERROR(set_param(*param, spec, key, value));
+      }
       if (comma == std::string_view::npos) break;
       rest.remove_prefix(comma + 1);
     }
   }
-  switch (spec.id) {
-    case CodecId::kQsgd:
-      if (spec.bits == 0) spec.bits = 8;
-      if (spec.bucket == 0) spec.bucket = kDefaultBucket;
-      // Error feedback needs a compressor whose error is smaller than its input. 1-bit
-      // stochastic min/max rounding is not one: its residual grows step after step (seen:
-      // inf within 150 steps of a constant gradient). Rounding to nearest is.
-      if (spec.ef && spec.bits == 1 && spec.stochastic) {
-        return invalid_argument("codec spec: qsgd:bits=1 with ef=1 diverges under stochastic rounding; "
-                                "add rounding=nearest, or use sign");
-      }
-      break;
-    case CodecId::kSign:
-      spec.bits = 1;
-      if (spec.bucket == 0) spec.bucket = kDefaultBucket;
-      break;
-    case CodecId::kTopk:
-    case CodecId::kDgc:
-    case CodecId::kRandomk:
-      if ((spec.ratio > 0.0) == (spec.k > 0)) {
-        return invalid_argument(std::string("codec spec: ") + entry->name +
-                                " needs exactly one of ratio= or k=");
-      }
-      if (spec.id == CodecId::kDgc && spec.sample == 0.0) spec.sample = kDefaultDgcSample;
-      break;
-    default:
-      break;
+  for (size_t i = 0; i < entry->n_params; ++i) {
+    const detail::SpecParam& p = entry->params[i];
+    const std::string marker = "," + std::string(p.key) + ",";
+    if (p.has_default && seen.find(marker) == std::string::npos) GW_RETURN_IF_ERROR(set_default(p, spec));
   }
+  if (entry->finish != nullptr) GW_RETURN_IF_ERROR(entry->finish(spec));
   return spec;
 }
 
 std::string CodecSpec::to_string() const {
   std::string out = codec_name(id);
-  char buf[64];
-  auto add = [&out](const char* text) {
+  auto add = [&out](const std::string& text) {
     out += out.find(':') == std::string::npos ? ":" : ",";
     out += text;
   };
-  switch (id) {
-    case CodecId::kQsgd:
-      std::snprintf(buf, sizeof buf, "bits=%u", bits);
-      add(buf);
-      std::snprintf(buf, sizeof buf, "bucket=%u", bucket);
-      add(buf);
-      add(stochastic ? "rounding=stochastic" : "rounding=nearest");
-      std::snprintf(buf, sizeof buf, "seed=%llu", static_cast<unsigned long long>(seed));
-      add(buf);
-      break;
-    case CodecId::kSign:
-      std::snprintf(buf, sizeof buf, "bucket=%u", bucket);
-      add(buf);
-      break;
-    case CodecId::kTopk:
-    case CodecId::kDgc:
-    case CodecId::kRandomk:
-      if (k > 0) {
-        std::snprintf(buf, sizeof buf, "k=%llu", static_cast<unsigned long long>(k));
-      } else {
-        std::snprintf(buf, sizeof buf, "ratio=%.17g", ratio);
-      }
-      add(buf);
-      if (id == CodecId::kDgc) {
-        std::snprintf(buf, sizeof buf, "sample=%.17g", sample);
-        add(buf);
-      }
-      if (id != CodecId::kTopk) {
-        std::snprintf(buf, sizeof buf, "seed=%llu", static_cast<unsigned long long>(seed));
-        add(buf);
-      }
-      break;
-    default:
-      break;
+  if (const detail::CodecEntry* entry = detail::find_codec(id)) {
+    for (size_t i = 0; i < entry->n_params; ++i) {
+      const detail::SpecParam& p = entry->params[i];
+      if (p.shown == nullptr || p.shown(*this)) add(format_param(p, *this));
+    }
   }
   add(ef ? "ef=1" : "ef=0");
   return out;
 }
 
 bool CodecSpec::is_sparse() const {
-  return id == CodecId::kTopk || id == CodecId::kDgc || id == CodecId::kRandomk;
+  const detail::CodecEntry* entry = detail::find_codec(id);
+  return entry != nullptr && entry->has(detail::kCapSparse);
 }
 
 uint64_t CodecSpec::k_for(uint64_t n) const {
@@ -237,4 +227,14 @@ uint64_t CodecSpec::k_for(uint64_t n) const {
   return kk < n ? kk : n;
 }
 
+namespace detail {
+
+Status finish_sparse(CodecSpec& spec) {
+  if ((spec.ratio > 0.0) == (spec.k > 0)) {
+    return invalid_argument(std::string("codec spec: ") + codec_name(spec.id) + " needs exactly one of ratio= or k=");
+  }
+  return Status::ok();
+}
+
+}  // namespace detail
 }  // namespace gw

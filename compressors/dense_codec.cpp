@@ -1,5 +1,6 @@
 // none, fp16 and bf16: every element travels, as the input type (none) or rounded to
 // half precision. They take any input dtype and decode into any dtype.
+#include <iterator>
 #include <string>
 
 #include "compressors/codec_registry.hpp"
@@ -10,7 +11,6 @@
 
 namespace gw::detail {
 namespace {
-
 
 class DenseCodec final : public Codec {
  public:
@@ -91,13 +91,20 @@ void apply_dense_message(const wire::Header& h, const uint8_t* payload, void* ds
   });
 }
 
+const char* const kNoneBench[] = {"none", nullptr};
+const char* const kFp16Bench[] = {"fp16", nullptr};
+const char* const kBf16Bench[] = {"bf16", nullptr};
+
 }  // namespace
 
-const CodecEntry kNoneEntry{CodecId::kNone, "none", "", make_dense, validate_dense,
-                            apply_dense_message, true};
-const CodecEntry kFp16Entry{CodecId::kFp16, "fp16", "", make_dense, validate_dense,
-                            apply_dense_message, true};
-const CodecEntry kBf16Entry{CodecId::kBf16, "bf16", "", make_dense, validate_dense,
-                            apply_dense_message, true};
+const CodecEntry kNoneEntry{CodecId::kNone, "none", nullptr, 0, nullptr, kCapAnyDtype, make_dense,
+                            validate_dense, apply_dense_message, kNoneBench};
+const CodecEntry kFp16Entry{CodecId::kFp16, "fp16", nullptr, 0, nullptr, kCapLossy | kCapAnyDtype, make_dense,
+                            validate_dense, apply_dense_message, kFp16Bench};
+const CodecEntry kBf16Entry{CodecId::kBf16, "bf16", nullptr, 0, nullptr, kCapLossy | kCapAnyDtype, make_dense,
+                            validate_dense, apply_dense_message, kBf16Bench};
+GW_REGISTER_CODEC(kNoneEntry);
+GW_REGISTER_CODEC(kFp16Entry);
+GW_REGISTER_CODEC(kBf16Entry);
 
 }  // namespace gw::detail

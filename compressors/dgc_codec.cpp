@@ -5,10 +5,12 @@
 // then all of them are sent. Too many to hold (a degenerate sample) falls back to exact top-k.
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "compressors/element_io.hpp"
 #include "compressors/hd.hpp"
 #include "compressors/sparse_codec.hpp"
+#include "compressors/spec_params.hpp"
 #include "compressors/stratified.hpp"
 #include "compressors/topk_select.hpp"
 
@@ -111,9 +113,19 @@ void apply_dgc(const wire::Header& h, const uint8_t* payload, void* dst, DType, 
   apply_sparse(h, payload, dst, mode);
 }
 
+constexpr SpecParam kDgcParams[] = {
+    kRatioParam,
+    kKParam,
+    real_param("sample", &CodecSpec::sample, 0.0, 1.0, "0 < sample <= 1").with_default(0.01),
+    kSeedParam,
+};
+const char* const kDgcBench[] = {"dgc:ratio=0.001", "dgc:ratio=0.01", nullptr};
+
 }  // namespace
 
-const CodecEntry kDgcEntry{CodecId::kDgc, "dgc", "ratio,k,sample,seed", make_dgc, validate_sparse,
-                           apply_dgc, false};
+const CodecEntry kDgcEntry{CodecId::kDgc, "dgc", kDgcParams, std::size(kDgcParams), finish_sparse,
+                           kCapLossy | kCapErrorFeedback | kCapSparse | kCapIndices, make_dgc, validate_sparse,
+                           apply_dgc, kDgcBench};
+GW_REGISTER_CODEC(kDgcEntry);
 
 }  // namespace gw::detail

@@ -2,6 +2,7 @@
 // value = min + q * unit, rounded stochastically (unbiased) or to nearest.
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <type_traits>
 
 #include "compressors/bucketed_layout.hpp"
@@ -10,6 +11,7 @@
 #include "compressors/host_simd.hpp"
 #include "compressors/payload_io.hpp"
 #include "compressors/philox.hpp"
+#include "compressors/spec_params.hpp"
 #include "compressors/workspace.hpp"
 
 namespace gw::detail {
@@ -358,9 +360,30 @@ void apply_qsgd(const wire::Header& h, const uint8_t* payload, void* dst, DType,
   decode_all_baseline(h.count, h.bits, h.bucket, payload, d, mode);
 }
 
+// Error feedback needs a compressor whose error is smaller than its input. 1-bit stochastic
+// min/max rounding is not one: its residual grows step after step (seen: inf within 150 steps
+// of a constant gradient). Rounding to nearest is.
+Status finish_qsgd(CodecSpec& spec) {
+  if (spec.ef && spec.bits == 1 && spec.stochastic) {
+    return invalid_argument("codec spec: qsgd:bits=1 with ef=1 diverges under stochastic rounding; "
+                            "add rounding=nearest, or use sign");
+  }
+  return Status::ok();
+}
+
+constexpr SpecParam kQsgdParams[] = {
+    unsigned_param("bits", &CodecSpec::bits, 1, 8, "1, 2, 4 or 8").one_of(1, 2, 4, 8).with_default(8),
+    kBucketParam,
+    choice_param("rounding", &CodecSpec::stochastic, "nearest", "stochastic", "stochastic or nearest").with_default(1),
+    kSeedParam,
+};
+const char* const kQsgdBench[] = {"qsgd:bits=8", "qsgd:bits=4", "qsgd:bits=2", "qsgd:bits=1",
+                                  "qsgd:bits=8,rounding=nearest", nullptr};
+
 }  // namespace
 
-const CodecEntry kQsgdEntry{CodecId::kQsgd, "qsgd", "bits,bucket,rounding,seed", make_qsgd,
-                            validate_qsgd, apply_qsgd, false};
+const CodecEntry kQsgdEntry{CodecId::kQsgd, "qsgd", kQsgdParams, std::size(kQsgdParams), finish_qsgd,
+                            kCapLossy | kCapErrorFeedback, make_qsgd, validate_qsgd, apply_qsgd, kQsgdBench};
+GW_REGISTER_CODEC(kQsgdEntry);
 
 }  // namespace gw::detail

@@ -2,11 +2,13 @@
 // cost no bytes. Indices are stratified (one per stratum of n / k elements): strictly
 // increasing, each computable on its own. The header carries seed and step.
 #include <algorithm>
+#include <iterator>
 #include <string>
 
 #include "compressors/codec_registry.hpp"
 #include "compressors/element_io.hpp"
 #include "compressors/payload_io.hpp"
+#include "compressors/spec_params.hpp"
 #include "compressors/stratified.hpp"
 
 namespace gw::detail {
@@ -65,9 +67,14 @@ void apply_randomk(const wire::Header& h, const uint8_t* payload, void* dst, DTy
   }
 }
 
+constexpr SpecParam kRandomkParams[] = {kRatioParam, kKParam, kSeedParam};
+const char* const kRandomkBench[] = {"randomk:ratio=0.01", nullptr};
+
 }  // namespace
 
-const CodecEntry kRandomkEntry{CodecId::kRandomk, "randomk", "ratio,k,seed", make_randomk,
-                               validate_randomk, apply_randomk, false};
+const CodecEntry kRandomkEntry{CodecId::kRandomk, "randomk", kRandomkParams, std::size(kRandomkParams),
+                               finish_sparse, kCapLossy | kCapErrorFeedback | kCapSparse, make_randomk,
+                               validate_randomk, apply_randomk, kRandomkBench};
+GW_REGISTER_CODEC(kRandomkEntry);
 
 }  // namespace gw::detail

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <type_traits>
 
 #include "compressors/bucketed_layout.hpp"
@@ -10,6 +11,7 @@
 #include "compressors/element_io.hpp"
 #include "compressors/host_simd.hpp"
 #include "compressors/payload_io.hpp"
+#include "compressors/spec_params.hpp"
 
 namespace gw::detail {
 namespace {
@@ -160,9 +162,19 @@ void apply_sign(const wire::Header& h, const uint8_t* payload, void* dst, DType,
   decode_all_baseline(h.count, h.bucket, payload, d, mode);
 }
 
+// Sign sends one bit per element, always.
+Status finish_sign(CodecSpec& spec) {
+  spec.bits = 1;
+  return Status::ok();
+}
+
+constexpr SpecParam kSignParams[] = {kBucketParam};
+const char* const kSignBench[] = {"sign", nullptr};
+
 }  // namespace
 
-const CodecEntry kSignEntry{CodecId::kSign, "sign", "bucket", make_sign, validate_sign, apply_sign,
-                            false};
+const CodecEntry kSignEntry{CodecId::kSign, "sign", kSignParams, std::size(kSignParams), finish_sign,
+                            kCapLossy | kCapErrorFeedback, make_sign, validate_sign, apply_sign, kSignBench};
+GW_REGISTER_CODEC(kSignEntry);
 
 }  // namespace gw::detail

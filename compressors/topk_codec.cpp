@@ -1,5 +1,8 @@
 // topk: exactly the k largest magnitudes (ties: lower index), as (index, value) pairs.
+#include <iterator>
+
 #include "compressors/sparse_codec.hpp"
+#include "compressors/spec_params.hpp"
 #include "compressors/topk_select.hpp"
 
 namespace gw::detail {
@@ -36,9 +39,14 @@ void apply_topk(const wire::Header& h, const uint8_t* payload, void* dst, DType,
   apply_sparse(h, payload, dst, mode);
 }
 
+constexpr SpecParam kTopkParams[] = {kRatioParam, kKParam};
+const char* const kTopkBench[] = {"topk:ratio=0.01", "topk:ratio=0.001", nullptr};
+
 }  // namespace
 
-const CodecEntry kTopkEntry{CodecId::kTopk, "topk", "ratio,k", make_topk, validate_sparse,
-                            apply_topk, false};
+const CodecEntry kTopkEntry{CodecId::kTopk, "topk", kTopkParams, std::size(kTopkParams), finish_sparse,
+                            kCapLossy | kCapErrorFeedback | kCapSparse | kCapIndices, make_topk, validate_sparse,
+                            apply_topk, kTopkBench};
+GW_REGISTER_CODEC(kTopkEntry);
 
 }  // namespace gw::detail

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "compressors/codec_registry.hpp"
+
 namespace gw::wire {
 
 void write_header(const Header& h, uint8_t* out) {
@@ -63,7 +65,7 @@ Result<size_t> encoded_length(const uint8_t* head, size_t copied) {
 Result<Header> read_header(const uint8_t* msg, size_t len) {
   GW_RETURN_IF_ERROR(check_preamble(msg, len));
   Header h;
-  if (msg[5] > static_cast<uint8_t>(CodecId::kRandomk)) {
+  if (detail::find_codec(static_cast<CodecId>(msg[5])) == nullptr) {
     return invalid_message("unknown codec id " + std::to_string(msg[5]));
   }
   h.codec = static_cast<CodecId>(msg[5]);

@@ -148,4 +148,14 @@ Status decode_dense(const DecodeJob& job) {
   });
 }
 
+namespace {
+Result<uint64_t> encode_dense_row(const EncodeJob& job, wire::Header& header, const uint64_t**) {
+  return encode_dense(job, header);
+}
+}  // namespace
+
+GW_REGISTER_DEVICE_CODEC(CodecId::kNone, encode_dense_row, decode_dense);
+GW_REGISTER_DEVICE_CODEC(CodecId::kFp16, encode_dense_row, decode_dense);
+GW_REGISTER_DEVICE_CODEC(CodecId::kBf16, encode_dense_row, decode_dense);
+
 }  // namespace gw::kern

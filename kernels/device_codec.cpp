@@ -42,7 +42,12 @@ Status check_device(const void* p, const char* name) {
   return Status::ok();
 }
 
-bool sparse_indices(CodecId id) { return id == CodecId::kTopk || id == CodecId::kDgc; }
+// The device decode checks index-carrying payloads on the device (decode_sparse_untrusted).
+bool sparse_indices(const detail::CodecEntry& entry) { return entry.has(detail::kCapIndices); }
+
+Status no_device_codec(CodecId id) {
+  return unsupported(std::string("codec ") + codec_name(id) + " has no device implementation (host buffers only)");
+}
 
 }  // namespace
 
@@ -193,17 +198,9 @@ Result<EncodedSize> DeviceEncoder::run(const void* src, float* residual, size_t 
   DeviceScratch scratch(stream);
   const EncodeJob job{src, residual, n, dtype, &codec_.spec(), ctx, bytes + wire::kHeaderBytes, &scratch, stream};
   const uint64_t* kept = nullptr;
-  Result<uint64_t> payload = internal_error("no device encoder");
-  switch (codec_.id()) {
-    case CodecId::kNone:
-    case CodecId::kFp16:
-    case CodecId::kBf16: payload = encode_dense(job, header); break;
-    case CodecId::kQsgd: payload = encode_qsgd(job, header); break;
-    case CodecId::kSign: payload = encode_sign(job, header); break;
-    case CodecId::kTopk: payload = encode_topk(job, header); break;
-    case CodecId::kDgc: payload = encode_dgc(job, header, &kept); break;
-    case CodecId::kRandomk: payload = encode_randomk(job, header); break;
-  }
+  const DeviceCodecOps* ops = find_device_codec(codec_.id());
+  if (ops == nullptr) return no_device_codec(codec_.id());
+  Result<uint64_t> payload = ops->encode(job, header, &kept);
   if (!payload) return payload.status().with_context(std::string(codec_name(codec_.id())) + " device encode");
   header.payload_bytes = *payload;
   GW_RETURN_IF_ERROR(write_header_async(header, bytes, stream, kept, detail::index_bytes(n)));
@@ -214,17 +211,9 @@ Status apply_validated(const wire::Header& header, const uint8_t* payload, void*
                        DecodeMode mode, cudaStream_t stream) {
   if (header.count == 0) return Status::ok();
   const DecodeJob job{&header, payload, dst, dtype, mode, stream};
-  switch (header.codec) {
-    case CodecId::kNone:
-    case CodecId::kFp16:
-    case CodecId::kBf16: return decode_dense(job);
-    case CodecId::kQsgd: return decode_qsgd(job);
-    case CodecId::kSign: return decode_sign(job);
-    case CodecId::kTopk:
-    case CodecId::kDgc: return decode_sparse(job);
-    case CodecId::kRandomk: return decode_randomk(job);
-  }
-  return internal_error("no device decoder for codec " + std::to_string(static_cast<int>(header.codec)));
+  const DeviceCodecOps* ops = find_device_codec(header.codec);
+  if (ops == nullptr) return no_device_codec(header.codec);
+  return ops->decode(job);
 }
 
 Status decode_device(const void* msg, size_t len, void* dst, size_t n, DType dtype, DecodeMode mode,
@@ -263,7 +252,7 @@ Status decode_device(const void* msg, size_t len, void* dst, size_t n, DType dty
   GW_ASSIGN_OR_RETURN(wire::Header header, wire::read_header(back.header, len));
   const detail::CodecEntry* entry = detail::find_codec(header.codec);
   if (entry == nullptr) return invalid_message("unknown codec id");
-  if (sparse_indices(header.codec)) {
+  if (sparse_indices(*entry)) {
     GW_RETURN_IF_ERROR(detail::validate_sparse_fields(header).with_context(entry->name));
   } else {
     uint64_t nnz = 0;
@@ -273,10 +262,10 @@ Status decode_device(const void* msg, size_t len, void* dst, size_t n, DType dty
     return invalid_message("message decodes to " + std::to_string(header.count) +
                            " elements but the destination holds " + std::to_string(n));
   }
-  if (!entry->any_dst_dtype && dtype != DType::kFloat32) {
+  if (!entry->has(detail::kCapAnyDtype) && dtype != DType::kFloat32) {
     return unsupported(std::string(entry->name) + " messages decode into float32 only, not " + dtype_name(dtype));
   }
-  if (!sparse_indices(header.codec)) {
+  if (!sparse_indices(*entry)) {
     const auto* payload = bytes + wire::kHeaderBytes;
     return apply_validated(header, payload, dst, dtype, mode, stream);
   }

@@ -6,6 +6,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
 
 #include "compressors/wire_header.hpp"
 #include "gradwire/codec.hpp"
@@ -87,4 +90,54 @@ struct SparseVerdict {
 Status decode_sparse_untrusted(const uint8_t* msg, size_t len, float* dst, uint64_t n, DecodeMode mode,
                                SparseVerdict* verdict, cudaStream_t stream);
 
+// The device half of a codec: what device_codec.cpp runs for its id. Each kernel file
+// registers its codec's with GW_REGISTER_DEVICE_CODEC; an id with no row has no device
+// implementation (encode and decode on device memory answer GW_ERR_UNSUPPORTED).
+struct DeviceCodecOps {
+  CodecId id;
+  // As the encode_* launchers above; kept is set only by codecs whose length only the device
+  // knows (dgc).
+  Result<uint64_t> (*encode)(const EncodeJob& job, wire::Header& header, const uint64_t** kept);
+  Status (*decode)(const DecodeJob& job);
+};
+
+// Inline, so the table lives wherever the kernels are linked (the library, or the kernel
+// emulator's harnesses, which link a subset of the kernel files).
+inline std::vector<DeviceCodecOps>& device_codec_table() {
+  static std::vector<DeviceCodecOps> table;
+  return table;
+}
+
+inline void register_device_codec(const DeviceCodecOps& ops) {
+  for (const DeviceCodecOps& o : device_codec_table()) {
+    if (o.id == ops.id) {
+      std::fprintf(stderr, "gradwire: two device implementations for codec id %d\n", static_cast<int>(ops.id));
+      std::abort();
+    }
+  }
+  device_codec_table().push_back(ops);
+}
+
+inline const DeviceCodecOps* find_device_codec(CodecId id) {
+  for (const DeviceCodecOps& o : device_codec_table()) {
+    if (o.id == id) return &o;
+  }
+  return nullptr;
+}
+
+struct DeviceCodecRegistrar {
+  DeviceCodecRegistrar(CodecId id, Result<uint64_t> (*encode)(const EncodeJob&, wire::Header&, const uint64_t**),
+                       Status (*decode)(const DecodeJob&)) {
+    register_device_codec(DeviceCodecOps{id, encode, decode});
+  }
+};
+
 }  // namespace gw::kern
+
+#define GW_DEVICE_CODEC_CONCAT_INNER(a, b) a##b
+#define GW_DEVICE_CODEC_CONCAT(a, b) GW_DEVICE_CODEC_CONCAT_INNER(a, b)
+// At namespace scope in the codec's kernel file.
+#define GW_REGISTER_DEVICE_CODEC(id, encode, decode)                                         \
+  static const ::gw::kern::DeviceCodecRegistrar GW_DEVICE_CODEC_CONCAT(gw_device_codec_, __LINE__) { \
+    id, encode, decode                                                                      \
+  }

@@ -138,4 +138,7 @@ Result<uint64_t> encode_dgc(const EncodeJob& job, wire::Header& header, const ui
   return detail::sparse_payload_bytes(n, k);
 }
 
+// Decoded by the shared index-carrying decoder (sparse_kernels.cu).
+GW_REGISTER_DEVICE_CODEC(CodecId::kDgc, encode_dgc, decode_sparse);
+
 }  // namespace gw::kern

@@ -525,4 +525,12 @@ Status decode_qsgd(const DecodeJob& job) {
   });
 }
 
+namespace {
+Result<uint64_t> encode_qsgd_row(const EncodeJob& job, wire::Header& header, const uint64_t**) {
+  return encode_qsgd(job, header);
+}
+}  // namespace
+
+GW_REGISTER_DEVICE_CODEC(CodecId::kQsgd, encode_qsgd_row, decode_qsgd);
+
 }  // namespace gw::kern

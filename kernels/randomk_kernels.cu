@@ -110,4 +110,12 @@ Status decode_randomk(const DecodeJob& job) {
   return launch_status("scatter_kernel");
 }
 
+namespace {
+Result<uint64_t> encode_randomk_row(const EncodeJob& job, wire::Header& header, const uint64_t**) {
+  return encode_randomk(job, header);
+}
+}  // namespace
+
+GW_REGISTER_DEVICE_CODEC(CodecId::kRandomk, encode_randomk_row, decode_randomk);
+
 }  // namespace gw::kern

@@ -324,4 +324,12 @@ Status decode_sign(const DecodeJob& job) {
   });
 }
 
+namespace {
+Result<uint64_t> encode_sign_row(const EncodeJob& job, wire::Header& header, const uint64_t**) {
+  return encode_sign(job, header);
+}
+}  // namespace
+
+GW_REGISTER_DEVICE_CODEC(CodecId::kSign, encode_sign_row, decode_sign);
+
 }  // namespace gw::kern

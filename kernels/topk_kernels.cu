@@ -23,4 +23,13 @@ Result<uint64_t> encode_topk(const EncodeJob& job, wire::Header& header) {
   return detail::sparse_payload_bytes(job.n, k);
 }
 
+namespace {
+Result<uint64_t> encode_topk_row(const EncodeJob& job, wire::Header& header, const uint64_t**) {
+  return encode_topk(job, header);
+}
+}  // namespace
+
+// Decoded by the shared index-carrying decoder (sparse_kernels.cu).
+GW_REGISTER_DEVICE_CODEC(CodecId::kTopk, encode_topk_row, decode_sparse);
+
 }  // namespace gw::kern

@@ -26,29 +26,24 @@
 #include <string>
 #include <vector>
 
+#include "compressors/codec_registry.hpp"
 #include "gradwire/codec.hpp"
 #include "gradwire/ef_state.hpp"
+#include "perf/codec_bench.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const char* const kDefaultSpecs[] = {
-    "none",
-    "fp16",
-    "bf16",
-    "qsgd:bits=8",
-    "qsgd:bits=4",
-    "qsgd:bits=2",
-    "qsgd:bits=1",
-    "qsgd:bits=8,rounding=nearest",
-    "sign",
-    "topk:ratio=0.01",
-    "topk:ratio=0.001",
-    "dgc:ratio=0.001",
-    "dgc:ratio=0.01",
-    "randomk:ratio=0.01",
-};
+// What each registered codec lists to be measured, in order of codec id.
+std::vector<std::string> default_specs() {
+  std::vector<std::string> specs;
+  for (size_t i = 0; i < gw::detail::codec_count(); ++i) {
+    const char* const* s = gw::detail::codec_at(i)->bench_specs;
+    for (; s != nullptr && *s != nullptr; ++s) specs.emplace_back(*s);
+  }
+  return specs;
+}
 
 struct Options {
   double size_mb = 64.0;  // MiB of fp32 input
@@ -64,7 +59,7 @@ struct Options {
                "  --size-mb M   input size in MiB of fp32 (default 64: 16M elements)\n"
                "  --reps N      timed repetitions per phase; the median is reported (default 5)\n"
                "  --warmup N    untimed repetitions per phase first (default 1)\n"
-               "  --codec SPEC  codec spec to measure, repeatable (default: the standard list)\n"
+               "  --codec SPEC  codec spec to measure, repeatable (default: each codec's own list)\n"
                "  --json FILE   also write the results as JSON to FILE\n",
                argv0);
   std::exit(code);
@@ -114,7 +109,7 @@ Options parse_args(int argc, char** argv) {
       usage(argv[0], 2);
     }
   }
-  if (o.specs.empty()) o.specs.assign(std::begin(kDefaultSpecs), std::end(kDefaultSpecs));
+  if (o.specs.empty()) o.specs = default_specs();
   return o;
 }
 
@@ -443,7 +438,7 @@ void write_json(const std::string& path, const Options& o, size_t n, const MemRe
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int gw::perf::codec_bench_main(int argc, char** argv) {
   const Options o = parse_args(argc, argv);
   // Validate every spec before spending time on the input.
   for (const std::string& s : o.specs) {

@@ -15,7 +15,10 @@ case "${1:-}" in
   *) echo "usage: $0 [--full]" >&2; exit 2 ;;
 esac
 
-lib=$build/libgw_internal.a
+lib=$build/libgw_internal_archive.a
+# Codecs register themselves from their own files, which nothing references: link those objects
+# directly (a plain archive link would drop them).
+codecs=("$build"/compressors/CMakeFiles/gw_compressors.dir/*.o)
 if [[ ! -f $lib ]]; then
   echo "emulate-kernels: $lib is missing; run scripts/build.sh first" >&2
   exit 2
@@ -71,10 +74,10 @@ sparse=("$out/obj/radix_select.o" "$out/obj/topk_kernels.o" "$out/obj/dgc_kernel
 device=("$out/obj/cuda_backend.o" "$out/obj/device_codec.o" "$out/obj/header_kernel.o" "$out/obj/collective_kernels.o")
 # The emulated objects come first, so the archive's own (CUDA) kernel objects are never pulled in;
 # -lcudart is not on the line, so one that were pulled in would fail the link.
-nice -n 19 "$CXX" -fsanitize=address,undefined -o "$out/quant_harness" "$out/obj/quant_harness.o" "${quant[@]}" "${common[@]}" "$lib" -lpthread
-nice -n 19 "$CXX" -fsanitize=address,undefined -o "$out/sparse_harness" "$out/obj/sparse_harness.o" "${sparse[@]}" "${common[@]}" "$lib" -lpthread
+nice -n 19 "$CXX" -fsanitize=address,undefined -o "$out/quant_harness" "$out/obj/quant_harness.o" "${quant[@]}" "${common[@]}" "${codecs[@]}" "$lib" -lpthread
+nice -n 19 "$CXX" -fsanitize=address,undefined -o "$out/sparse_harness" "$out/obj/sparse_harness.o" "${sparse[@]}" "${common[@]}" "${codecs[@]}" "$lib" -lpthread
 nice -n 19 "$CXX" -fsanitize=address,undefined -o "$out/collectives_harness" "$out/obj/collectives_harness.o" "${device[@]}" \
-  "${quant[@]}" "${sparse[@]}" "${common[@]}" "$lib" -lpthread
+  "${quant[@]}" "${sparse[@]}" "${common[@]}" "${codecs[@]}" "$lib" -lpthread
 echo "emulate-kernels: built in $((SECONDS - start)) s; running ($mode)"
 
 arg=quick

@@ -136,6 +136,33 @@ struct good_spec {
   const char* canonical_prefix;
 };
 
+/* The built-in codecs as gw_codec_info lists them, in order of id. */
+static void test_codec_list(void) {
+  static const char* const names[] = {"none", "fp16", "bf16", "qsgd", "sign", "topk", "dgc", "randomk"};
+  static const char* const keys[] = {"", "", "", "bits,bucket,rounding,seed", "bucket", "ratio,k", "ratio,k,sample,seed",
+                                     "ratio,k,seed"};
+  gw_codec_info_t info;
+  size_t i;
+  CHECK(gw_codec_count() == 8);
+  for (i = 0; i < 8 && i < gw_codec_count(); ++i) {
+    EXPECT_OK(gw_codec_info(i, &info));
+    CHECK(strcmp(info.name, names[i]) == 0);
+    CHECK((size_t)info.id == i);
+    CHECK(strcmp(info.keys, keys[i]) == 0);
+  }
+  EXPECT_OK(gw_codec_info(3, &info));
+  CHECK((info.caps & (GW_CODEC_CAP_LOSSY | GW_CODEC_CAP_EF)) == (GW_CODEC_CAP_LOSSY | GW_CODEC_CAP_EF));
+  CHECK((info.caps & (GW_CODEC_CAP_SPARSE | GW_CODEC_CAP_ANY_DTYPE)) == 0);
+  EXPECT_OK(gw_codec_info(5, &info));
+  CHECK((info.caps & (GW_CODEC_CAP_SPARSE | GW_CODEC_CAP_INDICES)) == (GW_CODEC_CAP_SPARSE | GW_CODEC_CAP_INDICES));
+  EXPECT_OK(gw_codec_info(7, &info));
+  CHECK((info.caps & (GW_CODEC_CAP_SPARSE | GW_CODEC_CAP_INDICES)) == GW_CODEC_CAP_SPARSE);
+  EXPECT_OK(gw_codec_info(0, &info));
+  CHECK(info.caps == GW_CODEC_CAP_ANY_DTYPE || info.caps == (GW_CODEC_CAP_ANY_DTYPE | GW_CODEC_CAP_DEVICE));
+  EXPECT_ERR(gw_codec_info(8, &info), GW_ERR_INVALID_ARGUMENT, "gw_codec_count");
+  EXPECT_ERR(gw_codec_info(0, NULL), GW_ERR_INVALID_ARGUMENT, "info is null");
+}
+
 static void test_codec_create(void) {
   static const struct good_spec good[] = {
       {"none", GW_CODEC_NONE, "none"},
@@ -975,6 +1002,7 @@ static void test_device_calls_without_gpu(void) {
 
 int main(void) {
   test_version_and_error_strings();
+  test_codec_list();
   test_codec_create();
   test_codec_create_errors();
   test_max_encoded_bytes();

@@ -164,6 +164,23 @@ GW_API gw_result_t gw_codec_id(gw_codec_t codec, gw_codec_id_t* id);
 GW_API gw_result_t gw_codec_max_encoded_bytes(gw_codec_t codec, size_t count, gw_dtype_t dtype,
                                               size_t* bytes);
 
+/* The codecs this library has, for listing them: index runs from 0 to gw_codec_count() - 1, in
+ * order of id. Codec ids 200 to 254 are reserved for codecs that tests define. */
+#define GW_CODEC_CAP_LOSSY 0x1u     /* a decode may differ from the input */
+#define GW_CODEC_CAP_EF 0x2u        /* error feedback (ef=1) is meaningful */
+#define GW_CODEC_CAP_SPARSE 0x4u    /* keeps k of n elements (ratio= or k=) */
+#define GW_CODEC_CAP_INDICES 0x8u   /* messages carry the kept elements' indices */
+#define GW_CODEC_CAP_ANY_DTYPE 0x10u /* takes float16 and bfloat16 too, not float32 only */
+#define GW_CODEC_CAP_DEVICE 0x20u   /* gw_encode_device / gw_decode_device serve it in this build */
+typedef struct gw_codec_info_s {
+  const char* name; /* as in a spec; static storage */
+  gw_codec_id_t id;
+  uint32_t caps;    /* GW_CODEC_CAP_* */
+  const char* keys; /* spec keys besides "ef", comma-separated ("" when none); static storage */
+} gw_codec_info_t;
+GW_API size_t gw_codec_count(void);
+GW_API gw_result_t gw_codec_info(size_t index, gw_codec_info_t* info);
+
 /*
  * Encodes count elements of src into dst (capacity bytes) and sets *written.
  * step and rank key the random stream (stochastic rounding, sampling, random-k indices):

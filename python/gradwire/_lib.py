@@ -24,7 +24,6 @@ DTYPE_SIZES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 
 DECODE_MODES = {"overwrite": 0, "accumulate": 1, "subtract": 2}
 OPS = {"sum": 0, "avg": 1, "prod": 2, "min": 3, "max": 4}
 ALGOS = {"auto": 0, "ring": 1, "compressed_ring": 2, "scatter_reduce": 3, "sparse_allgather": 4, "hierarchical": 5}
-CODEC_IDS = {0: "none", 1: "fp16", 2: "bf16", 3: "qsgd", 4: "sign", 5: "topk", 6: "dgc", 7: "randomk"}
 RESULT_NAMES = [
     "success", "invalid argument", "invalid message", "unsupported", "out of memory",
     "buffer too small", "internal error", "system error", "remote error", "timeout",
@@ -55,6 +54,11 @@ class UniqueId(ctypes.Structure):
 class MessageInfo(ctypes.Structure):
     _fields_ = [("codec", ctypes.c_int), ("dtype", ctypes.c_int), ("count", ctypes.c_uint64),
                 ("nnz", ctypes.c_uint64), ("total_bytes", ctypes.c_uint64)]
+
+
+class CodecInfo(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("id", ctypes.c_int), ("caps", ctypes.c_uint32),
+                ("keys", ctypes.c_char_p)]
 
 
 class Config(ctypes.Structure):
@@ -118,6 +122,8 @@ _PROTOTYPES = {
     "gw_codec_spec": (_c.c_int, [_vp, _c.c_char_p, _sz]),
     "gw_codec_id": (_c.c_int, [_vp, _p(_c.c_int)]),
     "gw_codec_max_encoded_bytes": (_c.c_int, [_vp, _sz, _c.c_int, _p(_sz)]),
+    "gw_codec_count": (_sz, []),
+    "gw_codec_info": (_c.c_int, [_sz, _p(CodecInfo)]),
     "gw_encode": (_c.c_int, [_vp, _vp, _sz, _c.c_int, _c.c_uint64, _c.c_uint32, _vp, _vp, _sz, _p(_sz)]),
     "gw_decode": (_c.c_int, [_vp, _sz, _vp, _sz, _c.c_int, _c.c_int]),
     "gw_message_info": (_c.c_int, [_vp, _sz, _p(MessageInfo)]),
@@ -174,6 +180,22 @@ for _name, (_res, _args) in _OPTIONAL.items():
         _f = getattr(lib, _name)
         _f.restype = _res
         _f.argtypes = _args
+
+
+def _codecs():
+    out = []
+    for i in range(lib.gw_codec_count()):
+        info = CodecInfo()
+        if lib.gw_codec_info(i, ctypes.byref(info)) != GW_SUCCESS:
+            raise GradwireError(GW_ERR_INVALID_ARGUMENT, (lib.gw_get_last_error() or b"").decode())
+        out.append({"name": info.name.decode(), "id": info.id, "caps": info.caps,
+                    "keys": [k for k in info.keys.decode().split(",") if k]})
+    return out
+
+
+# The library's codecs (gw_codec_info), in order of id: name, id, caps (GW_CODEC_CAP_*), keys.
+CODECS = _codecs()
+CODEC_IDS = {c["id"]: c["name"] for c in CODECS}
 
 
 def has(name):

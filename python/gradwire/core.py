@@ -134,7 +134,7 @@ class Codec:
 
     @property
     def name(self):
-        """'none', 'fp16', 'bf16', 'qsgd', 'sign', 'topk', 'dgc' or 'randomk'."""
+        """The codec's name: one of gradwire._lib.CODEC_IDS ('none', 'fp16', 'qsgd', ...)."""
         i = ctypes.c_int()
         check(lib.gw_codec_id(self._h, ctypes.byref(i)))
         return CODEC_IDS.get(i.value, "codec %d" % i.value)
