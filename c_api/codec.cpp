@@ -5,16 +5,15 @@
 #include <vector>
 
 #include "c_api/handles.hpp"
+#include "c_api/support.hpp"
 #include "compressors/codec_registry.hpp"
 #include "compressors/device_ef_state.hpp"
-#include "compressors/ef_state_blob.hpp"
 #include "compressors/device_memory.hpp"
-#include "c_api/support.hpp"
+#include "compressors/ef_state_blob.hpp"
 #include "compressors/wire_header.hpp"
 #include "gradwire/codec.hpp"
 #include "gradwire/ef_state.hpp"
 #include "gradwire/gradwire.h"
-
 
 namespace {
 
@@ -32,8 +31,7 @@ Status check_host(const void* p, const char* name) {
 
 Status check_dtype(gw_dtype_t dtype) {
   if (!gw::dtype_valid(static_cast<int>(dtype))) {
-    return gw::invalid_argument("dtype " + std::to_string(static_cast<int>(dtype)) +
-                                " is not a gw_dtype_t");
+    return gw::invalid_argument("dtype " + std::to_string(static_cast<int>(dtype)) + " is not a gw_dtype_t");
   }
   return Status::ok();
 }
@@ -131,8 +129,8 @@ gw_result_t gw_codec_info(size_t index, gw_codec_info_t* info) {
     if (info == nullptr) return null_arg("info");
     const size_t count = gw::detail::codec_count();
     if (index >= count) {
-      return gw::invalid_argument("index " + std::to_string(index) + " is not below gw_codec_count() = " +
-                                  std::to_string(count));
+      return gw::invalid_argument("index " + std::to_string(index) +
+                                  " is not below gw_codec_count() = " + std::to_string(count));
     }
     // The key lists, built once: the registry is complete before main.
     static const std::vector<std::string> keys = [count] {
@@ -152,8 +150,7 @@ gw_result_t gw_codec_info(size_t index, gw_codec_info_t* info) {
   });
 }
 
-gw_result_t gw_codec_max_encoded_bytes(gw_codec_t codec, size_t count, gw_dtype_t dtype,
-                                       size_t* bytes) {
+gw_result_t gw_codec_max_encoded_bytes(gw_codec_t codec, size_t count, gw_dtype_t dtype, size_t* bytes) {
   return guard("gw_codec_max_encoded_bytes", [&]() -> Status {
     if (codec == nullptr) return null_arg("codec");
     if (bytes == nullptr) return null_arg("bytes");
@@ -165,9 +162,8 @@ gw_result_t gw_codec_max_encoded_bytes(gw_codec_t codec, size_t count, gw_dtype_
   });
 }
 
-gw_result_t gw_encode(gw_codec_t codec, const void* src, size_t count, gw_dtype_t dtype,
-                      uint64_t step, uint32_t rank, gw_ef_state_t ef, void* dst, size_t capacity,
-                      size_t* written) {
+gw_result_t gw_encode(gw_codec_t codec, const void* src, size_t count, gw_dtype_t dtype, uint64_t step, uint32_t rank,
+                      gw_ef_state_t ef, void* dst, size_t capacity, size_t* written) {
   return guard("gw_encode", [&]() -> Status {
     if (codec == nullptr) return null_arg("codec");
     if (written == nullptr) return null_arg("written");
@@ -182,29 +178,26 @@ gw_result_t gw_encode(gw_codec_t codec, const void* src, size_t count, gw_dtype_
     if (ef != nullptr) {
       if (dtype != GW_FLOAT32) return gw::unsupported("error feedback takes float32 input only");
       if (src == nullptr && count > 0) return null_arg("src");
-      GW_ASSIGN_OR_RETURN(*written, codec->codec->encode(static_cast<const float*>(src), count, ctx,
-                                                         ef->ef, dst, capacity));
+      GW_ASSIGN_OR_RETURN(*written,
+                          codec->codec->encode(static_cast<const float*>(src), count, ctx, ef->ef, dst, capacity));
     } else {
-      GW_ASSIGN_OR_RETURN(*written, codec->codec->encode(src, count, static_cast<gw::DType>(dtype),
-                                                         ctx, dst, capacity));
+      GW_ASSIGN_OR_RETURN(*written,
+                          codec->codec->encode(src, count, static_cast<gw::DType>(dtype), ctx, dst, capacity));
     }
     return Status::ok();
   });
 }
 
-gw_result_t gw_decode(const void* msg, size_t len, void* dst, size_t count, gw_dtype_t dtype,
-                      gw_decode_mode_t mode) {
+gw_result_t gw_decode(const void* msg, size_t len, void* dst, size_t count, gw_dtype_t dtype, gw_decode_mode_t mode) {
   return guard("gw_decode", [&]() -> Status {
     if (msg == nullptr) return null_arg("msg");
     GW_RETURN_IF_ERROR(check_dtype(dtype));
     if (static_cast<int>(mode) < 0 || static_cast<int>(mode) > static_cast<int>(GW_DECODE_SUBTRACT)) {
-      return gw::invalid_argument("mode " + std::to_string(static_cast<int>(mode)) +
-                                  " is not a gw_decode_mode_t");
+      return gw::invalid_argument("mode " + std::to_string(static_cast<int>(mode)) + " is not a gw_decode_mode_t");
     }
     GW_RETURN_IF_ERROR(check_host(msg, "msg"));
     GW_RETURN_IF_ERROR(check_host(dst, "dst"));
-    return gw::decode(msg, len, dst, count, static_cast<gw::DType>(dtype),
-                      static_cast<gw::DecodeMode>(mode));
+    return gw::decode(msg, len, dst, count, static_cast<gw::DType>(dtype), static_cast<gw::DecodeMode>(mode));
   });
 }
 

@@ -8,18 +8,16 @@
 #include <vector>
 
 #include "c_api/exit.hpp"
-#include "collectives/comm/comm_init.hpp"
-#include "collectives/checks/argument_checks.hpp"
 #include "c_api/handles.hpp"
 #include "c_api/support.hpp"
 #include "collectives/algorithms/algorithm_table.hpp"
+#include "collectives/checks/argument_checks.hpp"
+#include "collectives/comm/comm_init.hpp"
+#include "common/log.hpp"
 #include "compressors/device_memory.hpp"
 #include "gradwire/communicator.hpp"
 #include "gradwire/gradwire.h"
 #include "transport/bootstrap/bootstrap.hpp"
-#include "common/log.hpp"
-
-
 
 struct gw_request_s {
   std::shared_ptr<gw::Communicator::Work> work;
@@ -37,11 +35,13 @@ static_assert(sizeof(gw_unique_id_t) == gw::bootstrap::kUniqueIdBytes, "unique i
 gw::Result<gw::CommConfig> merge_config(const gw_config_t* config) {
   GW_ASSIGN_OR_RETURN(gw::CommConfig c, gw::CommConfig::from_env());
   if (config == nullptr) return c;
-  if (config->magic != GW_CONFIG_MAGIC) return gw::invalid_argument("config was not set up with GW_CONFIG_INITIALIZER (bad magic)");
+  if (config->magic != GW_CONFIG_MAGIC)
+    return gw::invalid_argument("config was not set up with GW_CONFIG_INITIALIZER (bad magic)");
   if (config->size < sizeof(gw_config_t) || config->size > 4096) {
     return gw::invalid_argument("config->size " + std::to_string(config->size) + " is not sizeof(gw_config_t)");
   }
-  if (config->timeout_s < 0 || config->timeout_s > 1e7) return gw::invalid_argument("config->timeout_s is out of range");
+  if (config->timeout_s < 0 || config->timeout_s > 1e7)
+    return gw::invalid_argument("config->timeout_s is out of range");
   if (config->timeout_s > 0) c.timeout = std::chrono::milliseconds(static_cast<int64_t>(config->timeout_s * 1000.0));
   if (config->chunk_bytes > 0) {
     if (config->chunk_bytes < 4096) return gw::invalid_argument("config->chunk_bytes is below 4096");
@@ -83,7 +83,8 @@ Status check_enum_args(gw_dtype_t dtype, gw_red_op_t op, gw_algo_t algo) {
 Status check_host_buffers(std::initializer_list<const void*> bufs, const char* hint) {
   for (const void* b : bufs) {
     if (gw::is_device_memory(b)) {
-      return gw::unsupported(std::string("a buffer is CUDA device memory; this call takes host buffers (") + hint + ")");
+      return gw::unsupported(std::string("a buffer is CUDA device memory; this call takes host buffers (") + hint +
+                             ")");
     }
   }
   return Status::ok();
@@ -91,8 +92,9 @@ Status check_host_buffers(std::initializer_list<const void*> bufs, const char* h
 
 // The message collectives.
 Status check_host_buffers(std::initializer_list<const void*> bufs) {
-  return check_host_buffers(bufs, "encode on the GPU with gw_encode_device and copy the message, or use gw_allreduce "
-                                  "on the gradient");
+  return check_host_buffers(bufs,
+                            "encode on the GPU with gw_encode_device and copy the message, or use gw_allreduce "
+                            "on the gradient");
 }
 
 // The dense collectives and point-to-point messages.
@@ -243,9 +245,10 @@ gw::Result<std::vector<std::string>> allgather_blobs(gw_allgather_fn fn, void* u
     const gw_result_t r = fn(user, send, recv, bytes);
     if (r == GW_SUCCESS) return Status::ok();
     const int code = static_cast<int>(r);
-    const std::string text = "the allgather callback failed (" +
-                             std::string(code > 0 && code < static_cast<int>(GW_NUM_RESULTS) ? gw_get_error_string(r) : "an unknown code") +
-                             ", " + std::to_string(code) + ") while exchanging " + what;
+    const std::string text =
+        "the allgather callback failed (" +
+        std::string(code > 0 && code < static_cast<int>(GW_NUM_RESULTS) ? gw_get_error_string(r) : "an unknown code") +
+        ", " + std::to_string(code) + ") while exchanging " + what;
     if (code > 0 && code < static_cast<int>(GW_NUM_RESULTS)) return Status(static_cast<gw::Code>(code), text);
     return Status(gw::Code::kSystem, text);
   };
@@ -287,8 +290,9 @@ gw::Result<std::vector<std::string>> allgather_blobs(gw_allgather_fn fn, void* u
 // The device collectives keep their residual on the device.
 Status check_device_ef(gw_ef_state_t ef) {
   if (ef != nullptr && !ef->device) {
-    return gw::invalid_argument("ef is a host state (gw_ef_state_create); device collectives take a device state "
-                                "(gw_ef_state_create_device)");
+    return gw::invalid_argument(
+        "ef is a host state (gw_ef_state_create); device collectives take a device state "
+        "(gw_ef_state_create_device)");
   }
   return Status::ok();
 }
@@ -332,9 +336,9 @@ Status allreduce_where(gw::Communicator& cm, bool device, const void* sendbuf, v
 }
 
 // gw_iallreduce and gw_iallreduce_device: the request runs allreduce_where on the progress thread.
-Status submit_allreduce(gw_comm_t comm, bool device, const void* sendbuf, void* recvbuf, size_t count,
-                        gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef, gw_algo_t algo,
-                        void* stream, gw_request_t* request) {
+Status submit_allreduce(gw_comm_t comm, bool device, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                        gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef, gw_algo_t algo, void* stream,
+                        gw_request_t* request) {
   // Checked here: on the progress thread a CUDA error would break the communicator.
   if (device) GW_RETURN_IF_ERROR(comm->comm->device_ready());
   gw::Codec* c = codec_of(codec);
@@ -567,8 +571,8 @@ gw_result_t gw_allreduce_algo(gw_comm_t comm, size_t count, gw_dtype_t dtype, gw
     GW_RETURN_IF_ERROR(check_comm(comm));
     if (algo == nullptr) return null_arg("algo");
     GW_RETURN_IF_ERROR(check_enum_args(dtype, GW_SUM, GW_ALGO_AUTO));
-    *algo = static_cast<gw_algo_t>(comm->comm->choose_algo(count, static_cast<gw::DType>(dtype),
-                                                           codec != nullptr ? codec->codec.get() : nullptr, gw::Algo::kAuto));
+    *algo = static_cast<gw_algo_t>(comm->comm->choose_algo(
+        count, static_cast<gw::DType>(dtype), codec != nullptr ? codec->codec.get() : nullptr, gw::Algo::kAuto));
     return Status::ok();
   });
 }
@@ -586,7 +590,8 @@ gw_result_t gw_allreduce_algo_device(gw_comm_t comm, size_t count, gw_dtype_t dt
   });
 }
 
-gw_result_t gw_sparse_allgather(gw_comm_t comm, const void* msg, size_t len, void* recvbuf, size_t capacity, size_t* lengths) {
+gw_result_t gw_sparse_allgather(gw_comm_t comm, const void* msg, size_t len, void* recvbuf, size_t capacity,
+                                size_t* lengths) {
   return guard("gw_sparse_allgather", [&]() -> Status {
     GW_RETURN_IF_ERROR(check_comm(comm));
     GW_RETURN_IF_ERROR(check_host_buffers({msg, recvbuf}));
@@ -681,9 +686,8 @@ gw_result_t gw_request_on_complete(gw_request_t request, gw_complete_fn fn, void
     if (fn == nullptr) return null_arg("fn");
     if (request->has_callback) return gw::invalid_argument("the request already has a completion callback");
     request->has_callback = true;
-    gw::Communicator::on_complete(*request->work, [fn, user](const Status& s) {
-      fn(user, code_of(s), s.is_ok() ? "" : s.message().c_str());
-    });
+    gw::Communicator::on_complete(
+        *request->work, [fn, user](const Status& s) { fn(user, code_of(s), s.is_ok() ? "" : s.message().c_str()); });
     return Status::ok();
   });
 }
@@ -697,7 +701,8 @@ gw_result_t gw_isend(gw_comm_t comm, const void* buf, size_t bytes, int peer, ui
 }
 
 gw_result_t gw_irecv(gw_comm_t comm, void* buf, size_t bytes, int peer, uint32_t tag, gw_request_t* request) {
-  return guard("gw_irecv", [&]() -> Status { return p2p_call(comm, buf, bytes, peer, tag, /*is_recv=*/true, Async{request}); });
+  return guard("gw_irecv",
+               [&]() -> Status { return p2p_call(comm, buf, bytes, peer, tag, /*is_recv=*/true, Async{request}); });
 }
 
 gw_result_t gw_send(gw_comm_t comm, const void* buf, size_t bytes, int peer, uint32_t tag) {
@@ -714,21 +719,20 @@ gw_result_t gw_recv(gw_comm_t comm, void* buf, size_t bytes, int peer, uint32_t 
 
 gw_result_t gw_reduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
                       gw_red_op_t op, int root) {
-  return guard("gw_reduce", [&]() -> Status { return reduce_call(comm, sendbuf, recvbuf, count, dtype, op, root, Async{}); });
+  return guard("gw_reduce",
+               [&]() -> Status { return reduce_call(comm, sendbuf, recvbuf, count, dtype, op, root, Async{}); });
 }
 
 gw_result_t gw_ireduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
                        gw_red_op_t op, int root, gw_request_t* request) {
-  return guard("gw_ireduce", [&]() -> Status {
-    return reduce_call(comm, sendbuf, recvbuf, count, dtype, op, root, Async{request});
-  });
+  return guard("gw_ireduce",
+               [&]() -> Status { return reduce_call(comm, sendbuf, recvbuf, count, dtype, op, root, Async{request}); });
 }
 
 gw_result_t gw_reduce_scatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t recvcount, gw_dtype_t dtype,
                               gw_red_op_t op) {
-  return guard("gw_reduce_scatter", [&]() -> Status {
-    return reduce_scatter_call(comm, sendbuf, recvbuf, recvcount, dtype, op, Async{});
-  });
+  return guard("gw_reduce_scatter",
+               [&]() -> Status { return reduce_scatter_call(comm, sendbuf, recvbuf, recvcount, dtype, op, Async{}); });
 }
 
 gw_result_t gw_ireduce_scatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t recvcount, gw_dtype_t dtype,
@@ -757,7 +761,8 @@ gw_result_t gw_alltoall(gw_comm_t comm, const void* sendbuf, void* recvbuf, size
 }
 
 gw_result_t gw_ialltoall(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, gw_request_t* request) {
-  return guard("gw_ialltoall", [&]() -> Status { return alltoall_call(comm, sendbuf, recvbuf, bytes, Async{request}); });
+  return guard("gw_ialltoall",
+               [&]() -> Status { return alltoall_call(comm, sendbuf, recvbuf, bytes, Async{request}); });
 }
 
 gw_result_t gw_alltoallv(gw_comm_t comm, const void* sendbuf, const size_t* sendbytes, const size_t* sdispls,
@@ -775,25 +780,25 @@ gw_result_t gw_ialltoallv(gw_comm_t comm, const void* sendbuf, const size_t* sen
 }
 
 gw_result_t gw_gather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root) {
-  return guard("gw_gather", [&]() -> Status { return gather_call(comm, sendbuf, recvbuf, bytes, root, false, Async{}); });
+  return guard("gw_gather",
+               [&]() -> Status { return gather_call(comm, sendbuf, recvbuf, bytes, root, false, Async{}); });
 }
 
 gw_result_t gw_igather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root,
                        gw_request_t* request) {
-  return guard("gw_igather", [&]() -> Status {
-    return gather_call(comm, sendbuf, recvbuf, bytes, root, false, Async{request});
-  });
+  return guard("gw_igather",
+               [&]() -> Status { return gather_call(comm, sendbuf, recvbuf, bytes, root, false, Async{request}); });
 }
 
 gw_result_t gw_scatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root) {
-  return guard("gw_scatter", [&]() -> Status { return gather_call(comm, sendbuf, recvbuf, bytes, root, true, Async{}); });
+  return guard("gw_scatter",
+               [&]() -> Status { return gather_call(comm, sendbuf, recvbuf, bytes, root, true, Async{}); });
 }
 
 gw_result_t gw_iscatter(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, int root,
                         gw_request_t* request) {
-  return guard("gw_iscatter", [&]() -> Status {
-    return gather_call(comm, sendbuf, recvbuf, bytes, root, true, Async{request});
-  });
+  return guard("gw_iscatter",
+               [&]() -> Status { return gather_call(comm, sendbuf, recvbuf, bytes, root, true, Async{request}); });
 }
 
 // Non-blocking twins of calls whose blocking form also takes device buffers (above).

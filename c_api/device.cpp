@@ -5,9 +5,9 @@
 
 #include "c_api/handles.hpp"
 #include "c_api/support.hpp"
+#include "common/cuda_check.hpp"
 #include "compressors/wire_header.hpp"
 #include "gradwire/gradwire.h"
-#include "common/cuda_check.hpp"
 #include "kernels/device_codec.hpp"
 #include "kernels/device_codecs.hpp"
 
@@ -34,8 +34,8 @@ gw::kern::DeviceEncoder& encoder_of(gw_codec_t codec) {
 
 // Both encode entry points: checks, then the encode; never waits.
 gw::Result<gw::kern::EncodedSize> encode(gw_codec_t codec, const void* src, size_t count, gw_dtype_t dtype,
-                                         uint64_t step, uint32_t rank, gw_ef_state_t ef, void* dst,
-                                         size_t capacity, void* stream) {
+                                         uint64_t step, uint32_t rank, gw_ef_state_t ef, void* dst, size_t capacity,
+                                         void* stream) {
   if (codec == nullptr) return null_arg("codec");
   GW_RETURN_IF_ERROR(check_enums(dtype));
   gw::kern::DeviceResidual* residual = nullptr;

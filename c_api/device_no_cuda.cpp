@@ -1,14 +1,14 @@
 // The device-memory codec C ABI of a library built without CUDA: every call says so.
-#include "c_api/support.hpp"
 #include <string>
+#include "c_api/support.hpp"
 
 #include "gradwire/gradwire.h"
 
 namespace {
 
 gw_result_t no_cuda(const char* function) {
-  return gw::capi::fail(GW_ERR_UNSUPPORTED, std::string(function) +
-                                                ": this gradwire was built without CUDA (GW_WITH_CUDA=OFF or no nvcc)");
+  return gw::capi::fail(GW_ERR_UNSUPPORTED,
+                        std::string(function) + ": this gradwire was built without CUDA (GW_WITH_CUDA=OFF or no nvcc)");
 }
 
 }  // namespace

@@ -16,9 +16,7 @@ gw_result_t fail(gw_result_t code, const std::string& message) {
   return code;
 }
 
-gw_result_t fail(const Status& status) {
-  return fail(static_cast<gw_result_t>(status.code()), status.message());
-}
+gw_result_t fail(const Status& status) { return fail(static_cast<gw_result_t>(status.code()), status.message()); }
 
 void clear_last_error() { t_last_error.clear(); }
 

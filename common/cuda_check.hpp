@@ -11,8 +11,7 @@ namespace gw::kern {
 
 inline Status cuda_status(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::ok();
-  return Status(Code::kCuda, std::string(what) + ": " + cudaGetErrorName(err) + " (" +
-                                 cudaGetErrorString(err) + ")");
+  return Status(Code::kCuda, std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
 }
 
 // After a kernel launch: the launch's own error (bad configuration, no device).

@@ -11,21 +11,38 @@ namespace {
 // Read by the library: each is in docs/configuration.md's table (tests/env/check_env_doc.py
 // checks both ways against the sources).
 const char* const kLibrary[] = {
-    "GW_RANK",          "GW_SIZE",           "GW_LOCAL_RANK",   "GW_LOCAL_SIZE",  "GW_ROOT",
-    "GW_PORT",          "GW_SOCKET_ADDR",    "GW_SOCKET_IFNAME", "GW_TOKEN",      "GW_JOB_ID",
-    "GW_INSECURE_LOCAL", "GW_TIMEOUT_S",     "GW_ALGO",         "GW_CODEC",       "GW_TUNE",
-    "GW_LINK_GBPS",     "GW_CHUNK_BYTES",    "GW_DENSE_THRESHOLD", "GW_HOST_SIMD", "GW_NCCL_LIBRARY",
-    "GW_DEBUG",         "GW_DEBUG_SUBSYS",   "GW_DEBUG_FILE",   "GW_TIMELINE",    "GW_UCX_SPIN_US",
-    "GW_HOST_ID",       "GW_INTER_ALGO",
+    "GW_RANK",        "GW_SIZE",          "GW_LOCAL_RANK", "GW_LOCAL_SIZE",   "GW_ROOT",           "GW_PORT",
+    "GW_SOCKET_ADDR", "GW_SOCKET_IFNAME", "GW_TOKEN",      "GW_JOB_ID",       "GW_INSECURE_LOCAL", "GW_TIMEOUT_S",
+    "GW_ALGO",        "GW_CODEC",         "GW_TUNE",       "GW_LINK_GBPS",    "GW_CHUNK_BYTES",    "GW_DENSE_THRESHOLD",
+    "GW_HOST_SIMD",   "GW_NCCL_LIBRARY",  "GW_DEBUG",      "GW_DEBUG_SUBSYS", "GW_DEBUG_FILE",     "GW_TIMELINE",
+    "GW_UCX_SPIN_US", "GW_HOST_ID",       "GW_INTER_ALGO",
 };
 
 // Read by scripts/, tests/ and tools/ (docs/configuration.md, "Scripts and tests").
 const char* const kScripts[] = {
-    "GW_BUILD_DIR",      "GW_BUILD_TYPE",       "GW_SKIP_INSTALL",  "GW_SKIP_TORCH_SETUP", "GW_VENV",
-    "GW_PYTHON",         "GW_TORCH_SPEC",       "GW_FUZZ_BUILD_DIR", "GW_MPIRUN",          "GW_TEST_SEED",
-    "GW_TEST_TIMEOUT_S", "GW_FAKE_LIBCUDA",     "GW_FAKE_OLD_NCCL", "GW_WRITE_FUZZ_CORPUS", "GW_BOOTSTRAP_CORPUS_DIR",
-    "GW_UCX_ADDRESS_CORPUS_DIR", "GW_UCX_ADDRESS_MUTATIONS", "GW_UCX_ADDRESS_PROBE_REJECTED", "GW_UCX_ADDRESS_SEED",
-    "GW_REQUIRE_GPU",    "GW_REQUIRE_NCCL",     "GW_TEST_2POW31",   "GW_TEST_HUGE",
+    "GW_BUILD_DIR",
+    "GW_BUILD_TYPE",
+    "GW_SKIP_INSTALL",
+    "GW_SKIP_TORCH_SETUP",
+    "GW_VENV",
+    "GW_PYTHON",
+    "GW_TORCH_SPEC",
+    "GW_FUZZ_BUILD_DIR",
+    "GW_MPIRUN",
+    "GW_TEST_SEED",
+    "GW_TEST_TIMEOUT_S",
+    "GW_FAKE_LIBCUDA",
+    "GW_FAKE_OLD_NCCL",
+    "GW_WRITE_FUZZ_CORPUS",
+    "GW_BOOTSTRAP_CORPUS_DIR",
+    "GW_UCX_ADDRESS_CORPUS_DIR",
+    "GW_UCX_ADDRESS_MUTATIONS",
+    "GW_UCX_ADDRESS_PROBE_REJECTED",
+    "GW_UCX_ADDRESS_SEED",
+    "GW_REQUIRE_GPU",
+    "GW_REQUIRE_NCCL",
+    "GW_TEST_2POW31",
+    "GW_TEST_HUGE",
 };
 const char* const kScriptPrefixes[] = {"GW_NETNS_", "GW_SUITE_"};
 

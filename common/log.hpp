@@ -46,10 +46,10 @@ void write_banner(const char* text);  // at VERSION, INFO and TRACE
 
 }  // namespace gw::log
 
-#define GW_LOG(lvl, sub, ...)                                                                       \
-  do {                                                                                              \
-    if (::gw::log::enabled(::gw::log::Level::lvl, ::gw::log::sub))                                  \
-      ::gw::log::write(::gw::log::Level::lvl, ::gw::log::sub, __VA_ARGS__);                        \
+#define GW_LOG(lvl, sub, ...)                                               \
+  do {                                                                      \
+    if (::gw::log::enabled(::gw::log::Level::lvl, ::gw::log::sub))          \
+      ::gw::log::write(::gw::log::Level::lvl, ::gw::log::sub, __VA_ARGS__); \
   } while (0)
 #define GW_WARN(sub, ...) GW_LOG(kWarn, sub, __VA_ARGS__)
 #define GW_INFO(sub, ...) GW_LOG(kInfo, sub, __VA_ARGS__)

@@ -4,10 +4,10 @@
 #include <mutex>
 #include <string>
 
-#include "gradwire/version.h"
-#include "gw_build_info.h"
 #include "common/env_vars.hpp"
 #include "common/log.hpp"
+#include "gradwire/version.h"
+#include "gw_build_info.h"
 #ifdef GW_HAVE_UCX
 #include <ucp/api/ucp.h>
 #endif
@@ -58,8 +58,8 @@ void on_first_init() {
     detail::write_banner(version_banner());
     for (const std::string& name : env::unknown_in_environment()) {
       const std::string near = env::closest_known(name);
-      GW_WARN(kEnv, "%s is set but gradwire does not read it%s%s%s", name.c_str(), near.empty() ? "" : " (did you mean ",
-              near.c_str(), near.empty() ? "" : "?)");
+      GW_WARN(kEnv, "%s is set but gradwire does not read it%s%s%s", name.c_str(),
+              near.empty() ? "" : " (did you mean ", near.c_str(), near.empty() ? "" : "?)");
     }
   });
 }

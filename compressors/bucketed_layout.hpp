@@ -10,8 +10,7 @@
 namespace gw::detail {
 
 // Payload bytes for n elements, or SIZE_MAX-like saturation through the bool.
-inline bool bucketed_payload_bytes(uint64_t n, uint32_t bits, uint32_t bucket,
-                                   uint32_t scale_bytes, uint64_t& out) {
+inline bool bucketed_payload_bytes(uint64_t n, uint32_t bits, uint32_t bucket, uint32_t scale_bytes, uint64_t& out) {
   if (n > wire::kMaxCount || bucket == 0) return false;
   out = quant::bucket_count(n, bucket) * scale_bytes + quant::code_bytes(n, bits);
   return true;

@@ -31,20 +31,19 @@ Result<std::unique_ptr<Codec>> Codec::create(const CodecSpec& spec) {
 
 bool Codec::accepts(DType dtype) const { return dtype == DType::kFloat32; }
 
-Status Codec::check_encode_args(const void* src, size_t n, DType dtype, const void* out,
-                                size_t cap) const {
+Status Codec::check_encode_args(const void* src, size_t n, DType dtype, const void* out, size_t cap) const {
   if (!dtype_valid(static_cast<int>(dtype))) return invalid_argument("dtype is not a gw_dtype_t");
   if (!accepts(dtype)) {
-    return unsupported(std::string("codec ") + codec_name(id()) + " does not take " +
-                       dtype_name(dtype) + " input (lossy codecs take float32)");
+    return unsupported(std::string("codec ") + codec_name(id()) + " does not take " + dtype_name(dtype) +
+                       " input (lossy codecs take float32)");
   }
   if (n > wire::kMaxCount) return invalid_argument("count " + std::to_string(n) + " exceeds 2^48");
   if (src == nullptr && n > 0) return invalid_argument("src is null");
   if (out == nullptr) return invalid_argument("dst is null");
   const size_t need = max_encoded_bytes(n, dtype);
   if (cap < need) {
-    return buffer_too_small("dst capacity " + std::to_string(cap) + " bytes is below the " +
-                            std::to_string(need) + " that max_encoded_bytes promises");
+    return buffer_too_small("dst capacity " + std::to_string(cap) + " bytes is below the " + std::to_string(need) +
+                            " that max_encoded_bytes promises");
   }
   return Status::ok();
 }
@@ -73,45 +72,43 @@ Status subtract_sent(const void* msg, size_t len, float* acc, size_t n) {
 
 }  // namespace
 
-Result<size_t> Codec::encode(const void* src, size_t n, DType dtype, const EncodeContext& ctx,
-                             void* out, size_t cap) {
+Result<size_t> Codec::encode(const void* src, size_t n, DType dtype, const EncodeContext& ctx, void* out, size_t cap) {
   GW_RETURN_IF_ERROR(check_encode_args(src, n, dtype, out, cap));
   return framed(id(), dtype, n, out, [&](wire::Header& header, uint8_t* payload) {
     return encode_payload(src, n, dtype, ctx, header, payload);
   });
 }
 
-Result<size_t> Codec::encode_accumulated(float* acc, size_t n, const EncodeContext& ctx, void* out,
-                                         size_t cap) {
+Result<size_t> Codec::encode_accumulated(float* acc, size_t n, const EncodeContext& ctx, void* out, size_t cap) {
   if (acc == nullptr && n > 0) return invalid_argument("residual buffer is null");
   GW_ASSIGN_OR_RETURN(size_t written, encode(acc, n, DType::kFloat32, ctx, out, cap));
   GW_RETURN_IF_ERROR(subtract_sent(out, written, acc, n));
   return written;
 }
 
-Result<size_t> Codec::encode_payload_adding(float* acc, const float* add, size_t n,
-                                             const EncodeContext& ctx, wire::Header& header,
-                                             uint8_t* out) {
+Result<size_t> Codec::encode_payload_adding(float* acc, const float* add, size_t n, const EncodeContext& ctx,
+                                            wire::Header& header, uint8_t* out) {
   detail::add_into(acc, add, n);
   return encode_payload(acc, n, DType::kFloat32, ctx, header, out);
 }
 
-Result<size_t> Codec::encode_adding(float* acc, const float* add, size_t n, const EncodeContext& ctx,
-                                    void* out, size_t cap) {
+Result<size_t> Codec::encode_adding(float* acc, const float* add, size_t n, const EncodeContext& ctx, void* out,
+                                    size_t cap) {
   if (acc == nullptr && n > 0) return invalid_argument("residual buffer is null");
   GW_RETURN_IF_ERROR(check_encode_args(add, n, DType::kFloat32, out, cap));
-  GW_ASSIGN_OR_RETURN(size_t written, framed(id(), DType::kFloat32, n, out, [&](wire::Header& header, uint8_t* payload) {
+  GW_ASSIGN_OR_RETURN(size_t written,
+                      framed(id(), DType::kFloat32, n, out, [&](wire::Header& header, uint8_t* payload) {
                         return encode_payload_adding(acc, add, n, ctx, header, payload);
                       }));
   GW_RETURN_IF_ERROR(subtract_sent(out, written, acc, n));
   return written;
 }
 
-Result<size_t> Codec::encode(const float* src, size_t n, const EncodeContext& ctx,
-                             ErrorFeedback& ef, void* out, size_t cap) {
+Result<size_t> Codec::encode(const float* src, size_t n, const EncodeContext& ctx, ErrorFeedback& ef, void* out,
+                             size_t cap) {
   if (ef.count() != n) {
-    return invalid_argument("error-feedback state holds " + std::to_string(ef.count()) +
-                            " elements but count is " + std::to_string(n));
+    return invalid_argument("error-feedback state holds " + std::to_string(ef.count()) + " elements but count is " +
+                            std::to_string(n));
   }
   GW_ASSIGN_OR_RETURN(size_t written, encode_adding(ef.residual(), src, n, ctx, out, cap));
   ef.advance();
@@ -150,8 +147,7 @@ Status decode(const void* msg, size_t len, void* dst, size_t n, DType dtype, Dec
                            " elements but the destination holds " + std::to_string(n));
   }
   if (!v.entry->has(detail::kCapAnyDtype) && dtype != DType::kFloat32) {
-    return unsupported(std::string(v.entry->name) + " messages decode into float32 only, not " +
-                       dtype_name(dtype));
+    return unsupported(std::string(v.entry->name) + " messages decode into float32 only, not " + dtype_name(dtype));
   }
   const auto* payload = static_cast<const uint8_t*>(msg) + wire::kHeaderBytes;
   v.entry->apply(v.header, payload, dst, dtype, mode);

@@ -34,8 +34,8 @@ void register_codec(const CodecEntry& entry) {
     if (e->id == entry.id) refuse(entry, "the id is taken");
     if (std::strcmp(e->name, entry.name) == 0) refuse(entry, "the name is taken");
   }
-  const auto at = std::lower_bound(all.begin(), all.end(), entry.id,
-                                   [](const CodecEntry* e, CodecId id) { return e->id < id; });
+  const auto at =
+      std::lower_bound(all.begin(), all.end(), entry.id, [](const CodecEntry* e, CodecId id) { return e->id < id; });
   all.insert(at, &entry);
 }
 

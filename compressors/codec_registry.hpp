@@ -92,8 +92,7 @@ constexpr SpecParam unsigned_param(const char* key, uint64_t CodecSpec::*field, 
   return p;
 }
 // A number in (lo, hi].
-constexpr SpecParam real_param(const char* key, double CodecSpec::*field, double lo, double hi,
-                               const char* expected) {
+constexpr SpecParam real_param(const char* key, double CodecSpec::*field, double lo, double hi, const char* expected) {
   SpecParam p;
   p.key = key;
   p.kind = SpecParam::Kind::kReal;
@@ -103,8 +102,8 @@ constexpr SpecParam real_param(const char* key, double CodecSpec::*field, double
   p.hi = hi;
   return p;
 }
-constexpr SpecParam choice_param(const char* key, bool CodecSpec::*field, const char* if_false,
-                                 const char* if_true, const char* expected) {
+constexpr SpecParam choice_param(const char* key, bool CodecSpec::*field, const char* if_false, const char* if_true,
+                                 const char* expected) {
   SpecParam p;
   p.key = key;
   p.kind = SpecParam::Kind::kChoice;
@@ -140,8 +139,7 @@ struct CodecEntry {
   // payload for the others.
   Status (*validate)(const wire::Header& header, const uint8_t* payload, uint64_t& nnz);
   // Writes the decoded values into dst; called only after validate() succeeded.
-  void (*apply)(const wire::Header& header, const uint8_t* payload, void* dst, DType dtype,
-                DecodeMode mode);
+  void (*apply)(const wire::Header& header, const uint8_t* payload, void* dst, DType dtype, DecodeMode mode);
   // Specs codec_bench measures by default, null-terminated (may be null).
   const char* const* bench_specs;
 
@@ -170,6 +168,7 @@ struct CodecRegistrar {
 // static initializers (init_priority), so a global of another file that creates a codec
 // finds every entry whatever the link order.
 #define GW_CODEC_INIT_PRIORITY __attribute__((init_priority(200)))
-#define GW_REGISTER_CODEC(entry)                                                                   \
-  static const ::gw::detail::CodecRegistrar GW_CODEC_CONCAT(gw_codec_registrar_, __LINE__) \
-      GW_CODEC_INIT_PRIORITY {entry}
+#define GW_REGISTER_CODEC(entry)                                                                                    \
+  static const ::gw::detail::CodecRegistrar GW_CODEC_CONCAT(gw_codec_registrar_, __LINE__) GW_CODEC_INIT_PRIORITY { \
+    entry                                                                                                           \
+  }

@@ -21,8 +21,8 @@ std::string_view trim(std::string_view s) {
 }
 
 Status bad_value(std::string_view key, std::string_view value, const char* expected) {
-  return invalid_argument("codec spec: " + std::string(key) + "=" + std::string(value) +
-                          " is out of range (expected " + expected + ")");
+  return invalid_argument("codec spec: " + std::string(key) + "=" + std::string(value) + " is out of range (expected " +
+                          expected + ")");
 }
 
 Result<uint64_t> parse_u64(std::string_view key, std::string_view value, const char* expected) {
@@ -129,11 +129,8 @@ std::string format_param(const detail::SpecParam& p, const CodecSpec& spec) {
         std::snprintf(buf, sizeof buf, "%s=%llu", p.key, static_cast<unsigned long long>(spec.*p.u64));
       }
       return buf;
-    case Kind::kReal:
-      std::snprintf(buf, sizeof buf, "%s=%.17g", p.key, spec.*p.real);
-      return buf;
-    case Kind::kChoice:
-      return std::string(p.key) + "=" + p.choices[spec.*p.flag ? 1 : 0];
+    case Kind::kReal: std::snprintf(buf, sizeof buf, "%s=%.17g", p.key, spec.*p.real); return buf;
+    case Kind::kChoice: return std::string(p.key) + "=" + p.choices[spec.*p.flag ? 1 : 0];
   }
   return p.key;
 }
@@ -162,16 +159,16 @@ Result<CodecSpec> CodecSpec::parse(std::string_view text) {
       const std::string_view item = trim(rest.substr(0, comma));
       const size_t eq = item.find('=');
       if (item.empty() || eq == std::string_view::npos) {
-        return invalid_argument("codec spec: '" + std::string(item) + "' in '" +
-                                std::string(text) + "' is not key=value");
+        return invalid_argument("codec spec: '" + std::string(item) + "' in '" + std::string(text) +
+                                "' is not key=value");
       }
       const std::string_view key = trim(item.substr(0, eq));
       const std::string_view value = trim(item.substr(eq + 1));
       const detail::SpecParam* param = find_param(*entry, key);
       if (param == nullptr && key != "ef") {
         const std::string keys = key_list(*entry);
-        return invalid_argument("codec spec: unknown key '" + std::string(key) + "' for codec " +
-                                entry->name + " (keys: " + keys + (keys.empty() ? "" : ",") + "ef)");
+        return invalid_argument("codec spec: unknown key '" + std::string(key) + "' for codec " + entry->name +
+                                " (keys: " + keys + (keys.empty() ? "" : ",") + "ef)");
       }
       const std::string marker = "," + std::string(key) + ",";
       if (seen.find(marker) != std::string::npos) {

@@ -28,8 +28,8 @@ class DenseCodec final : public Codec {
   }
 
  protected:
-  Result<size_t> encode_payload(const void* src, size_t n, DType dtype, const EncodeContext&,
-                                wire::Header&, uint8_t* out) override {
+  Result<size_t> encode_payload(const void* src, size_t n, DType dtype, const EncodeContext&, wire::Header&,
+                                uint8_t* out) override {
     const DType pt = dense_payload_dtype(id(), dtype);
     if (pt == dtype) {
       if (n > 0) std::memcpy(out, src, n * dtype_size(dtype));
@@ -66,8 +66,7 @@ Status validate_dense(const wire::Header& h, const uint8_t*, uint64_t& nnz) {
   return Status::ok();
 }
 
-void apply_dense_message(const wire::Header& h, const uint8_t* payload, void* dst, DType dtype,
-                         DecodeMode mode) {
+void apply_dense_message(const wire::Header& h, const uint8_t* payload, void* dst, DType dtype, DecodeMode mode) {
   if (dense_payload_dtype(h.codec, h.dtype) == DType::kFloat16 && dtype == DType::kFloat32) {
     // Widen a tile at a time (bulk conversion), then apply it in plain f32.
     constexpr uint64_t kTile = 2048;
@@ -84,9 +83,8 @@ void apply_dense_message(const wire::Header& h, const uint8_t* payload, void* ds
     using P = decltype(p);
     with_dtype(dtype, [&](auto d) {
       using D = decltype(d);
-      apply_dense<D>(static_cast<typename D::Storage*>(dst), h.count, mode, [&](uint64_t i) {
-        return P::load(load_le<typename P::Storage>(payload, i));
-      });
+      apply_dense<D>(static_cast<typename D::Storage*>(dst), h.count, mode,
+                     [&](uint64_t i) { return P::load(load_le<typename P::Storage>(payload, i)); });
     });
   });
 }
@@ -97,12 +95,15 @@ const char* const kBf16Bench[] = {"bf16", nullptr};
 
 }  // namespace
 
-const CodecEntry kNoneEntry{CodecId::kNone, "none", nullptr, 0, nullptr, kCapAnyDtype, make_dense,
-                            validate_dense, apply_dense_message, kNoneBench};
-const CodecEntry kFp16Entry{CodecId::kFp16, "fp16", nullptr, 0, nullptr, kCapLossy | kCapAnyDtype, make_dense,
-                            validate_dense, apply_dense_message, kFp16Bench};
-const CodecEntry kBf16Entry{CodecId::kBf16, "bf16", nullptr, 0, nullptr, kCapLossy | kCapAnyDtype, make_dense,
-                            validate_dense, apply_dense_message, kBf16Bench};
+const CodecEntry kNoneEntry{
+    CodecId::kNone,      "none",    nullptr, 0, nullptr, kCapAnyDtype, make_dense, validate_dense,
+    apply_dense_message, kNoneBench};
+const CodecEntry kFp16Entry{
+    CodecId::kFp16,      "fp16",    nullptr, 0, nullptr, kCapLossy | kCapAnyDtype, make_dense, validate_dense,
+    apply_dense_message, kFp16Bench};
+const CodecEntry kBf16Entry{
+    CodecId::kBf16,      "bf16",    nullptr, 0, nullptr, kCapLossy | kCapAnyDtype, make_dense, validate_dense,
+    apply_dense_message, kBf16Bench};
 GW_REGISTER_CODEC(kNoneEntry);
 GW_REGISTER_CODEC(kFp16Entry);
 GW_REGISTER_CODEC(kBf16Entry);

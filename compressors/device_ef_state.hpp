@@ -66,7 +66,9 @@ class DeviceEfShard final : public DeviceEfState {
   Status copy_owner_in(const float*, size_t) override { return refuse(); }
 
  private:
-  static Status refuse() { return unsupported("a shard of an error-feedback state is saved and restored through its parent"); }
+  static Status refuse() {
+    return unsupported("a shard of an error-feedback state is saved and restored through its parent");
+  }
   DeviceEfState& parent_;
   size_t start_;
   size_t count_;

@@ -9,8 +9,8 @@ namespace {
 
 // From the CUDA driver API (cuda.h), declared here so that no CUDA header is needed.
 using PointerGetAttribute = int (*)(void* data, int attribute, unsigned long long ptr);
-constexpr int kAttrMemoryType = 2;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-constexpr int kAttrIsManaged = 8;   // CU_POINTER_ATTRIBUTE_IS_MANAGED
+constexpr int kAttrMemoryType = 2;         // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kAttrIsManaged = 8;          // CU_POINTER_ATTRIBUTE_IS_MANAGED
 constexpr unsigned kMemoryTypeDevice = 2;  // CU_MEMORYTYPE_DEVICE
 
 std::atomic<PointerGetAttribute> g_query{nullptr};

@@ -123,9 +123,11 @@ const char* const kDgcBench[] = {"dgc:ratio=0.001", "dgc:ratio=0.01", nullptr};
 
 }  // namespace
 
-const CodecEntry kDgcEntry{CodecId::kDgc, "dgc", kDgcParams, std::size(kDgcParams), finish_sparse,
-                           kCapLossy | kCapErrorFeedback | kCapSparse | kCapIndices, make_dgc, validate_sparse,
-                           apply_dgc, kDgcBench};
+const CodecEntry kDgcEntry{CodecId::kDgc, "dgc",
+                           kDgcParams,    std::size(kDgcParams),
+                           finish_sparse, kCapLossy | kCapErrorFeedback | kCapSparse | kCapIndices,
+                           make_dgc,      validate_sparse,
+                           apply_dgc,     kDgcBench};
 GW_REGISTER_CODEC(kDgcEntry);
 
 }  // namespace gw::detail

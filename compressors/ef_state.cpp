@@ -11,12 +11,20 @@ ErrorFeedback::ErrorFeedback(ErrorFeedback& whole, size_t start, size_t count)
     : data_(whole.residual() + start), count_(count), view_(true) {}
 
 ErrorFeedback::ErrorFeedback(const ErrorFeedback& other)
-    : storage_(other.storage_), data_(other.view_ ? other.data_ : storage_.data()), count_(other.count_),
-      view_(other.view_), owner_residual_(other.owner_residual_), step_(other.step_) {}
+    : storage_(other.storage_),
+      data_(other.view_ ? other.data_ : storage_.data()),
+      count_(other.count_),
+      view_(other.view_),
+      owner_residual_(other.owner_residual_),
+      step_(other.step_) {}
 
 ErrorFeedback::ErrorFeedback(ErrorFeedback&& other) noexcept
-    : storage_(std::move(other.storage_)), data_(other.view_ ? other.data_ : storage_.data()), count_(other.count_),
-      view_(other.view_), owner_residual_(std::move(other.owner_residual_)), step_(other.step_) {
+    : storage_(std::move(other.storage_)),
+      data_(other.view_ ? other.data_ : storage_.data()),
+      count_(other.count_),
+      view_(other.view_),
+      owner_residual_(std::move(other.owner_residual_)),
+      step_(other.step_) {
   other.data_ = nullptr;
   other.count_ = 0;
   other.view_ = false;

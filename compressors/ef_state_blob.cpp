@@ -72,8 +72,8 @@ Status load_ef_blob(const EfAccess& ef, const void* blob, size_t len) {
                            std::to_string(count) + " + " + std::to_string(owner_count) + " floats");
   }
   if (count != ef.count) {
-    return invalid_argument("saved error-feedback state holds " + std::to_string(count) +
-                            " elements, this state " + std::to_string(ef.count));
+    return invalid_argument("saved error-feedback state holds " + std::to_string(count) + " elements, this state " +
+                            std::to_string(ef.count));
   }
   // The floats may sit at any alignment in the caller's buffer: copy them out first.
   std::vector<float> floats(static_cast<size_t>(count + owner_count));

@@ -20,9 +20,9 @@ struct EfAccess {
   size_t count;
   uint64_t step;
   size_t owner_count;
-  std::function<Status(float*)> read_residual;           // count floats out
-  std::function<Status(float*)> read_owner;              // owner_count floats out
-  std::function<Status(const float*)> write_residual;    // count floats in
+  std::function<Status(float*)> read_residual;              // count floats out
+  std::function<Status(float*)> read_owner;                 // owner_count floats out
+  std::function<Status(const float*)> write_residual;       // count floats in
   std::function<Status(const float*, size_t)> write_owner;  // owner residual of n floats in
   std::function<void(uint64_t)> set_step;
 };

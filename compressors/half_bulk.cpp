@@ -31,8 +31,7 @@ void halves_to_floats_scalar(const uint8_t* in, float* out, uint64_t n) {
 // F16C rounds finite values to nearest even exactly as float_to_half does, and widens finite
 // halves exactly. It treats NaNs differently (it quiets a signaling NaN when widening), so
 // any group of 8 that holds a NaN or an infinity takes the scalar path.
-__attribute__((target("avx2,f16c"))) void floats_to_halves_f16c(const float* in, uint8_t* out,
-                                                                uint64_t n) {
+__attribute__((target("avx2,f16c"))) void floats_to_halves_f16c(const float* in, uint8_t* out, uint64_t n) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
   const __m256i inf = _mm256_set1_epi32(0x7f800000);
   uint64_t i = 0;
@@ -51,8 +50,7 @@ __attribute__((target("avx2,f16c"))) void floats_to_halves_f16c(const float* in,
   floats_to_halves_scalar(in + i, out + 2 * i, n - i);
 }
 
-__attribute__((target("avx2,f16c"))) void halves_to_floats_f16c(const uint8_t* in, float* out,
-                                                                uint64_t n) {
+__attribute__((target("avx2,f16c"))) void halves_to_floats_f16c(const uint8_t* in, float* out, uint64_t n) {
   const __m128i exp_mask = _mm_set1_epi16(0x7c00);
   uint64_t i = 0;
   for (; i + 8 <= n; i += 8) {

@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(__CUDACC__) && !defined(GW_NO_HOST_SIMD)
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && \
+    !defined(GW_NO_HOST_SIMD)
 #define GW_HOST_X86_SIMD 1
 #include <immintrin.h>
 #define GW_TARGET_AVX2 __attribute__((target("avx2,fma")))
@@ -41,8 +41,7 @@ inline HostSimd detect_host_simd() {
 #endif
   if (const char* cap = std::getenv("GW_HOST_SIMD")) {
     HostSimd want = level;
-    if (std::strcmp(cap, "baseline") == 0 || std::strcmp(cap, "sse2") == 0)
-      want = HostSimd::kBaseline;
+    if (std::strcmp(cap, "baseline") == 0 || std::strcmp(cap, "sse2") == 0) want = HostSimd::kBaseline;
     if (std::strcmp(cap, "avx2") == 0) want = HostSimd::kAvx2;
     if (static_cast<int>(want) < static_cast<int>(level)) level = want;
   }

@@ -44,8 +44,8 @@ struct RandomStream {
 
   // The four words of block `block`.
   GW_HD Philox4 block(uint64_t block_index) const {
-    const Philox4 ctr{{static_cast<uint32_t>(block_index), static_cast<uint32_t>(block_index >> 32),
-                       rank, static_cast<uint32_t>(step)}};
+    const Philox4 ctr{{static_cast<uint32_t>(block_index), static_cast<uint32_t>(block_index >> 32), rank,
+                       static_cast<uint32_t>(step)}};
     return philox4x32_10(ctr, static_cast<uint32_t>(seed),
                          static_cast<uint32_t>(seed >> 32) ^ static_cast<uint32_t>(step >> 32));
   }
@@ -136,8 +136,8 @@ inline void fill_sse2(const Keys& key, uint64_t first_block, uint32_t* out, uint
   }
 }
 
-__attribute__((target("avx2"))) inline void fill_avx2(const Keys& key, uint64_t first_block,
-                                                      uint32_t* out, uint64_t groups) {
+__attribute__((target("avx2"))) inline void fill_avx2(const Keys& key, uint64_t first_block, uint32_t* out,
+                                                      uint64_t groups) {
   const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kMul0));
   const __m256i m1 = _mm256_set1_epi32(static_cast<int>(kMul1));
   for (uint64_t g = 0; g < groups; ++g) {
@@ -184,8 +184,8 @@ __attribute__((target("avx2"))) inline void fill_avx2(const Keys& key, uint64_t 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-__attribute__((target("avx512f"))) inline void fill_avx512(const Keys& key, uint64_t first_block,
-                                                           uint32_t* out, uint64_t groups) {
+__attribute__((target("avx512f"))) inline void fill_avx512(const Keys& key, uint64_t first_block, uint32_t* out,
+                                                           uint64_t groups) {
   const __m512i m0 = _mm512_set1_epi32(static_cast<int>(kMul0));
   const __m512i m1 = _mm512_set1_epi32(static_cast<int>(kMul1));
   for (uint64_t g = 0; g < groups; ++g) {

@@ -71,10 +71,10 @@ GW_INLINE_HOT void bucket_min_max(const float* x, uint64_t len, float& mn, float
   mx = b;
 }
 
-// quant::qsgd_quantize, bit for bit for buckets narrower than FLT_MAX, in a form that vectorizes: the same sub, mul and add,
-// then floorf and the clamp to [0, levels] (NaN to 0) done as a clamp in float followed by
-// a truncating conversion. Equal because after clamping t to [0, levels] (or -0), truncation
-// and floor agree, and floor commutes with clamping to integer bounds. No libm call.
+// quant::qsgd_quantize, bit for bit for buckets narrower than FLT_MAX, in a form that vectorizes: the same sub, mul and
+// add, then floorf and the clamp to [0, levels] (NaN to 0) done as a clamp in float followed by a truncating
+// conversion. Equal because after clamping t to [0, levels] (or -0), truncation and floor agree, and floor commutes
+// with clamping to integer bounds. No libm call.
 GW_INLINE_HOT uint32_t quantize(float x, float mn, float inv_unit, float levels, float r) {
   const float t = hd::add(hd::mul(hd::sub(x, mn), inv_unit), r);
   float c = t >= 0.0f ? t : 0.0f;  // NaN and negatives to 0
@@ -98,8 +98,8 @@ struct Scratch {
 // Per tile: random words, quantize into q (vectorized), then pack into code bytes: bytes
 // the tile covers whole are stored, the partial ones at its ends are or-ed in.
 template <uint32_t kBits, bool kStochastic>
-GW_INLINE_HOT void encode_buckets(const float* x, uint64_t n, uint32_t bucket,
-                                  const RandomStream& rs, uint8_t* out, const Scratch& scratch) {
+GW_INLINE_HOT void encode_buckets(const float* x, uint64_t n, uint32_t bucket, const RandomStream& rs, uint8_t* out,
+                                  const Scratch& scratch) {
   constexpr uint32_t levels_u = (1u << kBits) - 1u;
   const float levels = static_cast<float>(levels_u);
   constexpr uint64_t kPerByte = 8 / kBits;
@@ -143,8 +143,7 @@ GW_INLINE_HOT void encode_buckets(const float* x, uint64_t n, uint32_t bucket,
       // Pack: element i goes to byte i / kPerByte at bit (i % kPerByte) * kBits.
       uint64_t i = t;
       for (; i < end && i % kPerByte != 0; ++i) {
-        codes[i / kPerByte] =
-            static_cast<uint8_t>(codes[i / kPerByte] | (q[i - t] << ((i % kPerByte) * kBits)));
+        codes[i / kPerByte] = static_cast<uint8_t>(codes[i / kPerByte] | (q[i - t] << ((i % kPerByte) * kBits)));
       }
       for (; i + kPerByte <= end; i += kPerByte) {
         const uint8_t* g = q + (i - t);
@@ -153,8 +152,7 @@ GW_INLINE_HOT void encode_buckets(const float* x, uint64_t n, uint32_t bucket,
         codes[i / kPerByte] = static_cast<uint8_t>(v);
       }
       for (; i < end; ++i) {
-        codes[i / kPerByte] =
-            static_cast<uint8_t>(codes[i / kPerByte] | (q[i - t] << ((i % kPerByte) * kBits)));
+        codes[i / kPerByte] = static_cast<uint8_t>(codes[i / kPerByte] | (q[i - t] << ((i % kPerByte) * kBits)));
       }
     }
   }
@@ -182,32 +180,28 @@ GW_INLINE_HOT void with_bits(uint32_t bits, bool stochastic, Fn&& fn) {
     encode_buckets<decltype(kb)::value, decltype(ks)::value>(x, n, bucket, rs, out, scratch); \
   })
 
-void encode_all_baseline(const float* x, uint64_t n, uint32_t bits, uint32_t bucket,
-                         bool stochastic, const RandomStream& rs, uint8_t* out,
-                         const Scratch& scratch) {
+void encode_all_baseline(const float* x, uint64_t n, uint32_t bits, uint32_t bucket, bool stochastic,
+                         const RandomStream& rs, uint8_t* out, const Scratch& scratch) {
   GW_QSGD_ENCODE_BODY;
 }
 
 #if defined(GW_HOST_X86_SIMD)
-GW_TARGET_AVX2 void encode_all_avx2(const float* x, uint64_t n, uint32_t bits, uint32_t bucket,
-                                    bool stochastic, const RandomStream& rs, uint8_t* out,
-                                    const Scratch& scratch) {
+GW_TARGET_AVX2 void encode_all_avx2(const float* x, uint64_t n, uint32_t bits, uint32_t bucket, bool stochastic,
+                                    const RandomStream& rs, uint8_t* out, const Scratch& scratch) {
   GW_QSGD_ENCODE_BODY;
 }
 
-GW_TARGET_AVX512 void encode_all_avx512(const float* x, uint64_t n, uint32_t bits, uint32_t bucket,
-                                        bool stochastic, const RandomStream& rs, uint8_t* out,
-                                        const Scratch& scratch) {
+GW_TARGET_AVX512 void encode_all_avx512(const float* x, uint64_t n, uint32_t bits, uint32_t bucket, bool stochastic,
+                                        const RandomStream& rs, uint8_t* out, const Scratch& scratch) {
   GW_QSGD_ENCODE_BODY;
 }
 #endif
 
-void encode_all(const float* x, uint64_t n, uint32_t bits, uint32_t bucket, bool stochastic,
-                const RandomStream& rs, uint8_t* out, const Scratch& scratch) {
+void encode_all(const float* x, uint64_t n, uint32_t bits, uint32_t bucket, bool stochastic, const RandomStream& rs,
+                uint8_t* out, const Scratch& scratch) {
 #if defined(GW_HOST_X86_SIMD)
   switch (host_simd()) {
-    case HostSimd::kAvx512:
-      return encode_all_avx512(x, n, bits, bucket, stochastic, rs, out, scratch);
+    case HostSimd::kAvx512: return encode_all_avx512(x, n, bits, bucket, stochastic, rs, out, scratch);
     case HostSimd::kAvx2: return encode_all_avx2(x, n, bits, bucket, stochastic, rs, out, scratch);
     case HostSimd::kBaseline: break;
   }
@@ -226,8 +220,8 @@ class QsgdCodec final : public Codec {
   }
 
  protected:
-  Result<size_t> encode_payload(const void* src, size_t n, DType, const EncodeContext& ctx,
-                                wire::Header& h, uint8_t* out) override {
+  Result<size_t> encode_payload(const void* src, size_t n, DType, const EncodeContext& ctx, wire::Header& h,
+                                uint8_t* out) override {
     const auto* x = static_cast<const float*>(src);
     const uint32_t bits = spec().bits;
     const uint32_t bucket = spec().bucket;
@@ -239,8 +233,7 @@ class QsgdCodec final : public Codec {
     const uint64_t nb = quant::bucket_count(n, bucket);
     if (bits != 8) std::memset(out + nb * kScaleBytes, 0, quant::code_bytes(n, bits));
     const RandomStream rs{spec().seed, ctx.step, ctx.rank};
-    const Scratch scratch{workspace().get<uint32_t>(0, kRandomTile + 4),
-                          workspace().get<uint8_t>(1, kRandomTile)};
+    const Scratch scratch{workspace().get<uint32_t>(0, kRandomTile + 4), workspace().get<uint8_t>(1, kRandomTile)};
     encode_all(x, n, bits, bucket, spec().stochastic, rs, out, scratch);
     return payload;
   }
@@ -266,8 +259,7 @@ GW_INLINE_HOT void apply_value(float& d, float v) {
 // Codes of whole bytes are unpacked 32 bits at a time (vectorizable); a bucket's partial
 // bytes at either end go through quant::get_code.
 template <uint32_t kBits, DecodeMode kMode>
-GW_INLINE_HOT void decode_buckets(uint64_t count, uint32_t bucket, const uint8_t* payload,
-                                  float* d) {
+GW_INLINE_HOT void decode_buckets(uint64_t count, uint32_t bucket, const uint8_t* payload, float* d) {
   constexpr uint64_t kPerByte = 8 / kBits;
   constexpr uint32_t kMask = (1u << kBits) - 1u;
   const uint64_t nb = quant::bucket_count(count, bucket);
@@ -304,15 +296,9 @@ template <class Fn>
 GW_INLINE_HOT void with_bits_mode(uint32_t bits, DecodeMode mode, Fn&& fn) {
   auto by_mode = [&](auto kb) {
     switch (mode) {
-      case DecodeMode::kOverwrite:
-        fn(kb, std::integral_constant<DecodeMode, DecodeMode::kOverwrite>{});
-        break;
-      case DecodeMode::kAccumulate:
-        fn(kb, std::integral_constant<DecodeMode, DecodeMode::kAccumulate>{});
-        break;
-      case DecodeMode::kSubtract:
-        fn(kb, std::integral_constant<DecodeMode, DecodeMode::kSubtract>{});
-        break;
+      case DecodeMode::kOverwrite: fn(kb, std::integral_constant<DecodeMode, DecodeMode::kOverwrite>{}); break;
+      case DecodeMode::kAccumulate: fn(kb, std::integral_constant<DecodeMode, DecodeMode::kAccumulate>{}); break;
+      case DecodeMode::kSubtract: fn(kb, std::integral_constant<DecodeMode, DecodeMode::kSubtract>{}); break;
     }
   };
   switch (bits) {
@@ -331,19 +317,19 @@ GW_INLINE_HOT void with_bits_mode(uint32_t bits, DecodeMode mode, Fn&& fn) {
     decode_buckets<decltype(kb)::value, decltype(km)::value>(count, bucket, payload, d); \
   })
 
-void decode_all_baseline(uint64_t count, uint32_t bits, uint32_t bucket, const uint8_t* payload,
-                         float* d, DecodeMode mode) {
+void decode_all_baseline(uint64_t count, uint32_t bits, uint32_t bucket, const uint8_t* payload, float* d,
+                         DecodeMode mode) {
   GW_QSGD_DECODE_BODY;
 }
 
 #if defined(GW_HOST_X86_SIMD)
-GW_TARGET_AVX2 void decode_all_avx2(uint64_t count, uint32_t bits, uint32_t bucket,
-                                    const uint8_t* payload, float* d, DecodeMode mode) {
+GW_TARGET_AVX2 void decode_all_avx2(uint64_t count, uint32_t bits, uint32_t bucket, const uint8_t* payload, float* d,
+                                    DecodeMode mode) {
   GW_QSGD_DECODE_BODY;
 }
 
-GW_TARGET_AVX512 void decode_all_avx512(uint64_t count, uint32_t bits, uint32_t bucket,
-                                        const uint8_t* payload, float* d, DecodeMode mode) {
+GW_TARGET_AVX512 void decode_all_avx512(uint64_t count, uint32_t bits, uint32_t bucket, const uint8_t* payload,
+                                        float* d, DecodeMode mode) {
   GW_QSGD_DECODE_BODY;
 }
 #endif
@@ -365,8 +351,9 @@ void apply_qsgd(const wire::Header& h, const uint8_t* payload, void* dst, DType,
 // of a constant gradient). Rounding to nearest is.
 Status finish_qsgd(CodecSpec& spec) {
   if (spec.ef && spec.bits == 1 && spec.stochastic) {
-    return invalid_argument("codec spec: qsgd:bits=1 with ef=1 diverges under stochastic rounding; "
-                            "add rounding=nearest, or use sign");
+    return invalid_argument(
+        "codec spec: qsgd:bits=1 with ef=1 diverges under stochastic rounding; "
+        "add rounding=nearest, or use sign");
   }
   return Status::ok();
 }
@@ -377,13 +364,16 @@ constexpr SpecParam kQsgdParams[] = {
     choice_param("rounding", &CodecSpec::stochastic, "nearest", "stochastic", "stochastic or nearest").with_default(1),
     kSeedParam,
 };
-const char* const kQsgdBench[] = {"qsgd:bits=8", "qsgd:bits=4", "qsgd:bits=2", "qsgd:bits=1",
-                                  "qsgd:bits=8,rounding=nearest", nullptr};
+const char* const kQsgdBench[] = {
+    "qsgd:bits=8", "qsgd:bits=4", "qsgd:bits=2", "qsgd:bits=1", "qsgd:bits=8,rounding=nearest", nullptr};
 
 }  // namespace
 
-const CodecEntry kQsgdEntry{CodecId::kQsgd, "qsgd", kQsgdParams, std::size(kQsgdParams), finish_qsgd,
-                            kCapLossy | kCapErrorFeedback, make_qsgd, validate_qsgd, apply_qsgd, kQsgdBench};
+const CodecEntry kQsgdEntry{CodecId::kQsgd, "qsgd",
+                            kQsgdParams,    std::size(kQsgdParams),
+                            finish_qsgd,    kCapLossy | kCapErrorFeedback,
+                            make_qsgd,      validate_qsgd,
+                            apply_qsgd,     kQsgdBench};
 GW_REGISTER_CODEC(kQsgdEntry);
 
 }  // namespace gw::detail

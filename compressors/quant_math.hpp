@@ -29,8 +29,7 @@ GW_HD QsgdScale qsgd_scale(float mn, float mx, uint32_t levels) {
 GW_HD uint32_t qsgd_quantize(float x, const QsgdScale& s, uint32_t levels, float r) {
   const float d = hd::sub(x, s.min);
   // A bucket wider than FLT_MAX overflows x - min; scaling each side first cannot.
-  const float u = d <= 3.4e38f ? hd::mul(d, s.inv_unit)
-                               : hd::sub(hd::mul(x, s.inv_unit), hd::mul(s.min, s.inv_unit));
+  const float u = d <= 3.4e38f ? hd::mul(d, s.inv_unit) : hd::sub(hd::mul(x, s.inv_unit), hd::mul(s.min, s.inv_unit));
   float q = floorf(hd::add(u, r));
   q = q >= 0.0f ? q : 0.0f;  // also maps NaN to 0
   const float l = static_cast<float>(levels);
@@ -38,9 +37,7 @@ GW_HD uint32_t qsgd_quantize(float x, const QsgdScale& s, uint32_t levels, float
   return static_cast<uint32_t>(q);
 }
 
-GW_HD float qsgd_dequantize(uint32_t q, const QsgdScale& s) {
-  return hd::fma(static_cast<float>(q), s.unit, s.min);
-}
+GW_HD float qsgd_dequantize(uint32_t q, const QsgdScale& s) { return hd::fma(static_cast<float>(q), s.unit, s.min); }
 
 // The canonical sum of a bucket's magnitudes, which host and device must reproduce bit for
 // bit: 32 lanes, lane l sums elements l, l+32, l+64, ... in order; then lanes fold as

@@ -26,8 +26,8 @@ class RandomkCodec final : public Codec {
   }
 
  protected:
-  Result<size_t> encode_payload(const void* src, size_t n, DType, const EncodeContext& ctx,
-                                wire::Header& h, uint8_t* out) override {
+  Result<size_t> encode_payload(const void* src, size_t n, DType, const EncodeContext& ctx, wire::Header& h,
+                                uint8_t* out) override {
     const auto* x = static_cast<const float*>(src);
     const uint64_t k = spec().k_for(n);
     h.k = k;
@@ -47,8 +47,7 @@ Status validate_randomk(const wire::Header& h, const uint8_t*, uint64_t& nnz) {
   }
   if (h.dtype != DType::kFloat32) return invalid_message("randomk message must carry float32");
   if (h.k > h.count || (h.k == 0 && h.count > 0)) {
-    return invalid_message("k = " + std::to_string(h.k) + " is out of range for count " +
-                           std::to_string(h.count));
+    return invalid_message("k = " + std::to_string(h.k) + " is out of range for count " + std::to_string(h.count));
   }
   if (h.payload_bytes != h.k * sizeof(float)) {
     return invalid_message("payload is " + std::to_string(h.payload_bytes) + " bytes, expected " +
@@ -72,9 +71,11 @@ const char* const kRandomkBench[] = {"randomk:ratio=0.01", nullptr};
 
 }  // namespace
 
-const CodecEntry kRandomkEntry{CodecId::kRandomk, "randomk", kRandomkParams, std::size(kRandomkParams),
-                               finish_sparse, kCapLossy | kCapErrorFeedback | kCapSparse, make_randomk,
-                               validate_randomk, apply_randomk, kRandomkBench};
+const CodecEntry kRandomkEntry{CodecId::kRandomk, "randomk",
+                               kRandomkParams,    std::size(kRandomkParams),
+                               finish_sparse,     kCapLossy | kCapErrorFeedback | kCapSparse,
+                               make_randomk,      validate_randomk,
+                               apply_randomk,     kRandomkBench};
 GW_REGISTER_CODEC(kRandomkEntry);
 
 }  // namespace gw::detail

@@ -39,8 +39,8 @@ class SignCodec final : public Codec {
   }
 
  protected:
-  Result<size_t> encode_payload(const void* src, size_t n, DType, const EncodeContext&,
-                                wire::Header& h, uint8_t* out) override {
+  Result<size_t> encode_payload(const void* src, size_t n, DType, const EncodeContext&, wire::Header& h,
+                                uint8_t* out) override {
     const auto* x = static_cast<const float*>(src);
     const uint32_t bucket = spec().bucket;
     h.bits = 1;
@@ -87,8 +87,7 @@ GW_INLINE_HOT void apply_value(float& d, float v) {
 // read 32 at a time where a bucket covers whole words (vectorizable); the partial bytes at
 // a bucket's ends go through quant::get_code.
 template <DecodeMode kMode>
-GW_INLINE_HOT void decode_buckets(uint64_t count, uint32_t bucket, const uint8_t* payload,
-                                  float* d) {
+GW_INLINE_HOT void decode_buckets(uint64_t count, uint32_t bucket, const uint8_t* payload, float* d) {
   const uint64_t nb = quant::bucket_count(count, bucket);
   const uint8_t* codes = payload + nb * kScaleBytes;
   for (uint64_t b = 0; b < nb; ++b) {
@@ -117,15 +116,9 @@ GW_INLINE_HOT void decode_buckets(uint64_t count, uint32_t bucket, const uint8_t
 template <class Fn>
 GW_INLINE_HOT void with_mode(DecodeMode mode, Fn&& fn) {
   switch (mode) {
-    case DecodeMode::kOverwrite:
-      fn(std::integral_constant<DecodeMode, DecodeMode::kOverwrite>{});
-      break;
-    case DecodeMode::kAccumulate:
-      fn(std::integral_constant<DecodeMode, DecodeMode::kAccumulate>{});
-      break;
-    case DecodeMode::kSubtract:
-      fn(std::integral_constant<DecodeMode, DecodeMode::kSubtract>{});
-      break;
+    case DecodeMode::kOverwrite: fn(std::integral_constant<DecodeMode, DecodeMode::kOverwrite>{}); break;
+    case DecodeMode::kAccumulate: fn(std::integral_constant<DecodeMode, DecodeMode::kAccumulate>{}); break;
+    case DecodeMode::kSubtract: fn(std::integral_constant<DecodeMode, DecodeMode::kSubtract>{}); break;
   }
 }
 
@@ -133,19 +126,18 @@ GW_INLINE_HOT void with_mode(DecodeMode mode, Fn&& fn) {
 #define GW_SIGN_DECODE_BODY \
   with_mode(mode, [&](auto km) { decode_buckets<decltype(km)::value>(count, bucket, payload, d); })
 
-void decode_all_baseline(uint64_t count, uint32_t bucket, const uint8_t* payload, float* d,
-                         DecodeMode mode) {
+void decode_all_baseline(uint64_t count, uint32_t bucket, const uint8_t* payload, float* d, DecodeMode mode) {
   GW_SIGN_DECODE_BODY;
 }
 
 #if defined(GW_HOST_X86_SIMD)
-GW_TARGET_AVX2 void decode_all_avx2(uint64_t count, uint32_t bucket, const uint8_t* payload,
-                                    float* d, DecodeMode mode) {
+GW_TARGET_AVX2 void decode_all_avx2(uint64_t count, uint32_t bucket, const uint8_t* payload, float* d,
+                                    DecodeMode mode) {
   GW_SIGN_DECODE_BODY;
 }
 
-GW_TARGET_AVX512 void decode_all_avx512(uint64_t count, uint32_t bucket, const uint8_t* payload,
-                                        float* d, DecodeMode mode) {
+GW_TARGET_AVX512 void decode_all_avx512(uint64_t count, uint32_t bucket, const uint8_t* payload, float* d,
+                                        DecodeMode mode) {
   GW_SIGN_DECODE_BODY;
 }
 #endif
@@ -173,8 +165,11 @@ const char* const kSignBench[] = {"sign", nullptr};
 
 }  // namespace
 
-const CodecEntry kSignEntry{CodecId::kSign, "sign", kSignParams, std::size(kSignParams), finish_sign,
-                            kCapLossy | kCapErrorFeedback, make_sign, validate_sign, apply_sign, kSignBench};
+const CodecEntry kSignEntry{CodecId::kSign, "sign",
+                            kSignParams,    std::size(kSignParams),
+                            finish_sign,    kCapLossy | kCapErrorFeedback,
+                            make_sign,      validate_sign,
+                            apply_sign,     kSignBench};
 GW_REGISTER_CODEC(kSignEntry);
 
 }  // namespace gw::detail

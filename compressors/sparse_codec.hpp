@@ -21,10 +21,8 @@ class IndexedSparseCodec : public Codec {
 
  protected:
   // Writes at most k increasing indices into idx (room for k); returns how many.
-  virtual uint64_t choose(const float* x, uint64_t n, uint64_t k, const EncodeContext& ctx,
-                          uint32_t* idx) = 0;
-  virtual uint64_t choose(const float* x, uint64_t n, uint64_t k, const EncodeContext& ctx,
-                          uint64_t* idx) = 0;
+  virtual uint64_t choose(const float* x, uint64_t n, uint64_t k, const EncodeContext& ctx, uint32_t* idx) = 0;
+  virtual uint64_t choose(const float* x, uint64_t n, uint64_t k, const EncodeContext& ctx, uint64_t* idx) = 0;
   // choose() on acc + add, leaving the sum in acc: the addition rides on the codec's own
   // pass over the input.
   virtual uint64_t choose_adding(float* acc, const float* add, uint64_t n, uint64_t k, const EncodeContext& ctx,
@@ -32,8 +30,8 @@ class IndexedSparseCodec : public Codec {
   virtual uint64_t choose_adding(float* acc, const float* add, uint64_t n, uint64_t k, const EncodeContext& ctx,
                                  uint64_t* idx) = 0;
 
-  Result<size_t> encode_payload(const void* src, size_t n, DType, const EncodeContext& ctx,
-                                wire::Header& h, uint8_t* out) override {
+  Result<size_t> encode_payload(const void* src, size_t n, DType, const EncodeContext& ctx, wire::Header& h,
+                                uint8_t* out) override {
     const auto* x = static_cast<const float*>(src);
     const uint64_t k = spec().k_for(n);
     if (index_bytes(n) == 4) {

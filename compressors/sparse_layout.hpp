@@ -12,9 +12,7 @@ namespace gw::detail {
 
 inline uint32_t index_bytes(uint64_t n) { return n <= (uint64_t{1} << 32) ? 4 : 8; }
 
-inline uint64_t sparse_payload_bytes(uint64_t n, uint64_t k) {
-  return k * (index_bytes(n) + sizeof(float));
-}
+inline uint64_t sparse_payload_bytes(uint64_t n, uint64_t k) { return k * (index_bytes(n) + sizeof(float)); }
 
 inline uint64_t load_index(const uint8_t* payload, uint64_t i, uint32_t width) {
   return width == 4 ? load_le<uint32_t>(payload, i) : load_le<uint64_t>(payload, i);
@@ -28,13 +26,11 @@ inline Status validate_sparse_fields(const wire::Header& h) {
   }
   if (h.dtype != DType::kFloat32) return invalid_message("sparse message must carry float32");
   if (h.k > h.count) {
-    return invalid_message("k = " + std::to_string(h.k) + " exceeds the element count " +
-                           std::to_string(h.count));
+    return invalid_message("k = " + std::to_string(h.k) + " exceeds the element count " + std::to_string(h.count));
   }
   if (h.payload_bytes != sparse_payload_bytes(h.count, h.k)) {
     return invalid_message("payload is " + std::to_string(h.payload_bytes) + " bytes, expected " +
-                           std::to_string(sparse_payload_bytes(h.count, h.k)) + " for k = " +
-                           std::to_string(h.k));
+                           std::to_string(sparse_payload_bytes(h.count, h.k)) + " for k = " + std::to_string(h.k));
   }
   return Status::ok();
 }

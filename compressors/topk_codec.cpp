@@ -44,9 +44,11 @@ const char* const kTopkBench[] = {"topk:ratio=0.01", "topk:ratio=0.001", nullptr
 
 }  // namespace
 
-const CodecEntry kTopkEntry{CodecId::kTopk, "topk", kTopkParams, std::size(kTopkParams), finish_sparse,
-                            kCapLossy | kCapErrorFeedback | kCapSparse | kCapIndices, make_topk, validate_sparse,
-                            apply_topk, kTopkBench};
+const CodecEntry kTopkEntry{CodecId::kTopk, "topk",
+                            kTopkParams,    std::size(kTopkParams),
+                            finish_sparse,  kCapLossy | kCapErrorFeedback | kCapSparse | kCapIndices,
+                            make_topk,      validate_sparse,
+                            apply_topk,     kTopkBench};
 GW_REGISTER_CODEC(kTopkEntry);
 
 }  // namespace gw::detail

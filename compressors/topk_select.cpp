@@ -12,9 +12,9 @@
 namespace gw::detail {
 namespace {
 
-constexpr int kTopBits = 11;   // bits 20..30 of the 31-bit magnitude key
-constexpr int kMidBits = 10;   // bits 10..19
-constexpr int kLowBits = 10;   // bits 0..9
+constexpr int kTopBits = 11;  // bits 20..30 of the 31-bit magnitude key
+constexpr int kMidBits = 10;  // bits 10..19
+constexpr int kLowBits = 10;  // bits 0..9
 constexpr uint32_t kTopBins = 1u << kTopBits;
 constexpr uint32_t kSubBins = 1u << 10;
 constexpr int kTopShift = kMidBits + kLowBits;
@@ -51,8 +51,7 @@ void top_histogram(const float* x, uint64_t n, uint64_t* hist, uint32_t* sub) {
 // the boundary bin (most of them when k is small) cost one vectorized compare; the others
 // append without branches (each array needs room for its final count plus one).
 template <class Idx>
-void split_by_top_bin(const float* x, uint64_t n, uint32_t top, Idx* winners, uint64_t& nw,
-                      Idx* cand, uint64_t& nc) {
+void split_by_top_bin(const float* x, uint64_t n, uint32_t top, Idx* winners, uint64_t& nw, Idx* cand, uint64_t& nc) {
   const uint32_t top_key = top << kTopShift;  // key >= top_key <=> bin >= top
   uint64_t w = 0, c = 0;
   auto append = [&](uint64_t i) {
@@ -65,8 +64,7 @@ void split_by_top_bin(const float* x, uint64_t n, uint32_t top, Idx* winners, ui
   uint64_t i = 0;
   for (; i + kScanBlock <= n; i += kScanBlock) {
     uint32_t hit = 0;
-    for (uint64_t j = 0; j < kScanBlock; ++j)
-      hit |= hd::magnitude_key(x[i + j]) >= top_key ? 1u : 0u;
+    for (uint64_t j = 0; j < kScanBlock; ++j) hit |= hd::magnitude_key(x[i + j]) >= top_key ? 1u : 0u;
     if (hit == 0) continue;
     for (uint64_t j = 0; j < kScanBlock; ++j) append(i + j);
   }
@@ -110,8 +108,7 @@ uint32_t resolve_threshold(const float* x, const Idx* cand, uint64_t c, uint32_t
 
 // Keeps, in order, the candidates above the threshold and the first ties_taken equal to it.
 template <class Idx>
-uint64_t filter_candidates(const float* x, Idx* cand, uint64_t c, uint32_t threshold,
-                           uint64_t ties_taken) {
+uint64_t filter_candidates(const float* x, Idx* cand, uint64_t c, uint32_t threshold, uint64_t ties_taken) {
   uint64_t kept = 0;
   for (uint64_t i = 0; i < c; ++i) {
     const uint32_t key = hd::magnitude_key(x[cand[i]]);
@@ -155,8 +152,7 @@ void select_topk(const float* x, uint64_t n, uint64_t k, Idx* out, Workspace& ws
 }
 
 template <class Idx>
-void select_topk_among(const float* x, const Idx* cand, uint64_t c, uint64_t k, Idx* out,
-                       Workspace& ws) {
+void select_topk_among(const float* x, const Idx* cand, uint64_t c, uint64_t k, Idx* out, Workspace& ws) {
   if (k == 0) return;
   if (k >= c) {
     std::copy(cand, cand + c, out);
@@ -391,8 +387,8 @@ void select_topk_sampled(float* x, const float* add, uint64_t n, uint64_t k, Idx
   const uint32_t lo = keys[r - 1];
   const uint64_t cap = 4 * k + 1024;
   Idx* cand = ws.get<Idx>(4, cap + kCollectSlack);
-  const uint64_t c = add != nullptr ? add_and_collect_at_least(x, add, n, lo, cand, cap)
-                                    : collect_at_least(x, n, lo, cand, cap);
+  const uint64_t c =
+      add != nullptr ? add_and_collect_at_least(x, add, n, lo, cand, cap) : collect_at_least(x, n, lo, cand, cap);
   if (c >= k && c <= cap) {
     select_topk_among(x, cand, c, k, out, ws);
   } else {
@@ -415,9 +411,7 @@ template void select_topk_sampled<uint32_t>(float*, const float*, uint64_t, uint
 template void select_topk_sampled<uint64_t>(float*, const float*, uint64_t, uint64_t, uint64_t*, Workspace&);
 template void select_topk<uint32_t>(const float*, uint64_t, uint64_t, uint32_t*, Workspace&);
 template void select_topk<uint64_t>(const float*, uint64_t, uint64_t, uint64_t*, Workspace&);
-template void select_topk_among<uint32_t>(const float*, const uint32_t*, uint64_t, uint64_t,
-                                          uint32_t*, Workspace&);
-template void select_topk_among<uint64_t>(const float*, const uint64_t*, uint64_t, uint64_t,
-                                          uint64_t*, Workspace&);
+template void select_topk_among<uint32_t>(const float*, const uint32_t*, uint64_t, uint64_t, uint32_t*, Workspace&);
+template void select_topk_among<uint64_t>(const float*, const uint64_t*, uint64_t, uint64_t, uint64_t*, Workspace&);
 
 }  // namespace gw::detail

@@ -44,7 +44,6 @@ uint64_t add_and_collect_at_least(float* acc, const float* add, uint64_t n, uint
 // The same over a subset: candidates cand[0..c) (increasing indices into x); writes the
 // chosen indices (values of cand, increasing) to out. Uses workspace slots 2 and 3.
 template <class Idx>
-void select_topk_among(const float* x, const Idx* cand, uint64_t c, uint64_t k, Idx* out,
-                       Workspace& ws);
+void select_topk_among(const float* x, const Idx* cand, uint64_t c, uint64_t k, Idx* out, Workspace& ws);
 
 }  // namespace gw::detail

@@ -35,8 +35,7 @@ Status check_preamble(const uint8_t* msg, size_t len) {
   }
   if (msg[4] != kVersion) {
     return invalid_message("wire format version " + std::to_string(msg[4]) +
-                           " is not supported (this library reads version " +
-                           std::to_string(kVersion) + ")");
+                           " is not supported (this library reads version " + std::to_string(kVersion) + ")");
   }
   return Status::ok();
 }
@@ -87,8 +86,7 @@ Result<Header> read_header(const uint8_t* msg, size_t len) {
   }
   if (h.payload_bytes != len - kHeaderBytes) {
     return invalid_message("header promises " + std::to_string(h.payload_bytes) +
-                           " payload bytes but the message carries " +
-                           std::to_string(len - kHeaderBytes));
+                           " payload bytes but the message carries " + std::to_string(len - kHeaderBytes));
   }
   return h;
 }

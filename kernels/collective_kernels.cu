@@ -1,7 +1,7 @@
 // IEEE single-precision adds and divides, rounded to nearest, never fused: the same bits as
 // the host loops in collectives/ (built with -ffp-contract=off).
-#include "kernels/collective_kernels.hpp"
 #include "common/cuda_check.hpp"
+#include "kernels/collective_kernels.hpp"
 #include "kernels/grid_size.cuh"
 #include "kernels/precise_math.cuh"
 

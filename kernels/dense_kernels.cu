@@ -17,15 +17,12 @@ uint32_t quad_bytes(DType dtype) { return 4 * static_cast<uint32_t>(dtype_size(d
 __device__ __forceinline__ uint64_t thread_index() {
   return static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
-__device__ __forceinline__ uint64_t thread_count() {
-  return static_cast<uint64_t>(gridDim.x) * blockDim.x;
-}
+__device__ __forceinline__ uint64_t thread_count() { return static_cast<uint64_t>(gridDim.x) * blockDim.x; }
 
 // Encode without error feedback: src (kIn) rounded to the payload type (kOut).
 template <DType kIn, DType kOut>
 __global__ void __launch_bounds__(kThreads)
-    convert_kernel(const uint8_t* src, uint32_t src_width, uint8_t* out, uint32_t out_width,
-                   uint64_t n) {
+    convert_kernel(const uint8_t* src, uint32_t src_width, uint8_t* out, uint32_t out_width, uint64_t n) {
   const uint64_t quads = n / 4;
   for (uint64_t q = thread_index(); q < quads; q += thread_count()) {
     float v[4];
@@ -64,8 +61,7 @@ __global__ void __launch_bounds__(kThreads)
 // dst (kDst) op= payload element (kPay), in float32 and rounded back to kDst.
 template <DType kPay, DType kDst, DecodeMode kMode>
 __global__ void __launch_bounds__(kThreads)
-    decode_kernel(const uint8_t* payload, uint32_t payload_width, uint8_t* dst, uint32_t dst_width,
-                  uint64_t n) {
+    decode_kernel(const uint8_t* payload, uint32_t payload_width, uint8_t* dst, uint32_t dst_width, uint64_t n) {
   const uint64_t quads = n / 4;
   for (uint64_t q = thread_index(); q < quads; q += thread_count()) {
     float v[4];
@@ -78,8 +74,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   for (uint64_t i = 4 * quads + thread_index(); i < n; i += thread_count()) {
     const float d = kMode == DecodeMode::kOverwrite ? 0.0f : load_elem<kDst>(dst, i, dst_width);
-    store_elem<kDst>(dst, i, dst_width,
-                     apply_mode<kMode>(d, load_elem<kPay>(payload, i, payload_width)));
+    store_elem<kDst>(dst, i, dst_width, apply_mode<kMode>(d, load_elem<kPay>(payload, i, payload_width)));
   }
 }
 
@@ -90,8 +85,7 @@ Result<uint64_t> encode_dense(const EncodeJob& job, wire::Header&) {
   const uint64_t bytes = job.n * dtype_size(pt);
   if (job.n == 0) return bytes;
   if (job.residual == nullptr && pt == job.dtype) {
-    GW_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(job.payload, job.src, bytes, cudaMemcpyDeviceToDevice, job.stream));
+    GW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(job.payload, job.src, bytes, cudaMemcpyDeviceToDevice, job.stream));
     return bytes;
   }
   if (job.residual != nullptr && job.dtype != DType::kFloat32) {
@@ -128,9 +122,8 @@ Status decode_dense(const DecodeJob& job) {
   const DType pt = detail::dense_payload_dtype(h.codec, h.dtype);
   if (h.count == 0) return Status::ok();
   if (pt == DType::kFloat32 && job.dtype == DType::kFloat32 && job.mode == DecodeMode::kOverwrite) {
-    return cuda_status(
-        cudaMemcpyAsync(job.dst, job.payload, h.count * 4, cudaMemcpyDeviceToDevice, job.stream),
-        "cudaMemcpyAsync (dense decode)");
+    return cuda_status(cudaMemcpyAsync(job.dst, job.payload, h.count * 4, cudaMemcpyDeviceToDevice, job.stream),
+                       "cudaMemcpyAsync (dense decode)");
   }
   const uint64_t items = h.count / 4 > 0 ? h.count / 4 : h.count;
   const uint32_t payload_width = access_width(job.payload, quad_bytes(pt));

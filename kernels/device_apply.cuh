@@ -7,11 +7,11 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/cuda_check.hpp"
 #include "compressors/half.hpp"
 #include "compressors/quant_math.hpp"
 #include "gradwire/codec.hpp"
 #include "gradwire/status.hpp"
-#include "common/cuda_check.hpp"
 #include "kernels/device_scratch.hpp"
 #include "kernels/grid_size.cuh"
 #include "kernels/precise_math.cuh"
@@ -37,18 +37,14 @@ struct Elem<DType::kFloat32> {
 template <>
 struct Elem<DType::kFloat16> {
   static constexpr int kBytes = 2;
-  __device__ static float to_float(uint32_t b) {
-    return hd::half_to_float(static_cast<uint16_t>(b));
-  }
+  __device__ static float to_float(uint32_t b) { return hd::half_to_float(static_cast<uint16_t>(b)); }
   __device__ static uint32_t from_float(float f) { return hd::float_to_half(f); }
 };
 
 template <>
 struct Elem<DType::kBFloat16> {
   static constexpr int kBytes = 2;
-  __device__ static float to_float(uint32_t b) {
-    return hd::bf16_to_float(static_cast<uint16_t>(b));
-  }
+  __device__ static float to_float(uint32_t b) { return hd::bf16_to_float(static_cast<uint16_t>(b)); }
   __device__ static uint32_t from_float(float f) { return hd::float_to_bf16(f); }
 };
 
@@ -114,8 +110,7 @@ __device__ __forceinline__ Raw<N> load_raw(const uint8_t* p, uint32_t width) {
     if (width >= 2) {
 #pragma unroll
       for (int k = 0; k < N / 2; ++k) {
-        r.w[k / 2] |= static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(p)[k])
-                      << (16 * (k % 2));
+        r.w[k / 2] |= static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(p)[k]) << (16 * (k % 2));
       }
       return r;
     }
@@ -136,8 +131,7 @@ __device__ __forceinline__ void store_raw(uint8_t* p, uint32_t width, const Raw<
   if constexpr (N >= 8) {
     if (width >= 8) {
 #pragma unroll
-      for (int k = 0; k < N / 8; ++k)
-        reinterpret_cast<uint2*>(p)[k] = make_uint2(r.w[2 * k], r.w[2 * k + 1]);
+      for (int k = 0; k < N / 8; ++k) reinterpret_cast<uint2*>(p)[k] = make_uint2(r.w[2 * k], r.w[2 * k + 1]);
       return;
     }
   }
@@ -163,8 +157,7 @@ __device__ __forceinline__ void store_raw(uint8_t* p, uint32_t width, const Raw<
 
 // Elements 4q .. 4q+3 of an array of kType at base, as floats (and back).
 template <DType kType>
-__device__ __forceinline__ void load_quad(const uint8_t* base, uint64_t q, uint32_t width,
-                                          float (&v)[4]) {
+__device__ __forceinline__ void load_quad(const uint8_t* base, uint64_t q, uint32_t width, float (&v)[4]) {
   using E = Elem<kType>;
   const Raw<4 * E::kBytes> r = load_raw<4 * E::kBytes>(base + q * 4 * E::kBytes, width);
 #pragma unroll
@@ -178,8 +171,7 @@ __device__ __forceinline__ void load_quad(const uint8_t* base, uint64_t q, uint3
 }
 
 template <DType kType>
-__device__ __forceinline__ void store_quad(uint8_t* base, uint64_t q, uint32_t width,
-                                           const float (&v)[4]) {
+__device__ __forceinline__ void store_quad(uint8_t* base, uint64_t q, uint32_t width, const float (&v)[4]) {
   using E = Elem<kType>;
   Raw<4 * E::kBytes> r{};
 #pragma unroll
@@ -218,23 +210,21 @@ struct AccSource {
 
   static AccSource of(const void* src, float* residual) {
     const auto* g = static_cast<const float*>(src);
-    const AccSource in{residual != nullptr ? residual : g, residual != nullptr ? g : nullptr,
-                       residual, access_width(g, 16) == 16 && access_width(residual, 16) == 16};
+    const AccSource in{residual != nullptr ? residual : g, residual != nullptr ? g : nullptr, residual,
+                       access_width(g, 16) == 16 && access_width(residual, 16) == 16};
     return in;
   }
 
   // The same arrays from element k on (k a multiple of 4 keeps the alignment).
   __device__ AccSource shifted(uint64_t k) const {
-    return AccSource{a + k, b != nullptr ? b + k : nullptr,
-                     residual != nullptr ? residual + k : nullptr, vec};
+    return AccSource{a + k, b != nullptr ? b + k : nullptr, residual != nullptr ? residual + k : nullptr, vec};
   }
 
   __device__ float load(uint64_t i) const { return b == nullptr ? a[i] : hd::add(a[i], b[i]); }
 };
 
 // Elements 4t + j of p for the bits j set in m (0xf: all four).
-__device__ __forceinline__ void load_floats(const float* p, uint64_t t, uint32_t m, bool vec,
-                                            float (&x)[4]) {
+__device__ __forceinline__ void load_floats(const float* p, uint64_t t, uint32_t m, bool vec, float (&x)[4]) {
   if (m == 0xfu && vec) {
     const float4 v = reinterpret_cast<const float4*>(p)[t];
     x[0] = v.x;
@@ -249,8 +239,7 @@ __device__ __forceinline__ void load_floats(const float* p, uint64_t t, uint32_t
   }
 }
 
-__device__ __forceinline__ void store_floats(float* p, uint64_t t, uint32_t m, bool vec,
-                                             const float (&x)[4]) {
+__device__ __forceinline__ void store_floats(float* p, uint64_t t, uint32_t m, bool vec, const float (&x)[4]) {
   if (m == 0xfu && vec) {
     reinterpret_cast<float4*>(p)[t] = make_float4(x[0], x[1], x[2], x[3]);
     return;
@@ -263,8 +252,7 @@ __device__ __forceinline__ void store_floats(float* p, uint64_t t, uint32_t m, b
 
 // Quads t0 + 32k of p (k < kQuads) into x[k], the elements m[k] names (m[k] = 0: none).
 template <int kQuads>
-__device__ __forceinline__ void load_quads(const float* p, uint64_t t0, const uint32_t* m, bool vec,
-                                           float (*x)[4]) {
+__device__ __forceinline__ void load_quads(const float* p, uint64_t t0, const uint32_t* m, bool vec, float (*x)[4]) {
 #pragma unroll
   for (int k = 0; k < kQuads; ++k) {
     x[k][0] = x[k][1] = x[k][2] = x[k][3] = 0.0f;
@@ -276,8 +264,7 @@ __device__ __forceinline__ void load_quads(const float* p, uint64_t t0, const ui
 // issued before the first add, and those of `b` in groups of 4 quads, so a lane keeps many
 // loads in flight.
 template <int kQuads>
-__device__ __forceinline__ void load_acc(const AccSource& in, uint64_t t0, const uint32_t* m,
-                                         float (*x)[4]) {
+__device__ __forceinline__ void load_acc(const AccSource& in, uint64_t t0, const uint32_t* m, float (*x)[4]) {
   load_quads<kQuads>(in.a, t0, m, in.vec, x);
   if (in.b == nullptr) return;
   constexpr int kGroup = kQuads < 4 ? kQuads : 4;
@@ -305,12 +292,9 @@ __device__ __forceinline__ float apply_mode(float d, float v) {
 template <class Fn>
 Status with_mode(DecodeMode mode, Fn&& fn) {
   switch (mode) {
-    case DecodeMode::kOverwrite:
-      return fn(std::integral_constant<DecodeMode, DecodeMode::kOverwrite>{});
-    case DecodeMode::kAccumulate:
-      return fn(std::integral_constant<DecodeMode, DecodeMode::kAccumulate>{});
-    case DecodeMode::kSubtract:
-      return fn(std::integral_constant<DecodeMode, DecodeMode::kSubtract>{});
+    case DecodeMode::kOverwrite: return fn(std::integral_constant<DecodeMode, DecodeMode::kOverwrite>{});
+    case DecodeMode::kAccumulate: return fn(std::integral_constant<DecodeMode, DecodeMode::kAccumulate>{});
+    case DecodeMode::kSubtract: return fn(std::integral_constant<DecodeMode, DecodeMode::kSubtract>{});
   }
   return internal_error("unknown decode mode");
 }
@@ -322,9 +306,7 @@ struct BucketDiv {
   uint64_t bucket;
   double inv;
 
-  static BucketDiv of(uint32_t bucket) {
-    return BucketDiv{bucket, 1.0 / static_cast<double>(bucket)};
-  }
+  static BucketDiv of(uint32_t bucket) { return BucketDiv{bucket, 1.0 / static_cast<double>(bucket)}; }
 
   __device__ uint64_t operator()(uint64_t i) const {
     uint64_t b = static_cast<uint64_t>(__dmul_rn(static_cast<double>(i), inv));
@@ -354,8 +336,8 @@ struct CodeSink {
 
 // Word w, elements [e0, e1), with the bits of the bucket [lo, hi) of n elements (zero
 // outside it).
-__device__ __forceinline__ void put_word(const CodeSink& s, uint64_t w, uint32_t word, uint64_t e0,
-                                         uint64_t e1, uint64_t lo, uint64_t hi, uint64_t n) {
+__device__ __forceinline__ void put_word(const CodeSink& s, uint64_t w, uint32_t word, uint64_t e0, uint64_t e1,
+                                         uint64_t lo, uint64_t hi, uint64_t n) {
   if (e0 >= lo && e1 <= hi) {
     s.words[w] = word;
     return;
@@ -397,10 +379,9 @@ inline Result<CodeSink> prepare_codes(uint8_t* codes, uint64_t n, uint32_t bits,
 // After the encode kernel: the bytes of a scratch last word into the payload.
 inline Status finish_codes(const CodeSink& sink, cudaStream_t stream) {
   if (sink.tail_scratch == nullptr) return Status::ok();
-  return cuda_status(
-      cudaMemcpyAsync(sink.words + sink.tail_word, sink.tail_scratch,
-                      sink.code_bytes - 4 * sink.tail_word, cudaMemcpyDeviceToDevice, stream),
-      "cudaMemcpyAsync (last code word)");
+  return cuda_status(cudaMemcpyAsync(sink.words + sink.tail_word, sink.tail_scratch,
+                                     sink.code_bytes - 4 * sink.tail_word, cudaMemcpyDeviceToDevice, stream),
+                     "cudaMemcpyAsync (last code word)");
 }
 
 // ---- Grid sizes. ----
@@ -417,8 +398,7 @@ inline Result<DeviceShape> device_shape() {
   GW_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
   GW_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   GW_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-  return DeviceShape{sms > 0 ? static_cast<uint64_t>(sms) : 1,
-                     l2 > 0 ? static_cast<uint64_t>(l2) : 0};
+  return DeviceShape{sms > 0 ? static_cast<uint64_t>(sms) : 1, l2 > 0 ? static_cast<uint64_t>(l2) : 0};
 }
 
 // Blocks of kThreads for a grid-stride loop of `kernel` over `items` (one per thread): at
@@ -433,8 +413,7 @@ Result<unsigned> elementwise_grid(Kernel kernel, uint64_t items) {
 // hold), the buckets in flight are kept to half the L2 so that the re-read does not reach
 // DRAM.
 template <class Kernel>
-Result<unsigned> bucket_grid(Kernel kernel, uint64_t nb, uint64_t bucket_bytes, bool rereads,
-                             const DeviceShape& dev) {
+Result<unsigned> bucket_grid(Kernel kernel, uint64_t nb, uint64_t bucket_bytes, bool rereads, const DeviceShape& dev) {
   GW_ASSIGN_OR_RETURN(const uint64_t wave, resident_blocks(kernel, kThreads));
   uint64_t warps = wave * kWarpsPerBlock;
   if (rereads) {

@@ -3,9 +3,9 @@
 #include <memory>
 #include <string>
 
+#include "common/cuda_check.hpp"
 #include "compressors/codec_registry.hpp"
 #include "compressors/sparse_layout.hpp"
-#include "common/cuda_check.hpp"
 #include "kernels/device_codecs.hpp"
 #include "kernels/header_kernel.hpp"
 
@@ -125,7 +125,8 @@ Status DeviceResidual::copy_in(const float* host, size_t count) {
 
 Status DeviceResidual::copy_owner_out(float* host, size_t n) const {
   if (n != owner_count_) {
-    return invalid_argument("owner residual holds " + std::to_string(owner_count_) + " floats, not " + std::to_string(n));
+    return invalid_argument("owner residual holds " + std::to_string(owner_count_) + " floats, not " +
+                            std::to_string(n));
   }
   GW_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   if (n > 0) GW_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, owner_, n * sizeof(float), cudaMemcpyDeviceToHost));
@@ -143,8 +144,8 @@ Result<EncodedSize> DeviceEncoder::encode(const void* src, size_t n, DType dtype
                                           DeviceResidual* ef, void* out, size_t cap, cudaStream_t stream) const {
   if (ef == nullptr) return run(src, nullptr, n, dtype, ctx, out, cap, stream);
   if (ef->count() != n) {
-    return invalid_argument("error-feedback state holds " + std::to_string(ef->count()) +
-                            " elements but count is " + std::to_string(n));
+    return invalid_argument("error-feedback state holds " + std::to_string(ef->count()) + " elements but count is " +
+                            std::to_string(n));
   }
   if (dtype != DType::kFloat32) return unsupported("error feedback takes float32 input only");
   if (src == nullptr && n > 0) return invalid_argument("src is null");
@@ -207,8 +208,8 @@ Result<EncodedSize> DeviceEncoder::run(const void* src, float* residual, size_t 
   return EncodedSize{wire::kHeaderBytes + *payload, kept == nullptr};
 }
 
-Status apply_validated(const wire::Header& header, const uint8_t* payload, void* dst, DType dtype,
-                       DecodeMode mode, cudaStream_t stream) {
+Status apply_validated(const wire::Header& header, const uint8_t* payload, void* dst, DType dtype, DecodeMode mode,
+                       cudaStream_t stream) {
   if (header.count == 0) return Status::ok();
   const DecodeJob job{&header, payload, dst, dtype, mode, stream};
   const DeviceCodecOps* ops = find_device_codec(header.codec);
@@ -241,7 +242,7 @@ Status decode_device(const void* msg, size_t len, void* dst, size_t n, DType dty
   SparseVerdict back{};
   const bool may_be_sparse = dtype == DType::kFloat32 && n <= wire::kMaxCount;
   if (may_be_sparse) {
-    GW_ASSIGN_OR_RETURN(SparseVerdict* verdict, scratch.get<SparseVerdict>(0, 1));
+    GW_ASSIGN_OR_RETURN(SparseVerdict * verdict, scratch.get<SparseVerdict>(0, 1));
     GW_RETURN_IF_ERROR(decode_sparse_untrusted(bytes, len, static_cast<float*>(dst), n, mode, verdict, stream));
     GW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&back, verdict, sizeof back, cudaMemcpyDeviceToHost, stream));
   } else {

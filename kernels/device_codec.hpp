@@ -78,16 +78,16 @@ class DeviceEncoder {
   // Writes the message for n elements at src (device) into out (device, 8-byte aligned,
   // cap >= codec.max_encoded_bytes). With ef, encodes src + residual and leaves the new
   // residual in ef, then advances ef's step. Only enqueues work on stream; never waits.
-  Result<EncodedSize> encode(const void* src, size_t n, DType dtype, const EncodeContext& ctx,
-                             DeviceResidual* ef, void* out, size_t cap, cudaStream_t stream) const;
+  Result<EncodedSize> encode(const void* src, size_t n, DType dtype, const EncodeContext& ctx, DeviceResidual* ef,
+                             void* out, size_t cap, cudaStream_t stream) const;
   // encode_accumulated for device memory: acc (device) already holds g + residual; on return
   // it holds what the message failed to carry.
-  Result<EncodedSize> encode_accumulated(float* acc, size_t n, const EncodeContext& ctx, void* out,
-                                         size_t cap, cudaStream_t stream) const;
+  Result<EncodedSize> encode_accumulated(float* acc, size_t n, const EncodeContext& ctx, void* out, size_t cap,
+                                         cudaStream_t stream) const;
 
  private:
-  Result<EncodedSize> run(const void* src, float* residual, size_t n, DType dtype,
-                          const EncodeContext& ctx, void* out, size_t cap, cudaStream_t stream) const;
+  Result<EncodedSize> run(const void* src, float* residual, size_t n, DType dtype, const EncodeContext& ctx, void* out,
+                          size_t cap, cudaStream_t stream) const;
 
   const Codec& codec_;
 };
@@ -96,13 +96,13 @@ class DeviceEncoder {
 // checked (a topk or dgc message's indices on the device) before dst is touched, and on
 // error dst is untouched. Waits on stream once, for the header and the device's verdict; a
 // sparse message is already applied then, a dense one is enqueued after.
-Status decode_device(const void* msg, size_t len, void* dst, size_t n, DType dtype,
-                     DecodeMode mode, cudaStream_t stream);
+Status decode_device(const void* msg, size_t len, void* dst, size_t n, DType dtype, DecodeMode mode,
+                     cudaStream_t stream);
 
 // Applies a message that the host already validated in full (wire::read_header and the
 // codec's validator over a host copy) and whose payload is now in device memory. Only
 // enqueues work: the path for collectives that receive into host memory.
-Status apply_validated(const wire::Header& header, const uint8_t* payload, void* dst,
-                       DType dtype, DecodeMode mode, cudaStream_t stream);
+Status apply_validated(const wire::Header& header, const uint8_t* payload, void* dst, DType dtype, DecodeMode mode,
+                       cudaStream_t stream);
 
 }  // namespace gw::kern

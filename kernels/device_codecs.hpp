@@ -34,9 +34,9 @@ struct EncodeJob {
   DType dtype;            // of src; float32 whenever residual is set or the codec is lossy
   const CodecSpec* spec;  // parsed and range-checked
   EncodeContext ctx;
-  uint8_t* payload;       // device, right after the 56-byte header; 8-byte aligned; room for
-                          // the host codec's max_encoded_bytes(n) - 56
-  DeviceScratch* scratch; // stream-ordered on `stream`
+  uint8_t* payload;        // device, right after the 56-byte header; 8-byte aligned; room for
+                           // the host codec's max_encoded_bytes(n) - 56
+  DeviceScratch* scratch;  // stream-ordered on `stream`
   cudaStream_t stream;
 };
 
@@ -73,8 +73,7 @@ Status decode_randomk(const DecodeJob& job);
 // The index checks of validate_sparse (compressors/sparse_layout.hpp) for a payload in
 // device memory: sets *bad (device) to 1 if an index is >= header.count or not above the one
 // before it, leaves it alone otherwise. The caller zeroes *bad first.
-Status check_sparse_indices(const wire::Header& header, const uint8_t* payload, uint32_t* bad,
-                            cudaStream_t stream);
+Status check_sparse_indices(const wire::Header& header, const uint8_t* payload, uint32_t* bad, cudaStream_t stream);
 
 // An untrusted message in device memory, checked and applied on the device as a topk or dgc
 // message of n float32, without the host reading it first: a one-block kernel copies the
@@ -137,7 +136,7 @@ struct DeviceCodecRegistrar {
 #define GW_DEVICE_CODEC_CONCAT_INNER(a, b) a##b
 #define GW_DEVICE_CODEC_CONCAT(a, b) GW_DEVICE_CODEC_CONCAT_INNER(a, b)
 // At namespace scope in the codec's kernel file.
-#define GW_REGISTER_DEVICE_CODEC(id, encode, decode)                                         \
+#define GW_REGISTER_DEVICE_CODEC(id, encode, decode)                                                 \
   static const ::gw::kern::DeviceCodecRegistrar GW_DEVICE_CODEC_CONCAT(gw_device_codec_, __LINE__) { \
-    id, encode, decode                                                                      \
+    id, encode, decode                                                                               \
   }

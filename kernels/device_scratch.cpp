@@ -80,7 +80,8 @@ DeviceScratch::~DeviceScratch() {
 }
 
 Result<void*> DeviceScratch::raw(int slot, size_t bytes) {
-  if (slot < 0 || slot >= kSlots) return internal_error("device scratch slot " + std::to_string(slot) + " is out of range");
+  if (slot < 0 || slot >= kSlots)
+    return internal_error("device scratch slot " + std::to_string(slot) + " is out of range");
   if (bytes <= sizes_[slot] && slots_[slot] != nullptr) return slots_[slot];
   if (!ready_) {
     GW_ASSIGN_OR_RETURN(pools_, memory_pools_supported());

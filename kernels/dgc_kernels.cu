@@ -9,14 +9,14 @@
 #include <cmath>
 #include <string>
 
+#include "common/cuda_check.hpp"
 #include "compressors/hd.hpp"
 #include "compressors/sparse_layout.hpp"
 #include "compressors/stratified.hpp"
-#include "common/cuda_check.hpp"
 #include "kernels/device_codecs.hpp"
 #include "kernels/grid_size.cuh"
-#include "kernels/radix_select.cuh"
 #include "kernels/precise_math.cuh"
+#include "kernels/radix_select.cuh"
 
 namespace gw::kern {
 namespace {
@@ -26,11 +26,9 @@ constexpr double kOverSelect = 1.25;
 constexpr uint64_t kExactBelow = 4096;
 constexpr int kThreads = 256;
 
-
 // keys[j] = magnitude key of the accumulated value at stratified_index(rs, j, n, m).
 __global__ void __launch_bounds__(kThreads)
-    sample_kernel(const float* src, const float* residual, uint64_t n, uint64_t m, RandomStream rs,
-                  uint32_t* keys) {
+    sample_kernel(const float* src, const float* residual, uint64_t n, uint64_t m, RandomStream rs, uint32_t* keys) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t j = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < m; j += stride) {
     const uint64_t i = stratified_index(rs, j, n, m);
@@ -84,10 +82,10 @@ template <class Idx>
 Status sampled_select(const EncodeJob& job, const DgcPlan& p, const uint64_t** kept_out) {
   DeviceScratch& scratch = *job.scratch;
   const auto* src = static_cast<const float*>(job.src);
-  GW_ASSIGN_OR_RETURN(uint32_t* sample, scratch.get<uint32_t>(5, p.m));
+  GW_ASSIGN_OR_RETURN(uint32_t * sample, scratch.get<uint32_t>(5, p.m));
   const size_t cand_bytes = align_up(p.cap * sizeof(Idx));
   const size_t key_bytes = align_up(p.cap * sizeof(uint32_t));
-  GW_ASSIGN_OR_RETURN(uint8_t* list, scratch.get<uint8_t>(6, cand_bytes + key_bytes + 2 * sizeof(uint64_t)));
+  GW_ASSIGN_OR_RETURN(uint8_t * list, scratch.get<uint8_t>(6, cand_bytes + key_bytes + 2 * sizeof(uint64_t)));
   auto* cand = reinterpret_cast<Idx*>(list);
   auto* cand_keys = reinterpret_cast<uint32_t*>(list + cand_bytes);
   auto* count = reinterpret_cast<uint64_t*>(list + cand_bytes + key_bytes);
@@ -106,8 +104,8 @@ Status sampled_select(const EncodeJob& job, const DgcPlan& p, const uint64_t** k
 
   // The candidate pass was the input's first: the accumulated values now sit in values().
   const SelectArray acc{job.residual != nullptr ? nullptr : src, job.residual, job.n};
-  GW_RETURN_IF_ERROR(select_topk<Idx>(acc, p.k, sparse_out<Idx>(job.payload, p.k, job.residual), scratch,
-                                      job.stream, SelectGate{count, p.cap, true}));
+  GW_RETURN_IF_ERROR(select_topk<Idx>(acc, p.k, sparse_out<Idx>(job.payload, p.k, job.residual), scratch, job.stream,
+                                      SelectGate{count, p.cap, true}));
   const SelectList<Idx> list_in{acc.values(), cand, cand_keys, p.cap};
   const SparseOut<Idx> out{reinterpret_cast<Idx*>(job.payload), nullptr, job.residual, kept};
   GW_RETURN_IF_ERROR(select_topk<Idx>(list_in, p.k, out, scratch, job.stream, SelectGate{count, p.cap, false}));

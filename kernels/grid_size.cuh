@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "gradwire/status.hpp"
 #include "common/cuda_check.hpp"
+#include "gradwire/status.hpp"
 
 namespace gw::kern {
 

@@ -18,7 +18,7 @@ struct HeaderBytes {
 // Writes header at out. With kept set (device memory, a sparse message whose count only the
 // device knows: dgc), k is *kept and payload_bytes is *kept * (index_bytes + 4) instead of
 // the host's values; the message's length is then known once the header is.
-Status write_header_async(const wire::Header& header, uint8_t* out, cudaStream_t stream,
-                          const uint64_t* kept = nullptr, uint32_t index_bytes = 0);
+Status write_header_async(const wire::Header& header, uint8_t* out, cudaStream_t stream, const uint64_t* kept = nullptr,
+                          uint32_t index_bytes = 0);
 
 }  // namespace gw::kern

@@ -17,8 +17,7 @@
 #if defined(__CUDACC__)
 #if defined(__CUDA_ARCH__)
 extern "C" __device__ int __nvvm_reflect(const char*);
-extern "C" __device__ void
-gradwire_codec_kernels_need_ftz_false_prec_div_true_prec_sqrt_true__no_use_fast_math();
+extern "C" __device__ void gradwire_codec_kernels_need_ftz_false_prec_div_true_prec_sqrt_true__no_use_fast_math();
 #endif
 
 namespace {

@@ -122,8 +122,7 @@ __device__ __forceinline__ uint32_t quad_mask(uint32_t t, uint32_t skip, uint32_
   return m;
 }
 
-__device__ __forceinline__ void scan_quad(LaneMinMax& mm, const float (&x)[4], uint32_t t,
-                                          uint32_t m, uint32_t skip) {
+__device__ __forceinline__ void scan_quad(LaneMinMax& mm, const float (&x)[4], uint32_t t, uint32_t m, uint32_t skip) {
 #pragma unroll
   for (uint32_t j = 0; j < 4; ++j) {
     if ((m >> j & 1u) != 0) mm.add(x[j], 4 * t + j - skip);
@@ -144,9 +143,8 @@ struct BucketView {
 // Quantizes local quad t's elements, writes their residuals, and stores the code word from
 // the lane that holds its first quad. Every lane of the warp calls it.
 template <uint32_t kBits, bool kStochastic>
-__device__ __forceinline__ void emit_quad(const EncodeArgs& a, const BucketView& v,
-                                          const quant::QsgdScale& s, uint32_t t, uint32_t lane,
-                                          const float (&x)[4]) {
+__device__ __forceinline__ void emit_quad(const EncodeArgs& a, const BucketView& v, const quant::QsgdScale& s,
+                                          uint32_t t, uint32_t lane, const float (&x)[4]) {
   constexpr uint32_t kLevels = (1u << kBits) - 1u;
   constexpr uint32_t kQuadsPerWord = 8 / kBits;
   constexpr uint64_t kPerWord = 32 / kBits;
@@ -183,14 +181,12 @@ constexpr int kEncodeBlocksPerSm = kRows > 4 ? 2 : 4;
 
 // kRows rows of 32 quads stay in registers between the passes; rows past them are re-read.
 template <uint32_t kBits, bool kStochastic, uint32_t kRows>
-__global__ void __launch_bounds__(kThreads, kEncodeBlocksPerSm<kRows>)
-    encode_kernel(const EncodeArgs a) {
+__global__ void __launch_bounds__(kThreads, kEncodeBlocksPerSm<kRows>) encode_kernel(const EncodeArgs a) {
   constexpr uint32_t kLevels = (1u << kBits) - 1u;
   constexpr uint64_t kQuadsPerWord = 8 / kBits;
   const uint32_t lane = threadIdx.x % 32;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kWarpsPerBlock;
-  for (uint64_t b = static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; b < a.nb;
-       b += stride) {
+  for (uint64_t b = static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; b < a.nb; b += stride) {
     BucketView v;
     v.lo = b * a.bucket;
     v.len = static_cast<uint32_t>(a.n - v.lo < a.bucket ? a.n - v.lo : a.bucket);
@@ -203,8 +199,7 @@ __global__ void __launch_bounds__(kThreads, kEncodeBlocksPerSm<kRows>)
     {  // the masks die with the loads (recomputed for the scan): fewer registers live
       uint32_t masks[kRows];
 #pragma unroll
-      for (uint32_t r = 0; r < kRows; ++r)
-        masks[r] = r < rows ? quad_mask(32 * r + lane, v.skip, v.len) : 0u;
+      for (uint32_t r = 0; r < kRows; ++r) masks[r] = r < rows ? quad_mask(32 * r + lane, v.skip, v.len) : 0u;
       load_acc<kRows>(a.in.shifted(4 * v.first), lane, masks, cache);
     }
     LaneMinMax mm;
@@ -221,8 +216,7 @@ __global__ void __launch_bounds__(kThreads, kEncodeBlocksPerSm<kRows>)
     const float mn = key_value(warp_min(mm.min_key()), false);
     const float mx = key_value(warp_min(mm.max_key()), true);
     const quant::QsgdScale s = quant::qsgd_scale(mn, mx, kLevels);
-    if (lane == 0)
-      *reinterpret_cast<float2*>(a.scales + kScaleBytes * b) = make_float2(s.min, s.unit);
+    if (lane == 0) *reinterpret_cast<float2*>(a.scales + kScaleBytes * b) = make_float2(s.min, s.unit);
 
 #pragma unroll
     for (uint32_t r = 0; r < kRows; ++r) {
@@ -254,9 +248,9 @@ struct ChunkArgs {
   uint64_t n;
   uint32_t bucket;
   uint64_t chunks_per_bucket;
-  uint64_t chunks;      // nb * chunks_per_bucket
-  uint64_t* partial;    // 2 keys (min, max) per chunk
-  uint64_t* keys;       // 2 keys per bucket
+  uint64_t chunks;    // nb * chunks_per_bucket
+  uint64_t* partial;  // 2 keys (min, max) per chunk
+  uint64_t* keys;     // 2 keys per bucket
 };
 
 __global__ void __launch_bounds__(kThreads) chunk_minmax_kernel(const ChunkArgs a) {
@@ -357,7 +351,7 @@ Status launch_spread(const EncodeArgs& a, DeviceScratch* scratch, cudaStream_t s
   if (scratch == nullptr) return internal_error("qsgd device encode of large buckets needs scratch memory");
   ChunkArgs c{a.in, a.n, a.bucket, (a.bucket + kChunkElements - 1) / kChunkElements, 0, nullptr, nullptr};
   c.chunks = a.nb * c.chunks_per_bucket;
-  GW_ASSIGN_OR_RETURN(uint64_t* keys, scratch->get<uint64_t>(1, 2 * (c.chunks + a.nb)));
+  GW_ASSIGN_OR_RETURN(uint64_t * keys, scratch->get<uint64_t>(1, 2 * (c.chunks + a.nb)));
   c.partial = keys;
   c.keys = keys + 2 * c.chunks;
   GW_ASSIGN_OR_RETURN(const unsigned g1, grid_for(chunk_minmax_kernel, kThreads, c.chunks, 1));
@@ -383,8 +377,7 @@ Status launch_encode(const EncodeArgs& a, const DeviceShape& dev, DeviceScratch*
     kernel<<<grid, kThreads, 0, stream>>>(a);
   } else {
     const auto kernel = encode_kernel<kBits, kStochastic, 8>;
-    GW_ASSIGN_OR_RETURN(const unsigned grid,
-                        bucket_grid(kernel, a.nb, in_bytes, a.bucket > kCachedElements, dev));
+    GW_ASSIGN_OR_RETURN(const unsigned grid, bucket_grid(kernel, a.nb, in_bytes, a.bucket > kCachedElements, dev));
     kernel<<<grid, kThreads, 0, stream>>>(a);
   }
   return launch_status("qsgd encode kernel");
@@ -437,8 +430,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
   auto* dst = reinterpret_cast<uint8_t*>(a.dst);
   const uint64_t quads = (a.n + 3) / 4;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t q = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < quads;
-       q += stride) {
+  for (uint64_t q = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < quads; q += stride) {
     const uint64_t i0 = 4 * q;
     uint64_t b = a.div(i0);
     uint64_t next = (b + 1) * a.bucket;  // first element of the next bucket
@@ -446,8 +438,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
     if (i0 + 4 <= a.n) {
       const uint32_t codes = quad_codes<kBits>(a.codes, q, a.code_width);
       float d[4] = {};
-      if constexpr (kMode != DecodeMode::kOverwrite)
-        load_quad<DType::kFloat32>(dst, q, a.dst_width, d);
+      if constexpr (kMode != DecodeMode::kOverwrite) load_quad<DType::kFloat32>(dst, q, a.dst_width, d);
 #pragma unroll
       for (uint32_t j = 0; j < 4; ++j) {
         if (i0 + j >= next) {
@@ -463,8 +454,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
           s = load_scale(a, ++b);
           next += a.bucket;
         }
-        a.dst[i] = apply_mode<kMode>(a.dst[i],
-                                     quant::qsgd_dequantize(quant::get_code(a.codes, i, kBits), s));
+        a.dst[i] = apply_mode<kMode>(a.dst[i], quant::qsgd_dequantize(quant::get_code(a.codes, i, kBits), s));
       }
     }
   }

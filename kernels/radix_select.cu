@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "compressors/hd.hpp"
 #include "common/cuda_check.hpp"
+#include "compressors/hd.hpp"
 #include "kernels/grid_size.cuh"
 #include "kernels/precise_math.cuh"
 
@@ -274,8 +274,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 // boundary.
 template <class Src>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    sub_hist_kernel(Src src, ull count, SelectState* st, int level, uint32_t mode,
-                    bool count_in_state, int done_slot) {
+    sub_hist_kernel(Src src, ull count, SelectState* st, int level, uint32_t mode, bool count_in_state, int done_slot) {
   if (st->mode != mode) return;
   if (count_in_state) count = st->cand_count;
   __shared__ uint32_t hist[kSubBins];
@@ -300,8 +299,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 // One warp's tile: lane w ends with the bitmask words of positions 32 w .. 32 w + 31, `sure`
 // for key >= sure_from and `low` for cand_from <= key < sure_from.
 template <class Src>
-__device__ void mark_tile(const Src& src, ull count, ull tile, uint32_t sure_from,
-                          uint32_t cand_from, uint32_t& sure, uint32_t& low) {
+__device__ void mark_tile(const Src& src, ull count, ull tile, uint32_t sure_from, uint32_t cand_from, uint32_t& sure,
+                          uint32_t& low) {
   const ull base = tile * kTileElems;
 #pragma unroll
   for (int c = 0; c < 32; c += kUnroll) {
@@ -361,8 +360,8 @@ __device__ void gather_candidates(const Src& src, ull tile, uint32_t low, Select
 // kMayGather) the `low` elements go to the gathered list and eq stays zero for now.
 template <class Src, class Idx, bool kMayGather>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    mark_kernel(Src src, ull count, SelectState* st, Marks marks, Idx* gather_pos,
-                uint32_t* gather_keys, ull gather_cap) {
+    mark_kernel(Src src, ull count, SelectState* st, Marks marks, Idx* gather_pos, uint32_t* gather_keys,
+                ull gather_cap) {
   static_assert(!kMayGather || Src::kPure, "gathering reads a key a second time");
   if (st->skip != 0) return;
   const bool gather = kMayGather && st->mode == kModeGather;
@@ -394,9 +393,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 // Gather mode (never in a skipped selection): sets the gathered candidates' bits once the
 // threshold is known.
 template <class Idx>
-__global__ void __launch_bounds__(kThreads)
-    patch_kernel(const SelectState* st, Marks marks, const Idx* gather_pos,
-                 const uint32_t* gather_keys, ull gather_cap) {
+__global__ void __launch_bounds__(kThreads) patch_kernel(const SelectState* st, Marks marks, const Idx* gather_pos,
+                                                         const uint32_t* gather_keys, ull gather_cap) {
   if (st->mode != kModeGather) return;
   const ull n = min(st->cand_count, gather_cap);
   const uint32_t t = st->threshold;
@@ -431,15 +429,13 @@ __device__ __forceinline__ uint32_t lowest_set_bits(uint32_t bits, uint32_t n) {
 // than `ties` eq bits come before them. A warp per tile, a lane per word. With total set,
 // stores the number chosen there.
 template <class Emit>
-__global__ void __launch_bounds__(kThreads)
-    write_kernel(Emit emit, const SelectState* st, Marks marks, const TileCount* before,
-                 bool take_all_ties, ull* total) {
+__global__ void __launch_bounds__(kThreads) write_kernel(Emit emit, const SelectState* st, Marks marks,
+                                                         const TileCount* before, bool take_all_ties, ull* total) {
   if (st->skip != 0) return;
   const ull ties = take_all_ties ? ~0ull : st->ties;
   const uint32_t lane = lane_id();
   const ull warps = static_cast<ull>(gridDim.x) * blockDim.x / 32;
-  for (ull t = (static_cast<ull>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; t < marks.num_tiles;
-       t += warps) {
+  for (ull t = (static_cast<ull>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; t < marks.num_tiles; t += warps) {
     const TileCount here = marks.tiles[t];
     const TileCount pre = before[t];
     if (total != nullptr && t == marks.num_tiles - 1 && lane == 0) {
@@ -544,22 +540,21 @@ Result<Work<Idx>> prepare(ull count, ull gather_cap, ull k, const SelectGate& ga
   w.marks.words = (count + kWordBits - 1) / kWordBits;
   w.marks.num_tiles = (count + kTileElems - 1) / kTileElems;
   const size_t mask_bytes = align_up(w.marks.words * sizeof(uint32_t));
-  GW_ASSIGN_OR_RETURN(uint8_t* masks, scratch.get<uint8_t>(1, 2 * mask_bytes));
+  GW_ASSIGN_OR_RETURN(uint8_t * masks, scratch.get<uint8_t>(1, 2 * mask_bytes));
   w.marks.sure = reinterpret_cast<uint32_t*>(masks);
   w.marks.eq = reinterpret_cast<uint32_t*>(masks + mask_bytes);
-  GW_ASSIGN_OR_RETURN(TileCount* tiles, scratch.get<TileCount>(2, 2 * w.marks.num_tiles));
+  GW_ASSIGN_OR_RETURN(TileCount * tiles, scratch.get<TileCount>(2, 2 * w.marks.num_tiles));
   w.marks.tiles = tiles;
   w.before = tiles + w.marks.num_tiles;
   if (gather_cap > 0) {
     const size_t pos_bytes = align_up(gather_cap * sizeof(Idx));
-    GW_ASSIGN_OR_RETURN(uint8_t* g, scratch.get<uint8_t>(3, pos_bytes + gather_cap * sizeof(uint32_t)));
+    GW_ASSIGN_OR_RETURN(uint8_t * g, scratch.get<uint8_t>(3, pos_bytes + gather_cap * sizeof(uint32_t)));
     w.gather_pos = reinterpret_cast<Idx*>(g);
     w.gather_keys = reinterpret_cast<uint32_t*>(g + pos_bytes);
     w.gather_cap = gather_cap;
   }
-  GW_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveScan(nullptr, w.scan_bytes, w.marks.tiles, w.before,
-                                                         TileSum{}, TileCount{0, 0}, w.marks.num_tiles,
-                                                         stream));
+  GW_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveScan(nullptr, w.scan_bytes, w.marks.tiles, w.before, TileSum{},
+                                                         TileCount{0, 0}, w.marks.num_tiles, stream));
   GW_ASSIGN_OR_RETURN(w.scan_temp, scratch.get<uint8_t>(4, w.scan_bytes));
   init_state_kernel<<<1, kThreads, 0, stream>>>(w.st, k, gate);
   GW_RETURN_IF_ERROR(launch_status("init_state_kernel"));
@@ -585,8 +580,8 @@ template <class Src, class Idx, bool kMayGather>
 Status mark(const Src& src, ull count, const Work<Idx>& w, cudaStream_t stream) {
   GW_ASSIGN_OR_RETURN(const unsigned int blocks,
                       grid_for(mark_kernel<Src, Idx, kMayGather>, kThreads, w.marks.num_tiles, kWarps));
-  mark_kernel<Src, Idx, kMayGather><<<blocks, kThreads, 0, stream>>>(src, count, w.st, w.marks, w.gather_pos,
-                                                                    w.gather_keys, w.gather_cap);
+  mark_kernel<Src, Idx, kMayGather>
+      <<<blocks, kThreads, 0, stream>>>(src, count, w.st, w.marks, w.gather_pos, w.gather_keys, w.gather_cap);
   return launch_status("mark_kernel");
 }
 
@@ -604,8 +599,7 @@ Status resolve_gathered(const Work<Idx>& w, cudaStream_t stream) {
 }
 
 template <class Emit, class Idx>
-Status scan_and_write(const Emit& emit, const Work<Idx>& w, bool take_all_ties, ull* total,
-                      cudaStream_t stream) {
+Status scan_and_write(const Emit& emit, const Work<Idx>& w, bool take_all_ties, ull* total, cudaStream_t stream) {
   size_t bytes = w.scan_bytes;
   GW_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveScan(w.scan_temp, bytes, w.marks.tiles, w.before, TileSum{},
                                                          TileCount{0, 0}, w.marks.num_tiles, stream));
@@ -646,8 +640,7 @@ Status select_topk(const SelectList<Idx>& in, uint64_t k, const SparseOut<Idx>& 
   const KeySrc keys{in.keys};
   GW_RETURN_IF_ERROR(find_threshold(keys, keys, in.count, 0, w.st, stream));
   GW_RETURN_IF_ERROR((mark<KeySrc, Idx, false>(keys, in.count, w, stream)));
-  return scan_and_write(PayloadEmit<Idx, ListSrc<Idx>>{ListSrc<Idx>{in.x, in.index}, out}, w, false, nullptr,
-                        stream);
+  return scan_and_write(PayloadEmit<Idx, ListSrc<Idx>>{ListSrc<Idx>{in.x, in.index}, out}, w, false, nullptr, stream);
 }
 
 template <class Idx>
@@ -666,18 +659,17 @@ Status select_at_least_kth(const uint32_t* keys, uint64_t m, uint64_t rank, cons
   } else {
     GW_RETURN_IF_ERROR((mark<ArraySrc, Idx, false>(x, n, w, stream)));
   }
-  return scan_and_write(CandidateEmit<Idx>{x.x, cand, cand_keys, cap}, w, true, reinterpret_cast<ull*>(count),
-                        stream);
+  return scan_and_write(CandidateEmit<Idx>{x.x, cand, cand_keys, cap}, w, true, reinterpret_cast<ull*>(count), stream);
 }
 
 template Status select_topk<uint32_t>(const SelectArray&, uint64_t, const SparseOut<uint32_t>&, DeviceScratch&,
                                       cudaStream_t, const SelectGate&);
 template Status select_topk<uint64_t>(const SelectArray&, uint64_t, const SparseOut<uint64_t>&, DeviceScratch&,
                                       cudaStream_t, const SelectGate&);
-template Status select_topk<uint32_t>(const SelectList<uint32_t>&, uint64_t, const SparseOut<uint32_t>&,
-                                      DeviceScratch&, cudaStream_t, const SelectGate&);
-template Status select_topk<uint64_t>(const SelectList<uint64_t>&, uint64_t, const SparseOut<uint64_t>&,
-                                      DeviceScratch&, cudaStream_t, const SelectGate&);
+template Status select_topk<uint32_t>(const SelectList<uint32_t>&, uint64_t, const SparseOut<uint32_t>&, DeviceScratch&,
+                                      cudaStream_t, const SelectGate&);
+template Status select_topk<uint64_t>(const SelectList<uint64_t>&, uint64_t, const SparseOut<uint64_t>&, DeviceScratch&,
+                                      cudaStream_t, const SelectGate&);
 template Status select_at_least_kth<uint32_t>(const uint32_t*, uint64_t, uint64_t, const SelectArray&, uint32_t*,
                                               uint32_t*, uint64_t, uint64_t*, DeviceScratch&, cudaStream_t);
 template Status select_at_least_kth<uint64_t>(const uint32_t*, uint64_t, uint64_t, const SelectArray&, uint64_t*,

@@ -83,19 +83,19 @@ struct SelectGate {
 // The k (1 <= k <= n) largest by magnitude key into out, indices increasing; ties at the
 // threshold go to the lower position. Enqueues on stream only. Uses scratch slots 0 to 4.
 template <class Idx>
-Status select_topk(const SelectArray& in, uint64_t k, const SparseOut<Idx>& out,
-                   DeviceScratch& scratch, cudaStream_t stream, const SelectGate& gate = SelectGate{});
+Status select_topk(const SelectArray& in, uint64_t k, const SparseOut<Idx>& out, DeviceScratch& scratch,
+                   cudaStream_t stream, const SelectGate& gate = SelectGate{});
 template <class Idx>
-Status select_topk(const SelectList<Idx>& in, uint64_t k, const SparseOut<Idx>& out,
-                   DeviceScratch& scratch, cudaStream_t stream, const SelectGate& gate = SelectGate{});
+Status select_topk(const SelectList<Idx>& in, uint64_t k, const SparseOut<Idx>& out, DeviceScratch& scratch,
+                   cudaStream_t stream, const SelectGate& gate = SelectGate{});
 
 // dgc's candidate pass. T = the rank-th largest of keys[0, m) (1 <= rank <= m); then every
 // index of `in` whose key is >= T, increasing, goes to cand (the first cap of them) and its
 // key to cand_keys; how many there are (which may exceed cap) to *count, in device memory.
 // This is `in`'s first pass (error feedback is applied here). Enqueues only. Slots 0 to 4.
 template <class Idx>
-Status select_at_least_kth(const uint32_t* keys, uint64_t m, uint64_t rank, const SelectArray& in,
-                           Idx* cand, uint32_t* cand_keys, uint64_t cap, uint64_t* count,
-                           DeviceScratch& scratch, cudaStream_t stream);
+Status select_at_least_kth(const uint32_t* keys, uint64_t m, uint64_t rank, const SelectArray& in, Idx* cand,
+                           uint32_t* cand_keys, uint64_t cap, uint64_t* count, DeviceScratch& scratch,
+                           cudaStream_t stream);
 
 }  // namespace gw::kern

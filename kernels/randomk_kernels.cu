@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <string>
 
+#include "common/cuda_check.hpp"
 #include "compressors/hd.hpp"
 #include "compressors/stratified.hpp"
-#include "common/cuda_check.hpp"
 #include "kernels/device_codecs.hpp"
 #include "kernels/grid_size.cuh"
 #include "kernels/precise_math.cuh"
@@ -82,7 +82,8 @@ Result<uint64_t> encode_randomk(const EncodeJob& job, wire::Header& header) {
   header.step = job.ctx.step;
   const auto* src = static_cast<const float*>(job.src);
   if (src != nullptr && job.residual != nullptr) {
-    GW_ASSIGN_OR_RETURN(const unsigned grid, grid_for(accumulate_kernel, kThreads, (n + kUnroll - 1) / kUnroll, kThreads));
+    GW_ASSIGN_OR_RETURN(const unsigned grid,
+                        grid_for(accumulate_kernel, kThreads, (n + kUnroll - 1) / kUnroll, kThreads));
     accumulate_kernel<<<grid, kThreads, 0, job.stream>>>(job.residual, src, n);
     GW_RETURN_IF_ERROR(launch_status("accumulate_kernel"));
   }

@@ -52,8 +52,7 @@ struct BucketView {
 
 // Code word `first + r`: writes the residuals and returns the word. Every lane of the warp
 // calls it.
-__device__ __forceinline__ uint32_t emit_word(const BucketView& v, float scale, uint32_t r,
-                                              uint32_t lane, float x) {
+__device__ __forceinline__ uint32_t emit_word(const BucketView& v, float scale, uint32_t r, uint32_t lane, float x) {
   const uint32_t e = 32 * r + lane;
   const bool active = v.has(e);
   const uint32_t bit = active ? quant::sign_bit(x) : 0u;
@@ -61,8 +60,7 @@ __device__ __forceinline__ uint32_t emit_word(const BucketView& v, float scale, 
   return __ballot_sync(kFullMask, bit != 0);
 }
 
-__device__ __forceinline__ void put_bucket_word(const EncodeArgs& a, const BucketView& v,
-                                                uint32_t r, uint32_t word) {
+__device__ __forceinline__ void put_bucket_word(const EncodeArgs& a, const BucketView& v, uint32_t r, uint32_t word) {
   const uint64_t w = v.first + r;
   put_word(a.sink, w, word, 32 * w, 32 * w + 32, v.lo, v.lo + v.len, a.n);
 }
@@ -74,13 +72,11 @@ constexpr int kEncodeBlocksPerSm = kRows > 16 ? 2 : 3;
 // kRows code words' elements stay in registers between the passes; words past them are
 // re-read.
 template <uint32_t kRows>
-__global__ void __launch_bounds__(kThreads, kEncodeBlocksPerSm<kRows>)
-    encode_kernel(const EncodeArgs a) {
+__global__ void __launch_bounds__(kThreads, kEncodeBlocksPerSm<kRows>) encode_kernel(const EncodeArgs a) {
   static_assert(kRows <= 32, "a lane stores one cached word");
   const uint32_t lane = threadIdx.x % 32;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kWarpsPerBlock;
-  for (uint64_t b = static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; b < a.nb;
-       b += stride) {
+  for (uint64_t b = static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; b < a.nb; b += stride) {
     BucketView v;
     v.lo = b * a.bucket;
     v.len = static_cast<uint32_t>(a.n - v.lo < a.bucket ? a.n - v.lo : a.bucket);
@@ -166,8 +162,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
   auto* dst = reinterpret_cast<uint8_t*>(a.dst);
   const uint64_t quads = (a.n + 3) / 4;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t q = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < quads;
-       q += stride) {
+  for (uint64_t q = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < quads; q += stride) {
     const uint64_t i0 = 4 * q;
     uint64_t b = a.div(i0);
     uint64_t next = (b + 1) * a.bucket;  // first element of the next bucket
@@ -176,8 +171,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
     const uint32_t bits = (static_cast<uint32_t>(a.codes[q / 2]) >> (4 * (q % 2))) & 0xfu;
     if (i0 + 4 <= a.n) {
       float d[4] = {};
-      if constexpr (kMode != DecodeMode::kOverwrite)
-        load_quad<DType::kFloat32>(dst, q, a.dst_width, d);
+      if constexpr (kMode != DecodeMode::kOverwrite) load_quad<DType::kFloat32>(dst, q, a.dst_width, d);
 #pragma unroll
       for (uint32_t j = 0; j < 4; ++j) {
         if (i0 + j >= next) {
@@ -209,8 +203,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
 __global__ void __launch_bounds__(kThreads) bucket_mean_kernel(const EncodeArgs a) {
   const uint32_t lane = threadIdx.x % 32;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kWarpsPerBlock;
-  for (uint64_t b = static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; b < a.nb;
-       b += stride) {
+  for (uint64_t b = static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; b < a.nb; b += stride) {
     const uint64_t lo = b * a.bucket;
     const auto len = static_cast<uint32_t>(a.n - lo < a.bucket ? a.n - lo : a.bucket);
     const AccSource in = a.in.shifted(lo);
@@ -245,8 +238,7 @@ __global__ void __launch_bounds__(kThreads) word_bits_kernel(const EncodeArgs a)
   const uint32_t lane = threadIdx.x % 32;
   const uint64_t words = (a.n + 31) / 32;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kWarpsPerBlock;
-  for (uint64_t w = static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; w < words;
-       w += stride) {
+  for (uint64_t w = static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; w < words; w += stride) {
     const uint64_t b = 32 * w / a.bucket;
     BucketView v;
     v.lo = b * a.bucket;
@@ -273,8 +265,7 @@ Result<uint64_t> encode_sign(const EncodeJob& job, wire::Header& header) {
 
   GW_ASSIGN_OR_RETURN(const DeviceShape dev, device_shape());
   uint8_t* codes = job.payload + nb * kScaleBytes;
-  GW_ASSIGN_OR_RETURN(const CodeSink sink,
-                      prepare_codes(codes, job.n, 1, bucket, job.scratch, job.stream));
+  GW_ASSIGN_OR_RETURN(const CodeSink sink, prepare_codes(codes, job.n, 1, bucket, job.scratch, job.stream));
   const EncodeArgs args{AccSource::of(job.src, job.residual),  job.n, nb, bucket,
                         reinterpret_cast<float*>(job.payload), sink};
   const uint64_t in_bytes = static_cast<uint64_t>(bucket) * (args.in.b != nullptr ? 8 : 4);
@@ -295,8 +286,7 @@ Result<uint64_t> encode_sign(const EncodeJob& job, wire::Header& header) {
     kernel<<<grid, kThreads, 0, job.stream>>>(args);
   } else {
     const auto kernel = encode_kernel<32>;
-    GW_ASSIGN_OR_RETURN(const unsigned grid,
-                        bucket_grid(kernel, nb, in_bytes, bucket > kCachedElements, dev));
+    GW_ASSIGN_OR_RETURN(const unsigned grid, bucket_grid(kernel, nb, in_bytes, bucket > kCachedElements, dev));
     kernel<<<grid, kThreads, 0, job.stream>>>(args);
   }
   GW_RETURN_IF_ERROR(launch_status("sign encode kernel"));

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <string>
 
+#include "common/cuda_check.hpp"
 #include "compressors/hd.hpp"
 #include "compressors/sparse_layout.hpp"
-#include "common/cuda_check.hpp"
 #include "kernels/device_codecs.hpp"
 #include "kernels/grid_size.cuh"
 #include "kernels/precise_math.cuh"
@@ -18,7 +18,6 @@ namespace gw::kern {
 namespace {
 
 constexpr int kThreads = 256;
-
 
 // Payload words at any alignment: the message may sit anywhere in a caller's buffer.
 __device__ __forceinline__ uint32_t load_u32(const uint8_t* p) {
@@ -106,9 +105,9 @@ __global__ void gate_kernel(const uint8_t* msg, uint64_t len, uint64_t n, uint64
   if (i != 0) return;
   const uint8_t* h = v->header;
   const bool ok = h[0] == 'G' && h[1] == 'W' && h[2] == 'R' && h[3] == 'E' && h[4] == kWireVersion &&
-                  (h[5] == kTopkId || h[5] == kDgcId) && h[6] == kFloat32Id && h[7] == 0 &&
-                  header_u64(h, 8) == n && header_u32(h, 16) == 0 && header_u32(h, 20) == 0 &&
-                  header_u64(h, wire::kKAt) == k && header_u64(h, 32) == 0 && header_u64(h, 40) == 0 &&
+                  (h[5] == kTopkId || h[5] == kDgcId) && h[6] == kFloat32Id && h[7] == 0 && header_u64(h, 8) == n &&
+                  header_u32(h, 16) == 0 && header_u32(h, 20) == 0 && header_u64(h, wire::kKAt) == k &&
+                  header_u64(h, 32) == 0 && header_u64(h, 40) == 0 &&
                   header_u64(h, wire::kPayloadBytesAt) == len - wire::kHeaderBytes && k <= n;
   v->header_bad = ok ? 0 : 1;
   v->index_bad = 0;
@@ -141,8 +140,7 @@ Status decode_sparse(const DecodeJob& job) {
   });
 }
 
-Status check_sparse_indices(const wire::Header& header, const uint8_t* payload, uint32_t* bad,
-                            cudaStream_t stream) {
+Status check_sparse_indices(const wire::Header& header, const uint8_t* payload, uint32_t* bad, cudaStream_t stream) {
   if (header.k == 0) return Status::ok();
   return with_width(header.count, [&](auto idx) {
     using Idx = decltype(idx);

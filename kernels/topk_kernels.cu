@@ -4,8 +4,8 @@
 
 #include "compressors/sparse_layout.hpp"
 #include "kernels/device_codecs.hpp"
-#include "kernels/radix_select.cuh"
 #include "kernels/precise_math.cuh"
+#include "kernels/radix_select.cuh"
 
 namespace gw::kern {
 

@@ -65,7 +65,7 @@ class Allreduce final : public gw::perf::Collective {
 
   void run(const Case& c) override {
     must(gw_allreduce_ex(c.comm, grad_.data(), recv_.data(), c.count, c.dtype, c.op, c.codec, ef_, c.algo),
-          "gw_allreduce");
+         "gw_allreduce");
   }
 
   gw::perf::Check check(const Case& c, gw_algo_t ran) override {
@@ -81,7 +81,7 @@ class Allreduce final : public gw::perf::Collective {
     out.relerr = ref2 > 0 ? std::sqrt(err2 / ref2) : 0;
     if (c.lossless || ran == GW_ALGO_RING) {
       must(gw_allreduce_ex(c.comm, ints_.data(), recv_.data(), c.count, c.dtype, c.op, c.codec, ef_, c.algo),
-            "gw_allreduce");
+           "gw_allreduce");
       out.wrong = 0;
       for (size_t i = 0; i < c.count; ++i) {
         float s = 0;

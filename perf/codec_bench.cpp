@@ -156,9 +156,7 @@ struct Buffers {
   size_t msg_cap = 0;
 };
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -265,8 +263,7 @@ Row run_codec(const std::string& spec, Buffers& b, const Options& o) {
 
   // Reference decode of the last message, untimed, checked against the input as a whole.
   float* ref = b.ref.get();
-  if (auto s = gw::decode(msg, len, ref, n, gw::DType::kFloat32, gw::DecodeMode::kOverwrite);
-      !s.is_ok()) {
+  if (auto s = gw::decode(msg, len, ref, n, gw::DType::kFloat32, gw::DecodeMode::kOverwrite); !s.is_ok()) {
     die(spec + " decode", s);
   }
   double err2 = 0.0, norm2 = 0.0;
@@ -297,8 +294,8 @@ Row run_codec(const std::string& spec, Buffers& b, const Options& o) {
     for (size_t p : probes) {
       const float want = mode == gw::DecodeMode::kOverwrite ? ref[p] : kPoison + ref[p];
       if (bits_of(dst[p]) != bits_of(want)) {
-        std::fprintf(stderr, "codec_bench: %s: decode wrote %.9g at %zu, expected %.9g\n",
-                     spec.c_str(), static_cast<double>(dst[p]), p, static_cast<double>(want));
+        std::fprintf(stderr, "codec_bench: %s: decode wrote %.9g at %zu, expected %.9g\n", spec.c_str(),
+                     static_cast<double>(dst[p]), p, static_cast<double>(want));
         std::exit(1);
       }
     }
@@ -394,16 +391,15 @@ std::string json_escape(const std::string& s) {
 }
 
 void write_phase(FILE* f, const char* name, const Phase& p, size_t n, bool last) {
-  std::fprintf(f, "      \"%s\": {\"gbps\": %.4f, \"median_s\": %.6e, \"times_s\": [", name,
-               p.gbps(n), median(p.times));
+  std::fprintf(f, "      \"%s\": {\"gbps\": %.4f, \"median_s\": %.6e, \"times_s\": [", name, p.gbps(n),
+               median(p.times));
   for (size_t i = 0; i < p.times.size(); ++i) {
     std::fprintf(f, "%s%.6e", i ? ", " : "", p.times[i]);
   }
   std::fprintf(f, "]}%s\n", last ? "" : ",");
 }
 
-void write_json(const std::string& path, const Options& o, size_t n, const MemRef& mem,
-                const std::vector<Row>& rows) {
+void write_json(const std::string& path, const Options& o, size_t n, const MemRef& mem, const std::vector<Row>& rows) {
   FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) {
     std::fprintf(stderr, "codec_bench: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
@@ -411,21 +407,17 @@ void write_json(const std::string& path, const Options& o, size_t n, const MemRe
   }
   std::fprintf(f, "{\n  \"tool\": \"codec_bench\",\n  \"cpu\": \"%s\",\n  \"compiler\": \"%s\",\n",
                json_escape(cpu_model()).c_str(), json_escape(__VERSION__).c_str());
-  std::fprintf(
-      f, "  \"elements\": %zu,\n  \"input_bytes\": %zu,\n  \"reps\": %d,\n  \"warmup\": %d,\n", n,
-      n * sizeof(float), o.reps, o.warmup);
-  std::fprintf(f,
-               "  \"threads\": 1,\n  \"unit\": \"GB/s = 1e9 bytes of fp32 input per second\",\n");
-  std::fprintf(f, "  \"memory\": {\"read_gbps\": %.4f, \"memcpy_gbps\": %.4f},\n", mem.read_gbps,
-               mem.copy_gbps);
+  std::fprintf(f, "  \"elements\": %zu,\n  \"input_bytes\": %zu,\n  \"reps\": %d,\n  \"warmup\": %d,\n", n,
+               n * sizeof(float), o.reps, o.warmup);
+  std::fprintf(f, "  \"threads\": 1,\n  \"unit\": \"GB/s = 1e9 bytes of fp32 input per second\",\n");
+  std::fprintf(f, "  \"memory\": {\"read_gbps\": %.4f, \"memcpy_gbps\": %.4f},\n", mem.read_gbps, mem.copy_gbps);
   std::fprintf(f, "  \"codecs\": [\n");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    std::fprintf(f, "    {\n      \"spec\": \"%s\",\n      \"encoded_bytes\": %zu,\n",
-                 json_escape(r.spec).c_str(), r.encoded_bytes);
-    std::fprintf(
-        f, "      \"nnz\": %" PRIu64 ",\n      \"ratio\": %.4f,\n      \"rel_error\": %.6f,\n",
-        r.nnz, r.ratio, r.rel_error);
+    std::fprintf(f, "    {\n      \"spec\": \"%s\",\n      \"encoded_bytes\": %zu,\n", json_escape(r.spec).c_str(),
+                 r.encoded_bytes);
+    std::fprintf(f, "      \"nnz\": %" PRIu64 ",\n      \"ratio\": %.4f,\n      \"rel_error\": %.6f,\n", r.nnz, r.ratio,
+                 r.rel_error);
     write_phase(f, "encode", r.encode, n, false);
     write_phase(f, "decode", r.decode, n, false);
     write_phase(f, "decode_accumulate", r.accumulate, n, false);
@@ -465,14 +457,12 @@ int gw::perf::codec_bench_main(int argc, char** argv) {
   std::memset(b.msg.get(), 0, b.msg_cap);
 
   const MemRef mem = measure_memory(b, o);
-  std::printf(
-      "# codec_bench: %zu fp32 elements (%.1f MiB), 1 thread, median of %d reps (%d warm-up)\n", n,
-      static_cast<double>(n) * sizeof(float) / 1048576.0, o.reps, o.warmup);
+  std::printf("# codec_bench: %zu fp32 elements (%.1f MiB), 1 thread, median of %d reps (%d warm-up)\n", n,
+              static_cast<double>(n) * sizeof(float) / 1048576.0, o.reps, o.warmup);
   std::printf("# cpu: %s; compiler: %s\n", cpu_model().c_str(), __VERSION__);
-  std::printf(
-      "# input: Student-t (3 dof) x 1e-3, no zeros; GB/s = 1e9 bytes of fp32 input per second\n");
-  std::printf("# memory reference: read %.2f GB/s, memcpy %.2f GB/s (of the copied bytes)\n",
-              mem.read_gbps, mem.copy_gbps);
+  std::printf("# input: Student-t (3 dof) x 1e-3, no zeros; GB/s = 1e9 bytes of fp32 input per second\n");
+  std::printf("# memory reference: read %.2f GB/s, memcpy %.2f GB/s (of the copied bytes)\n", mem.read_gbps,
+              mem.copy_gbps);
   std::printf(
       "\n| codec | ratio | encode GB/s | decode GB/s | decode+acc GB/s | encode+EF GB/s | rel. L2 "
       "error |\n");
@@ -483,9 +473,8 @@ int gw::perf::codec_bench_main(int argc, char** argv) {
   for (const std::string& s : o.specs) {
     rows.push_back(run_codec(s, b, o));
     const Row& r = rows.back();
-    std::printf("| %s | %.1f | %.3f | %.3f | %.3f | %.3f | %.4f |\n", r.spec.c_str(), r.ratio,
-                r.encode.gbps(n), r.decode.gbps(n), r.accumulate.gbps(n), r.encode_ef.gbps(n),
-                r.rel_error);
+    std::printf("| %s | %.1f | %.3f | %.3f | %.3f | %.3f | %.4f |\n", r.spec.c_str(), r.ratio, r.encode.gbps(n),
+                r.decode.gbps(n), r.accumulate.gbps(n), r.encode_ef.gbps(n), r.rel_error);
     std::fflush(stdout);
   }
   if (!o.json_path.empty()) write_json(o.json_path, o, n, mem, rows);

@@ -42,8 +42,10 @@ inline float grad_value(size_t i, int rank, uint64_t step = 0) {
 }
 
 inline void store(void* buf, size_t i, float v, gw_dtype_t t) {
-  if (t == GW_FLOAT32) static_cast<float*>(buf)[i] = v;
-  else static_cast<uint16_t*>(buf)[i] = t == GW_FLOAT16 ? gw::hd::float_to_half(v) : gw::hd::float_to_bf16(v);
+  if (t == GW_FLOAT32)
+    static_cast<float*>(buf)[i] = v;
+  else
+    static_cast<uint16_t*>(buf)[i] = t == GW_FLOAT16 ? gw::hd::float_to_half(v) : gw::hd::float_to_bf16(v);
 }
 
 inline double load(const void* buf, size_t i, gw_dtype_t t) {
@@ -55,7 +57,8 @@ inline double load(const void* buf, size_t i, gw_dtype_t t) {
 // What a rank would send in type t: the value after rounding to t.
 inline double as_sent(float v, gw_dtype_t t) {
   if (t == GW_FLOAT32) return v;
-  return t == GW_FLOAT16 ? gw::hd::half_to_float(gw::hd::float_to_half(v)) : gw::hd::bf16_to_float(gw::hd::float_to_bf16(v));
+  return t == GW_FLOAT16 ? gw::hd::half_to_float(gw::hd::float_to_half(v))
+                         : gw::hd::bf16_to_float(gw::hd::float_to_bf16(v));
 }
 
 }  // namespace gw::perf

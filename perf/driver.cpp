@@ -48,8 +48,8 @@ gw_dtype_t parse_dtype(const std::string& s) {
 
 // What every rank contributes to a row, gathered to all.
 struct RankResult {
-  double time_s;     // this rank's mean time per call
-  double encode_s;   // per call, from the library's statistics
+  double time_s;    // this rank's mean time per call
+  double encode_s;  // per call, from the library's statistics
   double decode_s;
   double bytes_sent;
   double algo;
@@ -62,7 +62,7 @@ struct RankResult {
 // A --codec of the run; the dense reference the driver adds is marked.
 struct Entry {
   std::string spec;
-  bool added;      // added by the driver (runs the dense ring), not given on the command line
+  bool added;  // added by the driver (runs the dense ring), not given on the command line
 };
 
 // What the dense reference measured at one size.
@@ -148,8 +148,9 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
   const gw_dtype_t dtype = parse_dtype(args.dtype);
   const size_t es = elem_size(dtype);
 
-  Case base{comm, rank, nranks, "", nullptr, true, false, dtype, args.op == "avg" ? GW_AVG : GW_SUM,
-            parse_algo(args.algo), false, 0, 0};
+  Case base{
+      comm,  rank, nranks, "", nullptr, true, false, dtype, args.op == "avg" ? GW_AVG : GW_SUM, parse_algo(args.algo),
+      false, 0,    0};
   const std::vector<size_t> sizes = gw::perf::sizes(args, es);
   Case largest = base;
   largest.bytes = sizes.empty() ? 0 : sizes.back();
@@ -160,8 +161,10 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
   // The link rate of the floor, in bytes per second: given, or per size from the dense row.
   const double link_Bps = args.link_gbps * 1e9 / 8;
   char floor_source[64];
-  if (args.link_gbps > 0) std::snprintf(floor_source, sizeof floor_source, "given %g Gbit/s", args.link_gbps);
-  else std::snprintf(floor_source, sizeof floor_source, "%s", have_reference ? "measured dense" : "none");
+  if (args.link_gbps > 0)
+    std::snprintf(floor_source, sizeof floor_source, "given %g Gbit/s", args.link_gbps);
+  else
+    std::snprintf(floor_source, sizeof floor_source, "%s", have_reference ? "measured dense" : "none");
   char sum_col[32];
   std::snprintf(sum_col, sizeof sum_col, "err@%d(sum)", args.ef_steps);
 
@@ -173,15 +176,17 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
     const char* devices = std::getenv("UCX_NET_DEVICES");
     const std::string version = gradwire_version(), ucx = ucx_version(), date = utc_now();
     std::printf("# gradwire %s %s: %d ranks, dtype %s, op %s, iters %d, warmup %d, UCX_TLS=%s\n", version.c_str(), tool,
-                nranks, args.dtype.c_str(), args.op.c_str(), args.iters, args.warmup, tls != nullptr ? tls : "(default)");
+                nranks, args.dtype.c_str(), args.op.c_str(), args.iters, args.warmup,
+                tls != nullptr ? tls : "(default)");
     std::printf("# transport ucx (UCX %s), host %s, %s\n", ucx.empty() ? "?" : ucx.c_str(), host, date.c_str());
-    std::printf("# time: mean per call, slowest rank; algbw = size / time, busbw = algbw * %.3f (GB/s = 1e9 B/s);\n"
-                "# wire: bytes each rank sent per call (mean of ranks); ratio = busbw bytes / wire bytes;\n"
-                "# enc, xfer, dec: the time split (encode and decode from the library, mean of ranks; xfer the rest);\n"
-                "# hid: of enc + dec, the time sends of the rank were still queued in the transport (overlap; mean of ranks);\n"
-                "# relerr: one fresh call against the exact sum; %s: err after %d steps (running sum), |sum of\n"
-                "#   results - sum of dense results| / |sum of dense results| over %d calls (off with --ef-steps 0);\n",
-                coll.bus_factor(nranks), sum_col, args.ef_steps, args.ef_steps);
+    std::printf(
+        "# time: mean per call, slowest rank; algbw = size / time, busbw = algbw * %.3f (GB/s = 1e9 B/s);\n"
+        "# wire: bytes each rank sent per call (mean of ranks); ratio = busbw bytes / wire bytes;\n"
+        "# enc, xfer, dec: the time split (encode and decode from the library, mean of ranks; xfer the rest);\n"
+        "# hid: of enc + dec, the time sends of the rank were still queued in the transport (overlap; mean of ranks);\n"
+        "# relerr: one fresh call against the exact sum; %s: err after %d steps (running sum), |sum of\n"
+        "#   results - sum of dense results| / |sum of dense results| over %d calls (off with --ef-steps 0);\n",
+        coll.bus_factor(nranks), sum_col, args.ef_steps, args.ef_steps);
     if (have_reference) {
       std::printf("# vs dense: time of the dense reference row (codec none%s) / time of this row, same run;\n",
                   codecs.front().added ? ", ring, added: --no-dense-reference drops it" : "");
@@ -190,10 +195,11 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
       std::printf("# floor: link floor (%s) = wire / link rate%s;\n", floor_source,
                   args.link_gbps > 0 ? "" : ", the rate being the dense row's wire / time at the same size");
     }
-    std::printf("# with --algo auto and a codec, warm-up is at least %d calls: the policy's trials (up to 3 candidates)\n",
-                coll::AllreduceTuner::trial_calls(coll::AllreduceTuner::kMaxCandidates));
-    std::printf("#\n# %11s %10s %6s %-24s %8s %11s %7s %7s %11s %6s %9s %9s %9s %9s %9s %11s %7s %8s %10s\n",
-                "size(B)", "count", "type", "codec", "algo", "time(us)", "algbw", "busbw", "wire(B)", "ratio", "enc(us)",
+    std::printf(
+        "# with --algo auto and a codec, warm-up is at least %d calls: the policy's trials (up to 3 candidates)\n",
+        coll::AllreduceTuner::trial_calls(coll::AllreduceTuner::kMaxCandidates));
+    std::printf("#\n# %11s %10s %6s %-24s %8s %11s %7s %7s %11s %6s %9s %9s %9s %9s %9s %11s %7s %8s %10s\n", "size(B)",
+                "count", "type", "codec", "algo", "time(us)", "algbw", "busbw", "wire(B)", "ratio", "enc(us)",
                 "xfer(us)", "dec(us)", "hid(us)", "relerr", sum_col, "#wrong", "vs dense", "floor(us)");
     if (!args.json.empty()) {
       json = std::fopen(args.json.c_str(), "w");
@@ -201,18 +207,19 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
         std::perror(args.json.c_str());
         std::exit(1);
       }
-      std::fprintf(json,
-                   "{\"tool\": \"%s\", \"nranks\": %d, \"iters\": %d, \"warmup\": %d, \"dtype\": \"%s\", \"op\": \"%s\", "
-                   "\"host\": \"%s\", \"ucx_tls\": \"%s\", \"bus_factor\": %.6f, "
-                   "\"gradwire_version\": \"%s\", \"ucx_version\": \"%s\", \"transport\": \"ucx\", "
-                   "\"ucx_net_devices\": \"%s\", \"date\": \"%s\", \"algo_requested\": \"%s\", \"ef_steps\": %d, "
-                   "\"link_gbps\": %s, \"link_floor_source\": \"%s\", \"dense_reference\": %s, \"results\": [\n",
-                   tool, nranks, args.iters, args.warmup, args.dtype.c_str(), args.op.c_str(), json_escape(host).c_str(),
-                   tls != nullptr ? json_escape(tls).c_str() : "", coll.bus_factor(nranks),
-                   json_escape(version).c_str(), json_escape(ucx).c_str(),
-                   devices != nullptr ? json_escape(devices).c_str() : "", date.c_str(), json_escape(args.algo).c_str(),
-                   args.ef_steps, args.link_gbps > 0 ? num_or_null(args.link_gbps, "%.6g").c_str() : "null",
-                   floor_source, have_reference ? "true" : "false");
+      std::fprintf(
+          json,
+          "{\"tool\": \"%s\", \"nranks\": %d, \"iters\": %d, \"warmup\": %d, \"dtype\": \"%s\", \"op\": \"%s\", "
+          "\"host\": \"%s\", \"ucx_tls\": \"%s\", \"bus_factor\": %.6f, "
+          "\"gradwire_version\": \"%s\", \"ucx_version\": \"%s\", \"transport\": \"ucx\", "
+          "\"ucx_net_devices\": \"%s\", \"date\": \"%s\", \"algo_requested\": \"%s\", \"ef_steps\": %d, "
+          "\"link_gbps\": %s, \"link_floor_source\": \"%s\", \"dense_reference\": %s, \"results\": [\n",
+          tool, nranks, args.iters, args.warmup, args.dtype.c_str(), args.op.c_str(), json_escape(host).c_str(),
+          tls != nullptr ? json_escape(tls).c_str() : "", coll.bus_factor(nranks), json_escape(version).c_str(),
+          json_escape(ucx).c_str(), devices != nullptr ? json_escape(devices).c_str() : "", date.c_str(),
+          json_escape(args.algo).c_str(), args.ef_steps,
+          args.link_gbps > 0 ? num_or_null(args.link_gbps, "%.6g").c_str() : "null", floor_source,
+          have_reference ? "true" : "false");
     }
     std::fflush(stdout);
   }
@@ -264,7 +271,9 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
       c.count = coll.count_for(bytes, es, nranks);
       const std::string why = coll.unsupported(c);
       if (!why.empty()) {
-        if (rank == 0) std::printf("  %11zu %10zu %6s %-24s skipped: %s\n", bytes, c.count, args.dtype.c_str(), spec.c_str(), why.c_str());
+        if (rank == 0)
+          std::printf("  %11zu %10zu %6s %-24s skipped: %s\n", bytes, c.count, args.dtype.c_str(), spec.c_str(),
+                      why.c_str());
         continue;
       }
       coll.prepare(c);
@@ -285,9 +294,15 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
       const double sum_err = args.ef_steps > 0 ? coll.running_sum_error(c, args.ef_steps) : -1;
       coll.release(c);
 
-      RankResult mine{local, st.encode_s / args.iters, st.decode_s / args.iters,
-                      static_cast<double>(st.bytes_sent) / args.iters, static_cast<double>(ran), chk.relerr,
-                      static_cast<double>(chk.wrong), sum_err, st.hidden_s / args.iters};
+      RankResult mine{local,
+                      st.encode_s / args.iters,
+                      st.decode_s / args.iters,
+                      static_cast<double>(st.bytes_sent) / args.iters,
+                      static_cast<double>(ran),
+                      chk.relerr,
+                      static_cast<double>(chk.wrong),
+                      sum_err,
+                      st.hidden_s / args.iters};
       std::vector<RankResult> all(static_cast<size_t>(nranks));
       check(gw_allgather(comm, &mine, all.data(), sizeof mine), "gw_allgather");
       double t = 0, enc = 0, dec = 0, hid = 0, wire = 0, relerr = 0, sum_relerr = -1;
@@ -319,25 +334,36 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
       const bool have_ref = ref != reference.end() && ref->second.time_s > 0;
       const double vs_dense = have_ref && t > 0 ? ref->second.time_s / t : -1;
       double floor_s = -1;
-      if (link_Bps > 0) floor_s = wire / link_Bps;
-      else if (have_ref && ref->second.wire > 0) floor_s = wire / (ref->second.wire / ref->second.time_s);
+      if (link_Bps > 0)
+        floor_s = wire / link_Bps;
+      else if (have_ref && ref->second.wire > 0)
+        floor_s = wire / (ref->second.wire / ref->second.time_s);
       if (wrong > 0) wrong_total += wrong;
       busbw_sum += busbw;
       ++rows;
       if (rank == 0) {
         char wrong_s[32], sum_s[32], vs_s[32], floor_s_txt[32];
-        if (wrong >= 0) std::snprintf(wrong_s, sizeof wrong_s, "%lld", wrong);
-        else std::snprintf(wrong_s, sizeof wrong_s, "-");
-        if (sum_relerr >= 0) std::snprintf(sum_s, sizeof sum_s, "%.2e", sum_relerr);
-        else std::snprintf(sum_s, sizeof sum_s, "-");
-        if (vs_dense >= 0) std::snprintf(vs_s, sizeof vs_s, "%.2fx", vs_dense);
-        else std::snprintf(vs_s, sizeof vs_s, "-");
-        if (floor_s >= 0) std::snprintf(floor_s_txt, sizeof floor_s_txt, "%.1f", floor_s * 1e6);
-        else std::snprintf(floor_s_txt, sizeof floor_s_txt, "-");
+        if (wrong >= 0)
+          std::snprintf(wrong_s, sizeof wrong_s, "%lld", wrong);
+        else
+          std::snprintf(wrong_s, sizeof wrong_s, "-");
+        if (sum_relerr >= 0)
+          std::snprintf(sum_s, sizeof sum_s, "%.2e", sum_relerr);
+        else
+          std::snprintf(sum_s, sizeof sum_s, "-");
+        if (vs_dense >= 0)
+          std::snprintf(vs_s, sizeof vs_s, "%.2fx", vs_dense);
+        else
+          std::snprintf(vs_s, sizeof vs_s, "-");
+        if (floor_s >= 0)
+          std::snprintf(floor_s_txt, sizeof floor_s_txt, "%.1f", floor_s * 1e6);
+        else
+          std::snprintf(floor_s_txt, sizeof floor_s_txt, "-");
         const char* algo = coll.fixed_algo() != nullptr ? coll.fixed_algo() : algo_label(ran);
-        std::printf("  %11zu %10zu %6s %-24s %8s %11.1f %7.3f %7.3f %11.0f %6.2f %9.1f %9.1f %9.1f %9.1f %9.2e %11s %7s %8s %10s\n",
-                    bytes, c.count, args.dtype.c_str(), spec.c_str(), algo, t * 1e6, algbw, busbw, wire, ratio,
-                    enc * 1e6, xfer * 1e6, dec * 1e6, hid * 1e6, relerr, sum_s, wrong_s, vs_s, floor_s_txt);
+        std::printf(
+            "  %11zu %10zu %6s %-24s %8s %11.1f %7.3f %7.3f %11.0f %6.2f %9.1f %9.1f %9.1f %9.1f %9.2e %11s %7s %8s %10s\n",
+            bytes, c.count, args.dtype.c_str(), spec.c_str(), algo, t * 1e6, algbw, busbw, wire, ratio, enc * 1e6,
+            xfer * 1e6, dec * 1e6, hid * 1e6, relerr, sum_s, wrong_s, vs_s, floor_s_txt);
         std::fflush(stdout);
         if (json != nullptr) {
           std::string rank_times;
@@ -346,19 +372,19 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
             std::snprintf(buf, sizeof buf, "%s%.3f", r > 0 ? ", " : "", times[r] * 1e6);
             rank_times += buf;
           }
-          std::fprintf(json,
-                       "%s  {\"bytes\": %zu, \"count\": %zu, \"type\": \"%s\", \"codec\": \"%s\", \"algo\": \"%s\", "
-                       "\"time_us\": %.3f, \"algbw\": %.6f, \"busbw\": %.6f, \"wire_bytes\": %.1f, \"ratio\": %.4f, "
-                       "\"encode_us\": %.3f, \"transfer_us\": %.3f, \"decode_us\": %.3f, \"hidden_us\": %.3f, \"relerr\": %.6e, \"wrong\": %lld, "
-                       "\"warmup\": %d, \"dense_reference\": %s, \"vs_dense\": %s, \"link_floor_us\": %s, "
-                       "\"ef_steps\": %d, \"sum_relerr\": %s, \"time_min_us\": %.3f, \"time_median_us\": %.3f, "
-                       "\"time_max_us\": %.3f, \"slowest_rank\": %d, \"rank_time_us\": [%s]}",
-                       rows > 1 ? ",\n" : "", bytes, c.count, args.dtype.c_str(), json_escape(spec).c_str(), algo, t * 1e6,
-                       algbw, busbw, wire, ratio, enc * 1e6, xfer * 1e6, dec * 1e6, hid * 1e6, relerr, wrong, warmup,
-                       is_reference ? "true" : "false", num_or_null(vs_dense, "%.4f").c_str(),
-                       num_or_null(floor_s * 1e6, "%.3f").c_str(), args.ef_steps,
-                       num_or_null(sum_relerr, "%.6e").c_str(), sorted.front() * 1e6, median * 1e6, sorted.back() * 1e6,
-                       slowest, rank_times.c_str());
+          std::fprintf(
+              json,
+              "%s  {\"bytes\": %zu, \"count\": %zu, \"type\": \"%s\", \"codec\": \"%s\", \"algo\": \"%s\", "
+              "\"time_us\": %.3f, \"algbw\": %.6f, \"busbw\": %.6f, \"wire_bytes\": %.1f, \"ratio\": %.4f, "
+              "\"encode_us\": %.3f, \"transfer_us\": %.3f, \"decode_us\": %.3f, \"hidden_us\": %.3f, \"relerr\": %.6e, \"wrong\": %lld, "
+              "\"warmup\": %d, \"dense_reference\": %s, \"vs_dense\": %s, \"link_floor_us\": %s, "
+              "\"ef_steps\": %d, \"sum_relerr\": %s, \"time_min_us\": %.3f, \"time_median_us\": %.3f, "
+              "\"time_max_us\": %.3f, \"slowest_rank\": %d, \"rank_time_us\": [%s]}",
+              rows > 1 ? ",\n" : "", bytes, c.count, args.dtype.c_str(), json_escape(spec).c_str(), algo, t * 1e6,
+              algbw, busbw, wire, ratio, enc * 1e6, xfer * 1e6, dec * 1e6, hid * 1e6, relerr, wrong, warmup,
+              is_reference ? "true" : "false", num_or_null(vs_dense, "%.4f").c_str(),
+              num_or_null(floor_s * 1e6, "%.3f").c_str(), args.ef_steps, num_or_null(sum_relerr, "%.6e").c_str(),
+              sorted.front() * 1e6, median * 1e6, sorted.back() * 1e6, slowest, rank_times.c_str());
         }
       }
     }

@@ -17,21 +17,21 @@ struct Case {
   gw_comm_t comm;
   int rank;
   int nranks;
-  std::string spec;   // the --codec given
+  std::string spec;  // the --codec given
   gw_codec_t codec;
-  bool lossless;      // none, fp16, bf16: the result is checked bit for bit
-  bool ef;            // the spec says ef=1: the tool keeps an EF state per buffer
+  bool lossless;  // none, fp16, bf16: the result is checked bit for bit
+  bool ef;        // the spec says ef=1: the tool keeps an EF state per buffer
   gw_dtype_t dtype;
   gw_red_op_t op;
-  gw_algo_t algo;     // --algo (GW_ALGO_AUTO: the library's policy); the added dense reference: ring
-  bool reference;     // this row is the dense reference (codec none) the others are compared with
-  size_t bytes;       // the size column (nccl-tests' convention for the collective)
-  size_t count;       // elements in each rank's buffer
+  gw_algo_t algo;  // --algo (GW_ALGO_AUTO: the library's policy); the added dense reference: ring
+  bool reference;  // this row is the dense reference (codec none) the others are compared with
+  size_t bytes;    // the size column (nccl-tests' convention for the collective)
+  size_t count;    // elements in each rank's buffer
 };
 
 struct Check {
-  double relerr = 0;    // |result - exact|_2 / |exact|_2 against the uncompressed result
-  long long wrong = -1; // elements that differ from the exact (or promised) result; -1: not checked
+  double relerr = 0;     // |result - exact|_2 / |exact|_2 against the uncompressed result
+  long long wrong = -1;  // elements that differ from the exact (or promised) result; -1: not checked
 };
 
 class Collective {

@@ -11,9 +11,12 @@
 static size_t parse_size(const char* s) {
   char* end = NULL;
   double v = strtod(s, &end);
-  if (*end == 'K' || *end == 'k') v *= 1024.0;
-  else if (*end == 'M' || *end == 'm') v *= 1024.0 * 1024.0;
-  else if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024.0 * 1024.0;
+  if (*end == 'K' || *end == 'k')
+    v *= 1024.0;
+  else if (*end == 'M' || *end == 'm')
+    v *= 1024.0 * 1024.0;
+  else if (*end == 'G' || *end == 'g')
+    v *= 1024.0 * 1024.0 * 1024.0;
   return (size_t)v;
 }
 
@@ -27,13 +30,20 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   for (i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "-b")) min_bytes = parse_size(argv[i + 1]);
-    else if (!strcmp(argv[i], "-e")) max_bytes = parse_size(argv[i + 1]);
-    else if (!strcmp(argv[i], "-f")) factor = atof(argv[i + 1]);
-    else if (!strcmp(argv[i], "-n")) iters = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "-w")) warmup = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "-c")) check = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "-J")) json_path = argv[i + 1];
+    if (!strcmp(argv[i], "-b"))
+      min_bytes = parse_size(argv[i + 1]);
+    else if (!strcmp(argv[i], "-e"))
+      max_bytes = parse_size(argv[i + 1]);
+    else if (!strcmp(argv[i], "-f"))
+      factor = atof(argv[i + 1]);
+    else if (!strcmp(argv[i], "-n"))
+      iters = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "-w"))
+      warmup = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "-c"))
+      check = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "-J"))
+      json_path = argv[i + 1];
   }
   {
     const size_t max_count = max_bytes / sizeof(float);
@@ -54,8 +64,10 @@ int main(int argc, char** argv) {
           perror(json_path);
           MPI_Abort(MPI_COMM_WORLD, 1);
         }
-        fprintf(json, "{\"tool\": \"mpi_allreduce_perf\", \"nranks\": %d, \"iters\": %d, \"warmup\": %d, "
-                "\"bus_factor\": %.6f, \"results\": [\n", nranks, iters, warmup, 2.0 * (nranks - 1) / nranks);
+        fprintf(json,
+                "{\"tool\": \"mpi_allreduce_perf\", \"nranks\": %d, \"iters\": %d, \"warmup\": %d, "
+                "\"bus_factor\": %.6f, \"results\": [\n",
+                nranks, iters, warmup, 2.0 * (nranks - 1) / nranks);
       }
     }
     for (s = (double)min_bytes; s <= (double)max_bytes * 1.0000001; s *= factor) {
@@ -80,10 +92,11 @@ int main(int argc, char** argv) {
         printf("  %12zu %12zu %12.1f %8.3f %8.3f %8lld\n", count * sizeof(float), count, tmax * 1e6, algbw,
                algbw * 2.0 * (nranks - 1) / nranks, check ? wrong_all : -1LL);
         if (json != NULL) {
-          fprintf(json, "%s  {\"bytes\": %zu, \"count\": %zu, \"type\": \"float\", \"codec\": \"none\", "
-                  "\"time_us\": %.3f, \"algbw\": %.6f, \"busbw\": %.6f, \"wrong\": %lld}", rows > 0 ? ",\n" : "",
-                  count * sizeof(float), count, tmax * 1e6, algbw, algbw * 2.0 * (nranks - 1) / nranks,
-                  check ? wrong_all : -1LL);
+          fprintf(json,
+                  "%s  {\"bytes\": %zu, \"count\": %zu, \"type\": \"float\", \"codec\": \"none\", "
+                  "\"time_us\": %.3f, \"algbw\": %.6f, \"busbw\": %.6f, \"wrong\": %lld}",
+                  rows > 0 ? ",\n" : "", count * sizeof(float), count, tmax * 1e6, algbw,
+                  algbw * 2.0 * (nranks - 1) / nranks, check ? wrong_all : -1LL);
         }
         ++rows;
       }

@@ -43,8 +43,10 @@ void print_usage(const char* tool) {
 
 // One line naming what is wrong, then exit 2: nothing has been launched yet.
 [[noreturn]] void bad(const char* tool, const char* flag, const char* value, const char* why) {
-  if (value != nullptr) std::fprintf(stderr, "%s: bad %s '%s': %s\n", tool, flag, value, why);
-  else std::fprintf(stderr, "%s: %s: %s\n", tool, flag, why);
+  if (value != nullptr)
+    std::fprintf(stderr, "%s: bad %s '%s': %s\n", tool, flag, value, why);
+  else
+    std::fprintf(stderr, "%s: %s: %s\n", tool, flag, why);
   std::fprintf(stderr, "%s: no rank was started (--help lists the flags)\n", tool);
   std::exit(2);
 }
@@ -55,11 +57,15 @@ size_t parse_size(const char* tool, const char* flag, const char* s) {
   const double v = std::strtod(s, &end);
   double mult = 1;
   if (end != s) {
-    if (*end == 'K' || *end == 'k') mult = 1024, ++end;
-    else if (*end == 'M' || *end == 'm') mult = 1024.0 * 1024, ++end;
-    else if (*end == 'G' || *end == 'g') mult = 1024.0 * 1024 * 1024, ++end;
+    if (*end == 'K' || *end == 'k')
+      mult = 1024, ++end;
+    else if (*end == 'M' || *end == 'm')
+      mult = 1024.0 * 1024, ++end;
+    else if (*end == 'G' || *end == 'g')
+      mult = 1024.0 * 1024 * 1024, ++end;
   }
-  if (end == s || *end != '\0' || errno != 0 || !std::isfinite(v)) bad(tool, flag, s, "not a size (a number with K, M or G)");
+  if (end == s || *end != '\0' || errno != 0 || !std::isfinite(v))
+    bad(tool, flag, s, "not a size (a number with K, M or G)");
   if (v < 0) bad(tool, flag, s, "a size is not negative");
   if (v * mult > 1024.0 * 1024 * 1024 * 1024) bad(tool, flag, s, "larger than 1 TiB");
   return static_cast<size_t>(v * mult);
@@ -96,18 +102,24 @@ Args parse_args(int argc, char** argv, const char* tool) {
       if (i + 1 >= argc) bad(tool, f, nullptr, "missing value");
       return argv[++i];
     };
-    if (!std::strcmp(f, "-b")) a.min_bytes = parse_size(tool, f, value());
-    else if (!std::strcmp(f, "-e")) a.max_bytes = parse_size(tool, f, value());
+    if (!std::strcmp(f, "-b"))
+      a.min_bytes = parse_size(tool, f, value());
+    else if (!std::strcmp(f, "-e"))
+      a.max_bytes = parse_size(tool, f, value());
     else if (!std::strcmp(f, "-f")) {
       const char* v = value();
       a.factor = parse_real(tool, f, v);
       if (a.factor <= 1.0) bad(tool, f, v, "the factor between sizes must be > 1");
-    } else if (!std::strcmp(f, "-n")) a.iters = static_cast<int>(parse_int(tool, f, value(), 1, 1000000));
-    else if (!std::strcmp(f, "-w")) a.warmup = static_cast<int>(parse_int(tool, f, value(), 0, 1000000));
-    else if (!std::strcmp(f, "-c")) a.check = static_cast<int>(parse_int(tool, f, value(), 0, 1));
+    } else if (!std::strcmp(f, "-n"))
+      a.iters = static_cast<int>(parse_int(tool, f, value(), 1, 1000000));
+    else if (!std::strcmp(f, "-w"))
+      a.warmup = static_cast<int>(parse_int(tool, f, value(), 0, 1000000));
+    else if (!std::strcmp(f, "-c"))
+      a.check = static_cast<int>(parse_int(tool, f, value(), 0, 1));
     else if (!std::strcmp(f, "-d")) {
       a.dtype = value();
-      if (a.dtype != "float" && a.dtype != "half" && a.dtype != "bfloat16") bad(tool, f, a.dtype.c_str(), "float, half or bfloat16");
+      if (a.dtype != "float" && a.dtype != "half" && a.dtype != "bfloat16")
+        bad(tool, f, a.dtype.c_str(), "float, half or bfloat16");
     } else if (!std::strcmp(f, "-o")) {
       a.op = value();
       if (a.op != "sum" && a.op != "avg") bad(tool, f, a.op.c_str(), "sum or avg");
@@ -124,20 +136,24 @@ Args parse_args(int argc, char** argv, const char* tool) {
       if (!parse_algo(a.algo).is_ok()) {
         bad(tool, f, a.algo.c_str(), algo_choices().c_str());
       }
-    } else if (!std::strcmp(f, "--np")) a.np = static_cast<int>(parse_int(tool, f, value(), 0, 1024));
+    } else if (!std::strcmp(f, "--np"))
+      a.np = static_cast<int>(parse_int(tool, f, value(), 0, 1024));
     else if (!std::strcmp(f, "-J")) {
       a.json = value();
       if (a.json.empty()) bad(tool, f, "", "an empty file name");
-    } else if (!std::strcmp(f, "--ef-steps")) a.ef_steps = static_cast<int>(parse_int(tool, f, value(), 0, 100000));
+    } else if (!std::strcmp(f, "--ef-steps"))
+      a.ef_steps = static_cast<int>(parse_int(tool, f, value(), 0, 100000));
     else if (!std::strcmp(f, "--link-gbps")) {
       const char* v = value();
       a.link_gbps = parse_real(tool, f, v);
       if (a.link_gbps <= 0) bad(tool, f, v, "a link rate must be > 0 Gbit/s");
-    } else if (!std::strcmp(f, "--no-dense-reference")) a.dense_reference = false;
+    } else if (!std::strcmp(f, "--no-dense-reference"))
+      a.dense_reference = false;
     else if (!std::strcmp(f, "-h") || !std::strcmp(f, "--help")) {
       print_usage(tool);
       std::exit(2);
-    } else bad(tool, f, nullptr, "unknown flag");
+    } else
+      bad(tool, f, nullptr, "unknown flag");
   }
   if (a.codecs.empty()) a.codecs.emplace_back("none");
   if (a.min_bytes > a.max_bytes) {

@@ -59,7 +59,7 @@ class SparseAllgather final : public gw::perf::Collective {
       size_t len = 0;
       uint8_t* out = r == c.rank ? msg_.data() : other_.data();
       must(gw_encode(c.codec, grad_.data(), c.count, GW_FLOAT32, 0, static_cast<uint32_t>(r), nullptr, out, cap, &len),
-            "gw_encode");
+           "gw_encode");
       if (r == c.rank) len_ = len;
       must(gw_decode(out, len, ref_.data(), c.count, GW_FLOAT32, GW_DECODE_ACCUMULATE), "gw_decode");
     }

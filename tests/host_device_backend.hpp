@@ -158,7 +158,8 @@ class HostDeviceBackend final : public coll::DeviceBackend {
 
   const char* name() const override { return "host stand-in"; }
   Status check_buffer(const void* p, const char* what) const override {
-    if (!DeviceArena::get().contains(p, 1)) return invalid_argument(std::string(what) + " is not stand-in device memory");
+    if (!DeviceArena::get().contains(p, 1))
+      return invalid_argument(std::string(what) + " is not stand-in device memory");
     return Status::ok();
   }
   Status begin(void* stream) override {

@@ -23,8 +23,7 @@ static int check(int ok, int line, const char* what) {
     ++g_passed;
   } else {
     ++g_failed;
-    fprintf(stderr, "test_c_api.c:%d: check failed: %s (last error: \"%s\")\n", line, what,
-            gw_get_last_error());
+    fprintf(stderr, "test_c_api.c:%d: check failed: %s (last error: \"%s\")\n", line, what, gw_get_last_error());
   }
   return ok;
 }
@@ -32,8 +31,8 @@ static int check(int ok, int line, const char* what) {
 #define CHECK(cond) check((cond) ? 1 : 0, __LINE__, #cond)
 
 /* result must be `want`, and the thread's last error must contain every needle given. */
-static int expect_error(gw_result_t result, gw_result_t want, const char* needle1,
-                        const char* needle2, int line, const char* what) {
+static int expect_error(gw_result_t result, gw_result_t want, const char* needle1, const char* needle2, int line,
+                        const char* what) {
   const char* msg = gw_get_last_error();
   int ok = result == want && msg != NULL && msg[0] != '\0';
   if (ok && needle1 != NULL) ok = strstr(msg, needle1) != NULL;
@@ -42,11 +41,10 @@ static int expect_error(gw_result_t result, gw_result_t want, const char* needle
     ++g_passed;
   } else {
     ++g_failed;
-    fprintf(stderr,
-            "test_c_api.c:%d: %s: got %d (%s) with last error \"%s\"; want %d (%s) naming \"%s\"%s%s\n",
-            line, what, (int)result, gw_get_error_string(result), msg != NULL ? msg : "(null)",
-            (int)want, gw_get_error_string(want), needle1 != NULL ? needle1 : "",
-            needle2 != NULL ? " and " : "", needle2 != NULL ? needle2 : "");
+    fprintf(stderr, "test_c_api.c:%d: %s: got %d (%s) with last error \"%s\"; want %d (%s) naming \"%s\"%s%s\n", line,
+            what, (int)result, gw_get_error_string(result), msg != NULL ? msg : "(null)", (int)want,
+            gw_get_error_string(want), needle1 != NULL ? needle1 : "", needle2 != NULL ? " and " : "",
+            needle2 != NULL ? needle2 : "");
   }
   return ok;
 }
@@ -57,9 +55,7 @@ static int expect_error(gw_result_t result, gw_result_t want, const char* needle
 #define EXPECT_ERR2(call, want, needle, fn) expect_error((call), (want), (needle), (fn), __LINE__, #call)
 #define EXPECT_OK(call) expect_ok((call), __LINE__, #call)
 
-static int expect_ok(gw_result_t result, int line, const char* what) {
-  return check(result == GW_SUCCESS, line, what);
-}
+static int expect_ok(gw_result_t result, int line, const char* what) { return check(result == GW_SUCCESS, line, what); }
 
 static float absf(float x) { return x < 0.0f ? -x : x; }
 
@@ -139,8 +135,8 @@ struct good_spec {
 /* The built-in codecs as gw_codec_info lists them, in order of id. */
 static void test_codec_list(void) {
   static const char* const names[] = {"none", "fp16", "bf16", "qsgd", "sign", "topk", "dgc", "randomk"};
-  static const char* const keys[] = {"", "", "", "bits,bucket,rounding,seed", "bucket", "ratio,k", "ratio,k,sample,seed",
-                                     "ratio,k,seed"};
+  static const char* const keys[] = {
+      "", "", "", "bits,bucket,rounding,seed", "bucket", "ratio,k", "ratio,k,sample,seed", "ratio,k,seed"};
   gw_codec_info_t info;
   size_t i;
   CHECK(gw_codec_count() == 8);
@@ -249,8 +245,8 @@ static void test_codec_create_errors(void) {
   for (i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     /* The handle is cleared on failure, whatever it held before. */
     gw_codec_t codec = (gw_codec_t)(void*)&g_passed;
-    if (!expect_error(gw_codec_create(bad[i].spec, &codec), GW_ERR_INVALID_ARGUMENT, bad[i].needle,
-                      "gw_codec_create", __LINE__, "gw_codec_create(bad spec)")) {
+    if (!expect_error(gw_codec_create(bad[i].spec, &codec), GW_ERR_INVALID_ARGUMENT, bad[i].needle, "gw_codec_create",
+                      __LINE__, "gw_codec_create(bad spec)")) {
       fprintf(stderr, "  spec \"%s\"\n", bad[i].spec);
     }
     if (!CHECK(codec == NULL) && codec != (gw_codec_t)(void*)&g_passed) gw_codec_destroy(codec);
@@ -312,18 +308,17 @@ static void test_max_encoded_bytes(void) {
     bytes = 0;
     EXPECT_OK(gw_codec_max_encoded_bytes(codec, cases[i].count, cases[i].dtype, &bytes));
     if (!check(bytes == cases[i].bytes, __LINE__, "max_encoded_bytes matches the documented size")) {
-      fprintf(stderr, "  %s, %zu elements: %zu bytes, expected %zu\n", cases[i].spec, cases[i].count,
-              bytes, cases[i].bytes);
+      fprintf(stderr, "  %s, %zu elements: %zu bytes, expected %zu\n", cases[i].spec, cases[i].count, bytes,
+              cases[i].bytes);
     }
     EXPECT_OK(gw_codec_destroy(codec));
   }
   if (EXPECT_OK(gw_codec_create("fp16", &codec))) {
-    EXPECT_ERR2(gw_codec_max_encoded_bytes(NULL, 10, GW_FLOAT32, &bytes), GW_ERR_INVALID_ARGUMENT,
-                "codec", "gw_codec_max_encoded_bytes");
+    EXPECT_ERR2(gw_codec_max_encoded_bytes(NULL, 10, GW_FLOAT32, &bytes), GW_ERR_INVALID_ARGUMENT, "codec",
+                "gw_codec_max_encoded_bytes");
     EXPECT_ERR(gw_codec_max_encoded_bytes(codec, 10, GW_FLOAT32, NULL), GW_ERR_INVALID_ARGUMENT, "bytes");
     EXPECT_ERR(gw_codec_max_encoded_bytes(codec, 10, (gw_dtype_t)0, &bytes), GW_ERR_INVALID_ARGUMENT, "dtype");
-    EXPECT_ERR(gw_codec_max_encoded_bytes(codec, SIZE_MAX, GW_FLOAT32, &bytes), GW_ERR_INVALID_ARGUMENT,
-               "count");
+    EXPECT_ERR(gw_codec_max_encoded_bytes(codec, SIZE_MAX, GW_FLOAT32, &bytes), GW_ERR_INVALID_ARGUMENT, "count");
     EXPECT_OK(gw_codec_destroy(codec));
   }
 }
@@ -422,8 +417,8 @@ static void round_trip_fp16(void) {
 
   /* Too little room: refused, nothing claimed written. */
   written = 12345;
-  EXPECT_ERR(gw_encode(codec, x, RT_N, GW_FLOAT32, 0, 0, NULL, msg, max_bytes - 1, &written),
-             GW_ERR_BUFFER_TOO_SMALL, "capacity");
+  EXPECT_ERR(gw_encode(codec, x, RT_N, GW_FLOAT32, 0, 0, NULL, msg, max_bytes - 1, &written), GW_ERR_BUFFER_TOO_SMALL,
+             "capacity");
   CHECK(written == 0);
   EXPECT_OK(gw_codec_destroy(codec));
 }
@@ -460,8 +455,8 @@ static void round_trip_qsgd8(const char* spec, float slack_units) {
     fprintf(stderr, "  %s: %d elements out of tolerance (unit %g)\n", spec, bad, (double)unit);
   }
   EXPECT_OK(gw_message_info(msg, written, &info));
-  CHECK(info.codec == GW_CODEC_QSGD && info.dtype == GW_FLOAT32 && info.count == RT_N &&
-        info.nnz == RT_N && info.total_bytes == written);
+  CHECK(info.codec == GW_CODEC_QSGD && info.dtype == GW_FLOAT32 && info.count == RT_N && info.nnz == RT_N &&
+        info.total_bytes == written);
   /* Lossy codecs decode into float32 only, and take float32 input only. */
   EXPECT_ERR(gw_decode(msg, written, y, RT_N, GW_FLOAT16, GW_DECODE_OVERWRITE), GW_ERR_UNSUPPORTED, "float32");
   EXPECT_ERR(gw_encode(codec, x, RT_N, GW_FLOAT16, 0, 0, NULL, msg, sizeof msg, &written), GW_ERR_UNSUPPORTED,
@@ -572,10 +567,9 @@ static void test_error_feedback(void) {
   CHECK(exact);
 
   /* Wrong sizes and types. */
-  EXPECT_ERR(gw_encode(codec, x, EF_N - 1, GW_FLOAT32, 0, 0, ef, msg, sizeof msg, &written),
-             GW_ERR_INVALID_ARGUMENT, "error-feedback");
-  EXPECT_ERR(gw_encode(codec, x, EF_N, GW_FLOAT16, 0, 0, ef, msg, sizeof msg, &written), GW_ERR_UNSUPPORTED,
-             "float32");
+  EXPECT_ERR(gw_encode(codec, x, EF_N - 1, GW_FLOAT32, 0, 0, ef, msg, sizeof msg, &written), GW_ERR_INVALID_ARGUMENT,
+             "error-feedback");
+  EXPECT_ERR(gw_encode(codec, x, EF_N, GW_FLOAT16, 0, 0, ef, msg, sizeof msg, &written), GW_ERR_UNSUPPORTED, "float32");
   EXPECT_ERR(gw_ef_state_get_residual(ef, r, EF_N - 1), GW_ERR_INVALID_ARGUMENT, "count");
   EXPECT_ERR(gw_ef_state_get_residual(ef, NULL, EF_N), GW_ERR_INVALID_ARGUMENT, "out");
   EXPECT_OK(gw_ef_state_step(ef, &step));
@@ -664,21 +658,21 @@ static void test_null_arguments(void) {
               "codec is null", "gw_encode");
   EXPECT_ERR2(gw_encode(codec, x, 4, GW_FLOAT32, 0, 0, NULL, msg, sizeof msg, NULL), GW_ERR_INVALID_ARGUMENT,
               "written is null", "gw_encode");
-  EXPECT_ERR2(gw_encode(codec, NULL, 4, GW_FLOAT32, 0, 0, NULL, msg, sizeof msg, &written),
-              GW_ERR_INVALID_ARGUMENT, "src is null", "gw_encode");
+  EXPECT_ERR2(gw_encode(codec, NULL, 4, GW_FLOAT32, 0, 0, NULL, msg, sizeof msg, &written), GW_ERR_INVALID_ARGUMENT,
+              "src is null", "gw_encode");
   EXPECT_ERR2(gw_encode(codec, NULL, 4, GW_FLOAT32, 0, 0, ef, msg, sizeof msg, &written), GW_ERR_INVALID_ARGUMENT,
               "src is null", "gw_encode");
-  EXPECT_ERR2(gw_encode(codec, x, 4, GW_FLOAT32, 0, 0, NULL, NULL, sizeof msg, &written),
-              GW_ERR_INVALID_ARGUMENT, "dst is null", "gw_encode");
-  EXPECT_ERR2(gw_encode(codec, x, 4, (gw_dtype_t)0, 0, 0, NULL, msg, sizeof msg, &written),
-              GW_ERR_INVALID_ARGUMENT, "dtype", "gw_encode");
+  EXPECT_ERR2(gw_encode(codec, x, 4, GW_FLOAT32, 0, 0, NULL, NULL, sizeof msg, &written), GW_ERR_INVALID_ARGUMENT,
+              "dst is null", "gw_encode");
+  EXPECT_ERR2(gw_encode(codec, x, 4, (gw_dtype_t)0, 0, 0, NULL, msg, sizeof msg, &written), GW_ERR_INVALID_ARGUMENT,
+              "dtype", "gw_encode");
 
-  EXPECT_ERR2(gw_decode(NULL, written, y, 4, GW_FLOAT32, GW_DECODE_OVERWRITE), GW_ERR_INVALID_ARGUMENT,
-              "msg is null", "gw_decode");
-  EXPECT_ERR2(gw_decode(msg, written, NULL, 4, GW_FLOAT32, GW_DECODE_OVERWRITE), GW_ERR_INVALID_ARGUMENT,
-              "dst is null", "gw_decode");
-  EXPECT_ERR2(gw_decode(msg, written, y, 4, (gw_dtype_t)0, GW_DECODE_OVERWRITE), GW_ERR_INVALID_ARGUMENT,
-              "dtype", "gw_decode");
+  EXPECT_ERR2(gw_decode(NULL, written, y, 4, GW_FLOAT32, GW_DECODE_OVERWRITE), GW_ERR_INVALID_ARGUMENT, "msg is null",
+              "gw_decode");
+  EXPECT_ERR2(gw_decode(msg, written, NULL, 4, GW_FLOAT32, GW_DECODE_OVERWRITE), GW_ERR_INVALID_ARGUMENT, "dst is null",
+              "gw_decode");
+  EXPECT_ERR2(gw_decode(msg, written, y, 4, (gw_dtype_t)0, GW_DECODE_OVERWRITE), GW_ERR_INVALID_ARGUMENT, "dtype",
+              "gw_decode");
   EXPECT_ERR2(gw_decode(msg, written, y, 4, GW_FLOAT32, (gw_decode_mode_t)3), GW_ERR_INVALID_ARGUMENT, "mode",
               "gw_decode");
   EXPECT_ERR2(gw_message_info(NULL, written, &info), GW_ERR_INVALID_ARGUMENT, "msg is null", "gw_message_info");
@@ -690,8 +684,7 @@ static void test_null_arguments(void) {
   EXPECT_ERR2(gw_ef_state_count(ef, NULL), GW_ERR_INVALID_ARGUMENT, "count is null", "gw_ef_state_count");
   EXPECT_ERR2(gw_ef_state_step(NULL, &step), GW_ERR_INVALID_ARGUMENT, "ef is null", "gw_ef_state_step");
   EXPECT_ERR2(gw_ef_state_step(ef, NULL), GW_ERR_INVALID_ARGUMENT, "step is null", "gw_ef_state_step");
-  EXPECT_ERR2(gw_ef_state_get_residual(NULL, y, 4), GW_ERR_INVALID_ARGUMENT, "ef is null",
-              "gw_ef_state_get_residual");
+  EXPECT_ERR2(gw_ef_state_get_residual(NULL, y, 4), GW_ERR_INVALID_ARGUMENT, "ef is null", "gw_ef_state_get_residual");
   EXPECT_ERR2(gw_ef_state_get_residual(ef, NULL, 4), GW_ERR_INVALID_ARGUMENT, "out is null",
               "gw_ef_state_get_residual");
 
@@ -703,26 +696,23 @@ static void test_null_arguments(void) {
   /* Communicator entry points. */
   memset(&uid, 0, sizeof uid);
   EXPECT_ERR2(gw_get_unique_id(NULL), GW_ERR_INVALID_ARGUMENT, "id is null", "gw_get_unique_id");
-  EXPECT_ERR2(gw_comm_init_rank(NULL, 1, uid, 0, NULL), GW_ERR_INVALID_ARGUMENT, "comm is null",
-              "gw_comm_init_rank");
+  EXPECT_ERR2(gw_comm_init_rank(NULL, 1, uid, 0, NULL), GW_ERR_INVALID_ARGUMENT, "comm is null", "gw_comm_init_rank");
   EXPECT_ERR2(gw_comm_init_from_env(NULL, NULL), GW_ERR_INVALID_ARGUMENT, "comm is null", "gw_comm_init_from_env");
   /* A unique id of zeros did not come from gw_get_unique_id. */
-  EXPECT_ERR2(gw_comm_init_rank(&comm, 1, uid, 0, NULL), GW_ERR_INVALID_ARGUMENT, "unique id",
-              "gw_comm_init_rank");
+  EXPECT_ERR2(gw_comm_init_rank(&comm, 1, uid, 0, NULL), GW_ERR_INVALID_ARGUMENT, "unique id", "gw_comm_init_rank");
   CHECK(comm == NULL);
   EXPECT_ERR2(gw_comm_abort(NULL), GW_ERR_INVALID_ARGUMENT, "comm is null", "gw_comm_abort");
   EXPECT_ERR2(gw_comm_rank(NULL, &ival), GW_ERR_INVALID_ARGUMENT, "comm is null", "gw_comm_rank");
   EXPECT_ERR2(gw_comm_size(NULL, &ival), GW_ERR_INVALID_ARGUMENT, "comm is null", "gw_comm_size");
   EXPECT_ERR2(gw_comm_topology(NULL, &ival, &ival, &ival, &ival), GW_ERR_INVALID_ARGUMENT, "comm is null",
               "gw_comm_topology");
-  EXPECT_ERR2(gw_comm_get_async_error(NULL, &rval), GW_ERR_INVALID_ARGUMENT, "comm is null",
-              "gw_comm_get_async_error");
-  EXPECT_ERR2(gw_allreduce(NULL, x, y, 4, GW_FLOAT32, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT,
+  EXPECT_ERR2(gw_comm_get_async_error(NULL, &rval), GW_ERR_INVALID_ARGUMENT, "comm is null", "gw_comm_get_async_error");
+  EXPECT_ERR2(gw_allreduce(NULL, x, y, 4, GW_FLOAT32, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT, "comm is null",
+              "gw_allreduce");
+  EXPECT_ERR2(gw_allreduce_ex(NULL, x, y, 4, GW_FLOAT32, GW_SUM, NULL, NULL, GW_ALGO_RING), GW_ERR_INVALID_ARGUMENT,
               "comm is null", "gw_allreduce");
-  EXPECT_ERR2(gw_allreduce_ex(NULL, x, y, 4, GW_FLOAT32, GW_SUM, NULL, NULL, GW_ALGO_RING),
-              GW_ERR_INVALID_ARGUMENT, "comm is null", "gw_allreduce");
-  EXPECT_ERR2(gw_iallreduce(NULL, x, y, 4, GW_FLOAT32, GW_SUM, NULL, NULL, GW_ALGO_AUTO, &req),
-              GW_ERR_INVALID_ARGUMENT, "comm is null", "gw_iallreduce");
+  EXPECT_ERR2(gw_iallreduce(NULL, x, y, 4, GW_FLOAT32, GW_SUM, NULL, NULL, GW_ALGO_AUTO, &req), GW_ERR_INVALID_ARGUMENT,
+              "comm is null", "gw_iallreduce");
   EXPECT_ERR2(gw_test(NULL, &ival), GW_ERR_INVALID_ARGUMENT, "request is null", "gw_test");
   EXPECT_ERR2(gw_wait(NULL), GW_ERR_INVALID_ARGUMENT, "request is null", "gw_wait");
   EXPECT_ERR2(gw_allreduce_algo(NULL, 4, GW_FLOAT32, NULL, &algo), GW_ERR_INVALID_ARGUMENT, "comm is null",
@@ -829,8 +819,7 @@ static void test_communicator(void) {
     CHECK(algo == GW_ALGO_RING);
     EXPECT_ERR(gw_allreduce_algo_device(comm, 4, GW_FLOAT32, NULL, NULL), GW_ERR_INVALID_ARGUMENT, "algo");
   }
-  EXPECT_ERR2(gw_comm_get_async_error(comm, NULL), GW_ERR_INVALID_ARGUMENT, "error is null",
-              "gw_comm_get_async_error");
+  EXPECT_ERR2(gw_comm_get_async_error(comm, NULL), GW_ERR_INVALID_ARGUMENT, "error is null", "gw_comm_get_async_error");
   EXPECT_OK(gw_barrier(comm));
 
   /* Dense all-reduce of one rank: the sum (and the mean) is the input, bit for bit. */
@@ -884,14 +873,11 @@ static void test_communicator(void) {
   }
 
   /* Argument errors on a healthy communicator leave it healthy. */
-  EXPECT_ERR(gw_allreduce(comm, NULL, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT,
-             "sendbuf");
-  EXPECT_ERR(gw_allreduce(comm, x, NULL, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT,
-             "recvbuf");
-  EXPECT_ERR(gw_allreduce(comm, x, y, COMM_N, (gw_dtype_t)0, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT,
-             "dtype");
-  EXPECT_ERR(gw_allreduce_ex(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL, (gw_algo_t)6),
-             GW_ERR_INVALID_ARGUMENT, "algo 6");
+  EXPECT_ERR(gw_allreduce(comm, NULL, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT, "sendbuf");
+  EXPECT_ERR(gw_allreduce(comm, x, NULL, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT, "recvbuf");
+  EXPECT_ERR(gw_allreduce(comm, x, y, COMM_N, (gw_dtype_t)0, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT, "dtype");
+  EXPECT_ERR(gw_allreduce_ex(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL, (gw_algo_t)6), GW_ERR_INVALID_ARGUMENT,
+             "algo 6");
   EXPECT_ERR(gw_iallreduce(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL, (gw_algo_t)7, &req),
              GW_ERR_INVALID_ARGUMENT, "algo 7");
   CHECK(req == NULL);
@@ -958,14 +944,16 @@ static void test_device_calls_without_gpu(void) {
   float x[16] = {0};
   unsigned char out[256];
   size_t written = 7;
-  EXPECT_ERR(gw_encode_device(codec, x, 16, GW_FLOAT32, 0, 0, NULL, out, sizeof out, &written, NULL), r, "gw_encode_device");
+  EXPECT_ERR(gw_encode_device(codec, x, 16, GW_FLOAT32, 0, 0, NULL, out, sizeof out, &written, NULL), r,
+             "gw_encode_device");
   CHECK(written == 0);
   written = 7;
   EXPECT_ERR(gw_encode_device_async(codec, x, 16, GW_FLOAT32, 0, 0, NULL, out, sizeof out, &written, NULL), r,
              "gw_encode_device_async");
   CHECK(written == 0);
   EXPECT_ERR(gw_encode_device_async(codec, x, 16, GW_FLOAT32, 0, 0, NULL, out, sizeof out, NULL, NULL),
-             r == GW_ERR_UNSUPPORTED ? r : GW_ERR_INVALID_ARGUMENT, r == GW_ERR_UNSUPPORTED ? "without CUDA" : "max_written");
+             r == GW_ERR_UNSUPPORTED ? r : GW_ERR_INVALID_ARGUMENT,
+             r == GW_ERR_UNSUPPORTED ? "without CUDA" : "max_written");
   EXPECT_ERR(gw_decode_device(out, sizeof out, x, 16, GW_FLOAT32, GW_DECODE_OVERWRITE, NULL), r, "gw_decode_device");
 
   /* The device collectives: refused with the same reason, and the communicator goes on. */

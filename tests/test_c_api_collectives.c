@@ -36,14 +36,14 @@ static void expect(gw_result_t got, gw_result_t want, const char* needle, int li
 
 #define EXPECT_ERR(call, want, needle) expect((call), (want), (needle), __LINE__, #call)
 #define EXPECT_OK(call) expect((call), GW_SUCCESS, NULL, __LINE__, #call)
-#define CHECK(cond)                                                                     \
-  do {                                                                                  \
-    if (cond) {                                                                         \
-      ++g_passed;                                                                       \
-    } else {                                                                            \
-      ++g_failed;                                                                       \
+#define CHECK(cond)                                                                        \
+  do {                                                                                     \
+    if (cond) {                                                                            \
+      ++g_passed;                                                                          \
+    } else {                                                                               \
+      ++g_failed;                                                                          \
       fprintf(stderr, "test_c_api_collectives.c:%d: check failed: %s\n", __LINE__, #cond); \
-    }                                                                                   \
+    }                                                                                      \
   } while (0)
 
 static int g_calls = 0;
@@ -91,7 +91,8 @@ static void null_comm(void) {
   EXPECT_ERR(gw_irecv(NULL, x, 4, 0, 0, &req), GW_ERR_INVALID_ARGUMENT, "comm is null");
   EXPECT_ERR(gw_wait_for(NULL, 1.0), GW_ERR_INVALID_ARGUMENT, "request is null");
   EXPECT_ERR(gw_request_on_complete(NULL, on_done, &g_calls), GW_ERR_INVALID_ARGUMENT, "request is null");
-  EXPECT_ERR(gw_comm_init_with_allgather(NULL, 1, 0, never_called, NULL, NULL), GW_ERR_INVALID_ARGUMENT, "comm is null");
+  EXPECT_ERR(gw_comm_init_with_allgather(NULL, 1, 0, never_called, NULL, NULL), GW_ERR_INVALID_ARGUMENT,
+             "comm is null");
   CHECK(g_calls == 0);
 }
 
@@ -164,7 +165,8 @@ static void with_comm(gw_comm_t comm) {
   /* gw_comm_init_with_allgather: argument errors before the callback runs. */
   {
     gw_comm_t other = (gw_comm_t)(void*)&g_passed;
-    EXPECT_ERR(gw_comm_init_with_allgather(&other, 1, 0, NULL, NULL, NULL), GW_ERR_INVALID_ARGUMENT, "allgather is null");
+    EXPECT_ERR(gw_comm_init_with_allgather(&other, 1, 0, NULL, NULL, NULL), GW_ERR_INVALID_ARGUMENT,
+               "allgather is null");
     CHECK(other == NULL);
     EXPECT_ERR(gw_comm_init_with_allgather(&other, 0, 0, never_called, NULL, NULL), GW_ERR_INVALID_ARGUMENT, "nranks");
     EXPECT_ERR(gw_comm_init_with_allgather(&other, 2, 2, never_called, NULL, NULL), GW_ERR_INVALID_ARGUMENT, "rank 2");

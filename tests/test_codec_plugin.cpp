@@ -69,8 +69,10 @@ constexpr SpecParam kTestRoundParams[] = {
     unsigned_param("scale", &CodecSpec::bits, 1, 1024, "1 to 1024").with_default(4),
 };
 
-const CodecEntry kTestRoundEntry{kTestRound, "testround", kTestRoundParams, std::size(kTestRoundParams), nullptr,
-                                 kCapLossy | kCapErrorFeedback, make_test_round, validate_test_round,
+const CodecEntry kTestRoundEntry{kTestRound,       "testround",
+                                 kTestRoundParams, std::size(kTestRoundParams),
+                                 nullptr,          kCapLossy | kCapErrorFeedback,
+                                 make_test_round,  validate_test_round,
                                  apply_test_round, nullptr};
 GW_REGISTER_CODEC(kTestRoundEntry);
 
@@ -190,8 +192,8 @@ TEST(CodecPlugin, AllreduceThroughTheCollectives) {
 }
 
 TEST(CodecPlugin, MeasuredByCodecBench) {
-  const char* args[] = {"codec_bench", "--codec", "testround:scale=16", "--size-mb", "0.25", "--reps", "1",
-                        "--warmup", "0"};
+  const char* args[] = {"codec_bench", "--codec", "testround:scale=16", "--size-mb", "0.25",
+                        "--reps",      "1",       "--warmup",           "0"};
   std::vector<char*> argv;
   for (const char* a : args) argv.push_back(const_cast<char*>(a));
   testing::internal::CaptureStdout();

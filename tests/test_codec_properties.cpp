@@ -107,10 +107,10 @@ TEST(Topk, TiesGoToTheLowerIndex) {
   special[4000] = -std::numeric_limits<float>::infinity();
   special[20] = -std::numeric_limits<float>::max();
   special[21] = std::numeric_limits<float>::max();
-  for (const auto& input : {std::make_pair("few", few), std::make_pair("close", close),
-                            std::make_pair("equal", equal), std::make_pair("special", special)}) {
-    for (uint64_t k : {uint64_t{1}, uint64_t{2}, uint64_t{100}, uint64_t{1700}, uint64_t{2500},
-                       uint64_t{4999}, uint64_t{5000}}) {
+  for (const auto& input : {std::make_pair("few", few), std::make_pair("close", close), std::make_pair("equal", equal),
+                            std::make_pair("special", special)}) {
+    for (uint64_t k :
+         {uint64_t{1}, uint64_t{2}, uint64_t{100}, uint64_t{1700}, uint64_t{2500}, uint64_t{4999}, uint64_t{5000}}) {
       check_topk("topk:k=" + std::to_string(k), input.second, k, input.first);
     }
     check_topk("topk:ratio=0.37", input.second, test::ref_k_for_ratio(n, 0.37), input.first);
@@ -531,9 +531,15 @@ std::vector<uint8_t> ref_randomk(const std::vector<float>& x, uint64_t k, uint64
 std::vector<float> awkward_values(size_t n, uint64_t seed) {
   std::vector<float> x = test::gradient(n, seed);
   std::mt19937_64 rng(seed);
-  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN(),
-                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::denorm_min(), -1e-40f, 3e38f, -3e38f};
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::denorm_min(),
+                            -1e-40f,
+                            3e38f,
+                            -3e38f};
   for (size_t i = 0; i < n; ++i) {
     const uint64_t r = rng() % 1000;
     if (r < 9) x[i] = specials[r];
@@ -589,7 +595,8 @@ TEST(WireFormat, QsgdBytesMatchReference) {
           const size_t n = x.size();
           const uint64_t step = n % 3 == 0 ? (uint64_t{1} << 32) + 7 : n;
           const uint32_t rank = static_cast<uint32_t>(n % 5);
-          expect_same_bytes(test::encode(*codec, x, step, rank), ref_qsgd(x, bits, bucket, stochastic, seed, step, rank),
+          expect_same_bytes(test::encode(*codec, x, step, rank),
+                            ref_qsgd(x, bits, bucket, stochastic, seed, step, rank),
                             spec + " n=" + std::to_string(n) + (i % 2 ? " awkward values" : " gradient"));
         }
       }

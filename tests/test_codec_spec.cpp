@@ -26,9 +26,9 @@ TEST(CodecSpec, ParsesKeys) {
 }
 
 TEST(CodecSpec, RoundTripsThroughText) {
-  for (const char* text : {"none", "fp16,", "bf16:ef=1", "qsgd:bits=2,bucket=64", "sign:bucket=1024,ef=1",
-                           "topk:ratio=0.01", "topk:k=17", "dgc:ratio=0.001,sample=0.02,seed=9",
-                           "randomk:ratio=0.1,seed=3"}) {
+  for (const char* text :
+       {"none", "fp16,", "bf16:ef=1", "qsgd:bits=2,bucket=64", "sign:bucket=1024,ef=1", "topk:ratio=0.01", "topk:k=17",
+        "dgc:ratio=0.001,sample=0.02,seed=9", "randomk:ratio=0.1,seed=3"}) {
     auto s = CodecSpec::parse(text);
     if (std::string(text) == "fp16,") {
       EXPECT_FALSE(s.is_ok());
@@ -53,27 +53,22 @@ TEST_P(CodecSpecErrors, NamesTheBadPart) {
   auto s = CodecSpec::parse(GetParam().text);
   ASSERT_FALSE(s.is_ok()) << GetParam().text;
   EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
-  EXPECT_NE(s.status().message().find(GetParam().must_mention), std::string::npos)
-      << s.status().message();
+  EXPECT_NE(s.status().message().find(GetParam().must_mention), std::string::npos) << s.status().message();
 }
 
 INSTANTIATE_TEST_SUITE_P(
     All, CodecSpecErrors,
-    ::testing::Values(BadSpec{"zstd", "unknown codec 'zstd'"}, BadSpec{"", "unknown codec ''"},
-                      BadSpec{"qsgd:bits=3", "bits=3"}, BadSpec{"qsgd:bits=16", "bits=16"},
-                      BadSpec{"qsgd:bits=-1", "bits=-1"}, BadSpec{"qsgd:bucket=0", "bucket=0"},
-                      BadSpec{"qsgd:bucket=99999999", "bucket=99999999"},
-                      BadSpec{"qsgd:ratio=0.1", "unknown key 'ratio'"},
-                      BadSpec{"sign:bits=2", "unknown key 'bits'"},
-                      BadSpec{"topk", "exactly one of ratio= or k="},
-                      BadSpec{"topk:ratio=0.1,k=5", "exactly one of ratio= or k="},
-                      BadSpec{"topk:ratio=0", "ratio=0"}, BadSpec{"topk:ratio=1.5", "ratio=1.5"},
-                      BadSpec{"topk:ratio=nan", "ratio=nan"}, BadSpec{"topk:k=0", "k=0"},
-                      BadSpec{"topk:k=12x", "k=12x"}, BadSpec{"dgc:ratio=0.01,sample=2", "sample=2"},
-                      BadSpec{"qsgd:ef=maybe", "ef=maybe"}, BadSpec{"qsgd:bits", "not key=value"},
-                      BadSpec{"qsgd:bits=4,bits=8", "given twice"},
-                      BadSpec{"qsgd:rounding=up", "rounding=up"}, BadSpec{"none:seed=1", "unknown key 'seed'"},
-                      BadSpec{"qsgd:bits=1,ef=1", "diverges"}));
+    ::testing::Values(
+        BadSpec{"zstd", "unknown codec 'zstd'"}, BadSpec{"", "unknown codec ''"}, BadSpec{"qsgd:bits=3", "bits=3"},
+        BadSpec{"qsgd:bits=16", "bits=16"}, BadSpec{"qsgd:bits=-1", "bits=-1"}, BadSpec{"qsgd:bucket=0", "bucket=0"},
+        BadSpec{"qsgd:bucket=99999999", "bucket=99999999"}, BadSpec{"qsgd:ratio=0.1", "unknown key 'ratio'"},
+        BadSpec{"sign:bits=2", "unknown key 'bits'"}, BadSpec{"topk", "exactly one of ratio= or k="},
+        BadSpec{"topk:ratio=0.1,k=5", "exactly one of ratio= or k="}, BadSpec{"topk:ratio=0", "ratio=0"},
+        BadSpec{"topk:ratio=1.5", "ratio=1.5"}, BadSpec{"topk:ratio=nan", "ratio=nan"}, BadSpec{"topk:k=0", "k=0"},
+        BadSpec{"topk:k=12x", "k=12x"}, BadSpec{"dgc:ratio=0.01,sample=2", "sample=2"},
+        BadSpec{"qsgd:ef=maybe", "ef=maybe"}, BadSpec{"qsgd:bits", "not key=value"},
+        BadSpec{"qsgd:bits=4,bits=8", "given twice"}, BadSpec{"qsgd:rounding=up", "rounding=up"},
+        BadSpec{"none:seed=1", "unknown key 'seed'"}, BadSpec{"qsgd:bits=1,ef=1", "diverges"}));
 
 TEST(CodecSpec, OneBitQsgdTakesErrorFeedbackOnlyWithNearestRounding) {
   EXPECT_TRUE(CodecSpec::parse("qsgd:bits=1,ef=1,rounding=nearest").is_ok());

@@ -115,8 +115,8 @@ void check_qsgd(const Case& c, const std::vector<float>& x, const std::vector<fl
     const double bound = (c.stochastic ? unit : unit / 2) + slack;
     for (size_t i = lo; i < hi; ++i) {
       const double err = std::fabs(static_cast<double>(x[i]) - static_cast<double>(y[i]));
-      ASSERT_LE(err, bound) << c.spec << " n " << n << " element " << i << " x " << x[i] << " decoded "
-                            << y[i] << " bucket [" << mn << ", " << mx << "] unit " << unit;
+      ASSERT_LE(err, bound) << c.spec << " n " << n << " element " << i << " x " << x[i] << " decoded " << y[i]
+                            << " bucket [" << mn << ", " << mx << "] unit " << unit;
       ASSERT_GE(y[i], mn - slack) << c.spec << " element " << i;
       ASSERT_LE(y[i], mx + slack) << c.spec << " element " << i;
     }
@@ -131,8 +131,7 @@ void check_sign(const Case& c, const std::vector<float>& x, const std::vector<fl
     for (size_t i = lo; i < hi; ++i) sum += std::fabs(static_cast<double>(x[i]));
     const double mean = sum / static_cast<double>(hi - lo);
     for (size_t i = lo; i < hi; ++i) {
-      ASSERT_NEAR(std::fabs(static_cast<double>(y[i])), mean, 1e-5 * mean)
-          << c.spec << " n " << n << " element " << i;
+      ASSERT_NEAR(std::fabs(static_cast<double>(y[i])), mean, 1e-5 * mean) << c.spec << " n " << n << " element " << i;
       if (x[i] < 0.0f) {
         ASSERT_LT(y[i], 0.0f) << c.spec << " element " << i << " x " << x[i];
       } else {
@@ -266,19 +265,18 @@ TEST(Roundtrip, EveryCodecEverySize) {
 TEST(Roundtrip, QsgdDegenerateBuckets) {
   for (uint32_t bits : {1u, 4u, 8u}) {
     for (bool stochastic : {true, false}) {
-      Case c{"qsgd:bucket=16,bits=" + std::to_string(bits) + (stochastic ? "" : ",rounding=nearest"),
-             Kind::kQsgd};
+      Case c{"qsgd:bucket=16,bits=" + std::to_string(bits) + (stochastic ? "" : ",rounding=nearest"), Kind::kQsgd};
       c.bits = bits;
       c.bucket = 16;
       c.stochastic = stochastic;
       auto codec = test::make_codec(c.spec);
       ASSERT_NE(codec, nullptr);
       std::vector<float> x(16 * 4 + 1);
-      for (size_t i = 0; i < 16; ++i) x[i] = 0.25f;                              // constant
-      for (size_t i = 16; i < 32; ++i) x[i] = (i % 2) ? -3.0f : 5.0f;            // two values
-      for (size_t i = 32; i < 48; ++i) x[i] = static_cast<float>(i) - 40.0f;     // a ramp with 0
-      for (size_t i = 48; i < 64; ++i) x[i] = -1e-30f * static_cast<float>(i);   // tiny
-      x[64] = 123.0f;                                                            // single
+      for (size_t i = 0; i < 16; ++i) x[i] = 0.25f;                             // constant
+      for (size_t i = 16; i < 32; ++i) x[i] = (i % 2) ? -3.0f : 5.0f;           // two values
+      for (size_t i = 32; i < 48; ++i) x[i] = static_cast<float>(i) - 40.0f;    // a ramp with 0
+      for (size_t i = 48; i < 64; ++i) x[i] = -1e-30f * static_cast<float>(i);  // tiny
+      x[64] = 123.0f;                                                           // single
       for (uint64_t step = 0; step < 8; ++step) {
         const std::vector<float> y = test::decode(test::encode(*codec, x, step), x.size());
         check_qsgd(c, x, y);
@@ -416,9 +414,7 @@ std::vector<uint8_t> make_buffer(DType d, const std::vector<float>& x) {
   return raw;
 }
 
-const char* dtype_text(DType d) {
-  return d == DType::kFloat32 ? "f32" : d == DType::kFloat16 ? "f16" : "bf16";
-}
+const char* dtype_text(DType d) { return d == DType::kFloat32 ? "f32" : d == DType::kFloat16 ? "f16" : "bf16"; }
 
 TEST(Roundtrip, DenseDtypes) {
   const DType dtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
@@ -468,8 +464,7 @@ TEST(Roundtrip, DenseDtypes) {
                                                                 : old - carried[i];
               ref_store(dout, want, i, v);
             }
-            ASSERT_EQ(dst, want) << "decoded into " << dtype_text(dout) << " mode "
-                                 << static_cast<int>(mode);
+            ASSERT_EQ(dst, want) << "decoded into " << dtype_text(dout) << " mode " << static_cast<int>(mode);
           }
         }
       }

@@ -67,7 +67,8 @@ TEST(RingAllreduce, HalfPrecisionTypes) {
         ASSERT_TRUE(c.allreduce(x.data(), out.data(), n, dt, ReduceOp::kSum, nullptr, nullptr).is_ok());
         for (size_t i = 0; i < n; ++i) {
           float expect = 0;
-          for (int q = 0; q < p; ++q) expect += static_cast<float>(static_cast<int>((i + static_cast<size_t>(q)) % 9) - 4);
+          for (int q = 0; q < p; ++q)
+            expect += static_cast<float>(static_cast<int>((i + static_cast<size_t>(q)) % 9) - 4);
           const float got = dt == DType::kFloat16 ? hd::half_to_float(out[i]) : hd::bf16_to_float(out[i]);
           ASSERT_EQ(got, expect) << i;
         }
@@ -109,8 +110,10 @@ TEST(CompressedAllreduce, EveryCodecAndAlgorithmConservesMass) {
           for (int s = 0; s < steps; ++s) {
             auto g = test::gradient(n, static_cast<uint64_t>(r * 100 + s));
             std::vector<float> out(n, 12345.0f);
-            const Status st = c.allreduce(g.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, codec.get(), &ef, lc.algo);
-            ASSERT_TRUE(st.is_ok()) << lc.codec << " " << algo_name(lc.algo) << " p=" << p << " n=" << n << ": " << st.to_string();
+            const Status st =
+                c.allreduce(g.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, codec.get(), &ef, lc.algo);
+            ASSERT_TRUE(st.is_ok()) << lc.codec << " " << algo_name(lc.algo) << " p=" << p << " n=" << n << ": "
+                                    << st.to_string();
             for (size_t i = 0; i < n; ++i) {
               my_in[i] += g[i];
               my_out[i] += out[i];
@@ -143,7 +146,8 @@ TEST(CompressedAllreduce, EveryCodecAndAlgorithmConservesMass) {
           scale += std::fabs(input_total[i]) + std::fabs(output_total[i]);
         }
         for (size_t i = n; i < residual_total.size(); ++i) lhs += residual_total[i];
-        EXPECT_NEAR(lhs, rhs, 1e-5 * (scale + 1e-3) + 1e-6) << lc.codec << " " << algo_name(lc.algo) << " p=" << p << " n=" << n;
+        EXPECT_NEAR(lhs, rhs, 1e-5 * (scale + 1e-3) + 1e-6)
+            << lc.codec << " " << algo_name(lc.algo) << " p=" << p << " n=" << n;
         if (lc.codec == "none" && n > 0) {
           for (size_t i = 0; i < n; ++i) {
             ASSERT_NEAR(output_total[i], input_total[i], 1e-5 * (std::fabs(input_total[i]) + 1e-3)) << i;
@@ -166,22 +170,26 @@ TEST(SparseAllgather, MessagesInPiecesGiveTheSameBitsAsWhole) {
         cfg.chunk_bytes = variant == 0 ? size_t{1} << 22 : 4096;  // one piece, or several
         got[variant].assign(static_cast<size_t>(p), {});
         std::mutex mu;
-        run_local_ranks(p, [&](Communicator& c, int r) {
-          auto codec = test::make_codec(spec);
-          ErrorFeedback ef(n);
-          std::vector<float> out(n);
-          for (int s = 0; s < 2; ++s) {
-            auto g = test::gradient(n, static_cast<uint64_t>(r * 10 + s));
-            const Status st = c.allreduce(g.data(), out.data(), n, DType::kFloat32, ReduceOp::kAvg, codec.get(), &ef,
-                                          Algo::kSparseAllgather);
-            ASSERT_TRUE(st.is_ok()) << spec << " p=" << p << ": " << st.to_string();
-          }
-          std::lock_guard<std::mutex> lock(mu);
-          got[variant][static_cast<size_t>(r)] = out;
-        }, cfg);
+        run_local_ranks(
+            p,
+            [&](Communicator& c, int r) {
+              auto codec = test::make_codec(spec);
+              ErrorFeedback ef(n);
+              std::vector<float> out(n);
+              for (int s = 0; s < 2; ++s) {
+                auto g = test::gradient(n, static_cast<uint64_t>(r * 10 + s));
+                const Status st = c.allreduce(g.data(), out.data(), n, DType::kFloat32, ReduceOp::kAvg, codec.get(),
+                                              &ef, Algo::kSparseAllgather);
+                ASSERT_TRUE(st.is_ok()) << spec << " p=" << p << ": " << st.to_string();
+              }
+              std::lock_guard<std::mutex> lock(mu);
+              got[variant][static_cast<size_t>(r)] = out;
+            },
+            cfg);
       }
       for (int r = 0; r < p; ++r) {
-        ASSERT_TRUE(got[0][static_cast<size_t>(r)] == got[1][static_cast<size_t>(r)]) << spec << " p=" << p << " rank " << r;
+        ASSERT_TRUE(got[0][static_cast<size_t>(r)] == got[1][static_cast<size_t>(r)])
+            << spec << " p=" << p << " rank " << r;
         ASSERT_TRUE(got[1][0] == got[1][static_cast<size_t>(r)]) << spec << " p=" << p << ": ranks disagree";
       }
     }
@@ -256,7 +264,8 @@ TEST(Collectives, SparseAllgatherConcatenatesAndAccumulates) {
         ASSERT_EQ(lens[static_cast<size_t>(q)], qmsg.size());
         ASSERT_EQ(std::memcmp(all.data() + off, qmsg.data(), qmsg.size()), 0);
         off += qmsg.size();
-        ASSERT_TRUE(decode(qmsg.data(), qmsg.size(), expect.data(), n, DType::kFloat32, DecodeMode::kAccumulate).is_ok());
+        ASSERT_TRUE(
+            decode(qmsg.data(), qmsg.size(), expect.data(), n, DType::kFloat32, DecodeMode::kAccumulate).is_ok());
       }
       std::vector<float> dense(n);
       ASSERT_TRUE(c.sparse_allgather_dense(msg.data(), msg.size(), dense.data(), n).is_ok());
@@ -292,10 +301,13 @@ TEST(Policy, PicksByCodecSizeAndOverrides) {
   });
   CommConfig cfg;
   cfg.algo = Algo::kCompressedRing;
-  run_local_ranks(2, [&](Communicator& c, int) {
-    auto q = test::make_codec("qsgd:bits=8");
-    EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, q.get(), Algo::kAuto), Algo::kCompressedRing);
-  }, cfg);
+  run_local_ranks(
+      2,
+      [&](Communicator& c, int) {
+        auto q = test::make_codec("qsgd:bits=8");
+        EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, q.get(), Algo::kAuto), Algo::kCompressedRing);
+      },
+      cfg);
 }
 
 // The tuner itself, driven with synthetic timings: tests/test_policy_tuner.cpp.
@@ -361,8 +373,9 @@ TEST(Stats, CountBytesAndCodecTimeAndReset) {
     auto g = test::gradient(n, static_cast<uint64_t>(r));
     std::vector<float> out(n);
     ASSERT_TRUE(c.reset_stats().is_ok());
-    ASSERT_TRUE(c.allreduce(g.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, q.get(), nullptr,
-                            Algo::kScatterReduce).is_ok());
+    ASSERT_TRUE(
+        c.allreduce(g.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, q.get(), nullptr, Algo::kScatterReduce)
+            .is_ok());
     auto st = c.stats();
     ASSERT_TRUE(st.is_ok());
     EXPECT_EQ(st->collectives, 1u);
@@ -394,13 +407,18 @@ TEST(Stats, CountBytesAndCodecTimeAndReset) {
 TEST(Collectives, BadArgumentsAreRejectedAndLeaveTheCommunicatorUsable) {
   run_local_ranks(2, [&](Communicator& c, int) {
     std::vector<float> x(10, 1.0f);
-    EXPECT_EQ(c.allreduce(nullptr, x.data(), 10, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).code(), Code::kInvalidArgument);
-    EXPECT_EQ(c.allreduce(x.data(), x.data(), 10, static_cast<DType>(9), ReduceOp::kSum, nullptr, nullptr).code(), Code::kInvalidArgument);
+    EXPECT_EQ(c.allreduce(nullptr, x.data(), 10, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).code(),
+              Code::kInvalidArgument);
+    EXPECT_EQ(c.allreduce(x.data(), x.data(), 10, static_cast<DType>(9), ReduceOp::kSum, nullptr, nullptr).code(),
+              Code::kInvalidArgument);
     ErrorFeedback wrong(3);
     auto q = test::make_codec("qsgd");
-    EXPECT_EQ(c.allreduce(x.data(), x.data(), 10, DType::kFloat32, ReduceOp::kSum, q.get(), &wrong).code(), Code::kInvalidArgument);
-    EXPECT_EQ(c.allreduce(x.data(), x.data(), 10, DType::kFloat16, ReduceOp::kSum, q.get(), nullptr, Algo::kScatterReduce).code(),
-              Code::kUnsupported);
+    EXPECT_EQ(c.allreduce(x.data(), x.data(), 10, DType::kFloat32, ReduceOp::kSum, q.get(), &wrong).code(),
+              Code::kInvalidArgument);
+    EXPECT_EQ(
+        c.allreduce(x.data(), x.data(), 10, DType::kFloat16, ReduceOp::kSum, q.get(), nullptr, Algo::kScatterReduce)
+            .code(),
+        Code::kUnsupported);
     EXPECT_EQ(c.broadcast(x.data(), 4, 5).code(), Code::kInvalidArgument);
     EXPECT_TRUE(c.allreduce(x.data(), x.data(), 10, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).is_ok());
     EXPECT_EQ(x[0], 2.0f);
@@ -419,8 +437,8 @@ TEST(Failure, MissingRankTimesOutAndBreaksTheCommunicator) {
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       std::vector<float> x(1000, 1.0f);
-      results[static_cast<size_t>(r)] = comms[static_cast<size_t>(r)]->allreduce(x.data(), x.data(), 1000, DType::kFloat32,
-                                                                                 ReduceOp::kSum, nullptr, nullptr);
+      results[static_cast<size_t>(r)] = comms[static_cast<size_t>(r)]->allreduce(
+          x.data(), x.data(), 1000, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr);
     });
   }
   for (auto& t : threads) t.join();

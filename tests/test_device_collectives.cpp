@@ -66,8 +66,8 @@ struct Case {
 // Three steps of host and device all-reduce on the same gradients: every result and every
 // residual must be the same bits.
 void expect_same_as_host(int p, size_t n, const Case& k, bool with_ef, ReduceOp op) {
-  SCOPED_TRACE(std::string(k.spec) + " " + algo_name(k.algo) + " p=" + std::to_string(p) + " n=" +
-               std::to_string(n) + (with_ef ? " ef" : "") + (op == ReduceOp::kAvg ? " avg" : " sum"));
+  SCOPED_TRACE(std::string(k.spec) + " " + algo_name(k.algo) + " p=" + std::to_string(p) + " n=" + std::to_string(n) +
+               (with_ef ? " ef" : "") + (op == ReduceOp::kAvg ? " avg" : " sum"));
   constexpr int kSteps = 3;
   std::vector<std::vector<std::vector<float>>> host_out(kSteps), dev_out(kSteps);
   std::vector<std::vector<float>> host_res(static_cast<size_t>(p)), dev_res(static_cast<size_t>(p));
@@ -81,7 +81,8 @@ void expect_same_as_host(int p, size_t n, const Case& k, bool with_ef, ReduceOp 
       for (int step = 0; step < kSteps; ++step) {
         auto g = test::gradient(n, static_cast<uint64_t>(1000 * step + r));
         std::vector<float> out(n, -7.0f);
-        const Status s = c.allreduce(g.data(), out.data(), n, DType::kFloat32, op, codec.get(), with_ef ? &ef : nullptr, k.algo);
+        const Status s =
+            c.allreduce(g.data(), out.data(), n, DType::kFloat32, op, codec.get(), with_ef ? &ef : nullptr, k.algo);
         ASSERT_TRUE(s.is_ok()) << s.to_string();
         host_out[step][r] = out;
       }
@@ -205,7 +206,8 @@ TEST(DeviceAllreduce, DenseWithoutNcclForEveryDtype) {
         in.upload(x);
         // In place, with the policy's choice (no codec: the dense ring).
         ASSERT_TRUE(c.allreduce_device(in.data(), in.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr,
-                                       Algo::kAuto, nullptr).is_ok());
+                                       Algo::kAuto, nullptr)
+                        .is_ok());
         const auto got = in.download();
         for (size_t i = 0; i < n; ++i) {
           float want = 0;
@@ -216,8 +218,10 @@ TEST(DeviceAllreduce, DenseWithoutNcclForEveryDtype) {
         DeviceVector<uint16_t> h(n);
         for (size_t i = 0; i < n; ++i) h.data()[i] = test::ref_float_to_half(static_cast<float>(r + 1));
         ASSERT_TRUE(c.allreduce_device(h.data(), h.data(), n, DType::kFloat16, ReduceOp::kSum, nullptr, nullptr,
-                                       Algo::kAuto, nullptr).is_ok());
-        for (size_t i = 0; i < n; ++i) ASSERT_EQ(test::ref_half_to_float(h.data()[i]), static_cast<float>(p * (p + 1) / 2));
+                                       Algo::kAuto, nullptr)
+                        .is_ok());
+        for (size_t i = 0; i < n; ++i)
+          ASSERT_EQ(test::ref_half_to_float(h.data()[i]), static_cast<float>(p * (p + 1) / 2));
       });
     }
   }
@@ -233,7 +237,8 @@ TEST(DeviceCollectives, AllgatherAndBroadcast) {
       ASSERT_TRUE(c.allgather_device(mine.data(), all.data(), bytes, nullptr).is_ok());
       for (int q = 0; q < p; ++q) {
         for (size_t i = 0; i < bytes; ++i) {
-          ASSERT_EQ(all.data()[static_cast<size_t>(q) * bytes + i], static_cast<uint8_t>(i * 3 + static_cast<size_t>(q)));
+          ASSERT_EQ(all.data()[static_cast<size_t>(q) * bytes + i],
+                    static_cast<uint8_t>(i * 3 + static_cast<size_t>(q)));
         }
       }
       DeviceVector<uint8_t> buf(bytes);
@@ -252,7 +257,8 @@ TEST(DeviceCollectives, EveryCallStartsFromTheCallersStream) {
     DeviceVector<float> x(100);
     x.upload(std::vector<float>(100, 1.0f));
     ASSERT_TRUE(c.allreduce_device(x.data(), x.data(), 100, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr,
-                                   Algo::kAuto, &streams[r]).is_ok());
+                                   Algo::kAuto, &streams[r])
+                    .is_ok());
     ASSERT_TRUE(c.broadcast_device(x.data(), 400, 0, &streams[r]).is_ok());
     ASSERT_TRUE(c.allgather_device(x.data(), x.data(), 0, &streams[r]).is_ok());
   });
@@ -274,8 +280,8 @@ TEST(DeviceCollectives, BadArgumentsAreRefusedAndTheCommunicatorStaysUsable) {
                                   Algo::kAuto, nullptr);
     EXPECT_EQ(s.code(), Code::kInvalidArgument);
     EXPECT_NE(s.message().find("sendbuf"), std::string::npos) << s.to_string();
-    s = c.allreduce_device(x.data(), x.data(), 64, DType::kFloat32, ReduceOp::kSum, codec.get(), &small,
-                           Algo::kAuto, nullptr);
+    s = c.allreduce_device(x.data(), x.data(), 64, DType::kFloat32, ReduceOp::kSum, codec.get(), &small, Algo::kAuto,
+                           nullptr);
     EXPECT_EQ(s.code(), Code::kInvalidArgument);
     s = c.allreduce_device(x.data(), x.data(), 64, DType::kFloat32, ReduceOp::kSum, codec.get(), nullptr,
                            Algo::kCompressedRing, nullptr);
@@ -289,7 +295,8 @@ TEST(DeviceCollectives, BadArgumentsAreRefusedAndTheCommunicatorStaysUsable) {
     // Still works.
     x.upload(std::vector<float>(64, 2.0f));
     ASSERT_TRUE(c.allreduce_device(x.data(), x.data(), 64, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr,
-                                   Algo::kAuto, nullptr).is_ok());
+                                   Algo::kAuto, nullptr)
+                    .is_ok());
     EXPECT_EQ(x.download()[63], 4.0f);
   });
 }
@@ -342,7 +349,8 @@ TEST(DeviceCollectives, NcclIsRefusedEverywhereWhenRankZeroCannotStartIt) {
     DeviceVector<float> x(10);
     x.upload(std::vector<float>(10, 1.0f));
     ASSERT_TRUE(c.allreduce_device(x.data(), x.data(), 10, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr,
-                                   Algo::kAuto, nullptr).is_ok());
+                                   Algo::kAuto, nullptr)
+                    .is_ok());
     EXPECT_EQ(x.download()[0], 3.0f);
   });
 }

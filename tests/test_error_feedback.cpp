@@ -30,8 +30,8 @@ const char* const kLossy[] = {
     "randomk:ratio=0.05,seed=5",
 };
 
-std::vector<uint8_t> encode_ef(Codec& codec, const std::vector<float>& g, ErrorFeedback& ef,
-                               uint64_t step, uint32_t rank) {
+std::vector<uint8_t> encode_ef(Codec& codec, const std::vector<float>& g, ErrorFeedback& ef, uint64_t step,
+                               uint32_t rank) {
   std::vector<uint8_t> out(codec.max_encoded_bytes(g.size(), DType::kFloat32));
   auto r = codec.encode(g.data(), g.size(), EncodeContext{step, rank}, ef, out.data(), out.size());
   EXPECT_TRUE(r.is_ok()) << r.status().to_string();
@@ -65,13 +65,12 @@ TEST(ErrorFeedback, InvariantForEveryLossyCodec) {
         const float acc = before[i] + g[i];
         const float want = acc - sent[i];
         ASSERT_EQ(f32_bits(ef.residual()[i]), f32_bits(want))
-            << "step " << t << " element " << i << " g " << g[i] << " residual " << before[i]
-            << " sent " << sent[i] << " residual' " << ef.residual()[i];
+            << "step " << t << " element " << i << " g " << g[i] << " residual " << before[i] << " sent " << sent[i]
+            << " residual' " << ef.residual()[i];
         sum_g[i] += g[i];
         sum_sent[i] += sent[i];
         // Each of the two fp32 operations rounds by at most half an ulp of its result.
-        bound[i] += (std::fabs(static_cast<double>(acc)) + std::fabs(static_cast<double>(want))) *
-                    std::ldexp(1.0, -24);
+        bound[i] += (std::fabs(static_cast<double>(acc)) + std::fabs(static_cast<double>(want))) * std::ldexp(1.0, -24);
       }
     }
     for (size_t i = 0; i < n; ++i) {
@@ -113,7 +112,8 @@ TEST(ErrorFeedback, ResetZeroesResidualsAndStep) {
   const size_t n = 1000;
   auto codec = test::make_codec("topk:ratio=0.1");
   ErrorFeedback ef(n);
-  for (int t = 0; t < 3; ++t) encode_ef(*codec, test::gradient(n, static_cast<uint64_t>(t)), ef, static_cast<uint64_t>(t), 0);
+  for (int t = 0; t < 3; ++t)
+    encode_ef(*codec, test::gradient(n, static_cast<uint64_t>(t)), ef, static_cast<uint64_t>(t), 0);
   EXPECT_EQ(ef.step(), 3u);
   float* owner = ef.owner_residual(77);
   EXPECT_EQ(ef.owner_count(), 77u);

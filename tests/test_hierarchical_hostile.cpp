@@ -83,8 +83,10 @@ TEST(HierarchicalHostile, CorruptInterNodeMessagesFailTheRanksThatDecodeThem) {
     for (auto& t : threads) t.join();
     // Node 0 (ranks 0 and 1) decodes what rank 2 sent rank 0 for shard 0: both fail.
     for (int r : {0, 1}) {
-      EXPECT_EQ(got[static_cast<size_t>(r)].code(), Code::kInvalidMessage) << "rank " << r << ": " << got[static_cast<size_t>(r)].to_string();
-      EXPECT_NE(got[static_cast<size_t>(r)].message().find("inter-node"), std::string::npos) << got[static_cast<size_t>(r)].to_string();
+      EXPECT_EQ(got[static_cast<size_t>(r)].code(), Code::kInvalidMessage)
+          << "rank " << r << ": " << got[static_cast<size_t>(r)].to_string();
+      EXPECT_NE(got[static_cast<size_t>(r)].message().find("inter-node"), std::string::npos)
+          << got[static_cast<size_t>(r)].to_string();
       EXPECT_LT(seconds[static_cast<size_t>(r)], 10.0) << "rank " << r;
     }
     // Node 1 received clean messages: success with both nodes' sum, or an error; never

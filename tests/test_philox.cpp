@@ -63,14 +63,14 @@ const StreamCase kStreams[] = {
     {0, 1, 0},
     {0, 0, 1},
     {0x0123456789abcdefull, 17, 3},
-    {42, (uint64_t{5} << 32) | 9u, 7},    // step above 2^32 folds into the key
-    {0xffffffff00000000ull, 1, 0},        // seed high word only
-    {7, 3, kSharedStreamRank},            // the randomk shared stream
+    {42, (uint64_t{5} << 32) | 9u, 7},  // step above 2^32 folds into the key
+    {0xffffffff00000000ull, 1, 0},      // seed high word only
+    {7, 3, kSharedStreamRank},          // the randomk shared stream
 };
 
 TEST(Philox, StreamFollowsDocumentedLayout) {
-  const uint64_t indices[] = {0, 1, 2, 3, 4, 5, 1023, 4096, (uint64_t{1} << 34) + 6,
-                              (uint64_t{1} << 40) + 3, ~uint64_t{0}};
+  const uint64_t indices[] = {0,           1, 2, 3, 4, 5, 1023, 4096, (uint64_t{1} << 34) + 6, (uint64_t{1} << 40) + 3,
+                              ~uint64_t{0}};
   for (const StreamCase& s : kStreams) {
     const RandomStream rs{s.seed, s.step, s.rank};
     for (uint64_t i : indices) {
@@ -100,8 +100,8 @@ TEST(Philox, StreamsDifferBySeedStepAndRank) {
 
 TEST(Philox, FillMatchesWord) {
   // first is a multiple of 4; counts around every vector width (4, 8, 16 blocks of 4).
-  const uint64_t firsts[] = {0, 4, 60, 64, 4 * 1001, (uint64_t{1} << 34) - 4 * 37,
-                             (uint64_t{1} << 34) - 8, 4 * ((uint64_t{1} << 40) + 3)};
+  const uint64_t firsts[] = {
+      0, 4, 60, 64, 4 * 1001, (uint64_t{1} << 34) - 4 * 37, (uint64_t{1} << 34) - 8, 4 * ((uint64_t{1} << 40) + 3)};
   const uint64_t counts[] = {0, 1, 3, 4, 5, 15, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 4099};
   for (const StreamCase& s : kStreams) {
     const RandomStream rs{s.seed, s.step, s.rank};
@@ -111,9 +111,8 @@ TEST(Philox, FillMatchesWord) {
         std::vector<uint32_t> out(4 * ((count + 3) / 4), 0xdeadbeefu);
         philox_fill(rs, first, out.data(), count);
         for (uint64_t i = 0; i < out.size(); ++i) {
-          ASSERT_EQ(out[i], rs.word(first + i))
-              << "seed " << s.seed << " step " << s.step << " rank " << s.rank << " first " << first
-              << " count " << count << " word " << i;
+          ASSERT_EQ(out[i], rs.word(first + i)) << "seed " << s.seed << " step " << s.step << " rank " << s.rank
+                                                << " first " << first << " count " << count << " word " << i;
         }
       }
     }
@@ -293,24 +292,24 @@ TEST(Half, ChosenValues) {
       {-0.0f, 0x8000},
       {1.0f, 0x3c00},
       {-2.0f, 0xc000},
-      {1.0f + std::ldexp(1.0f, -11), 0x3c00},          // tie, even is 1.0
-      {1.0f + 3 * std::ldexp(1.0f, -11), 0x3c02},      // tie, even is 1 + 2^-9
-      {2049.0f, 0x6800},                               // tie between 2048 and 2050
-      {2051.0f, 0x6802},                               // tie between 2050 and 2052
-      {65504.0f, 0x7bff},                              // largest finite
-      {65519.996f, 0x7bff},                            // just below the overflow midpoint
-      {65520.0f, 0x7c00},                              // midpoint to 65536: ties to even = inf
+      {1.0f + std::ldexp(1.0f, -11), 0x3c00},      // tie, even is 1.0
+      {1.0f + 3 * std::ldexp(1.0f, -11), 0x3c02},  // tie, even is 1 + 2^-9
+      {2049.0f, 0x6800},                           // tie between 2048 and 2050
+      {2051.0f, 0x6802},                           // tie between 2050 and 2052
+      {65504.0f, 0x7bff},                          // largest finite
+      {65519.996f, 0x7bff},                        // just below the overflow midpoint
+      {65520.0f, 0x7c00},                          // midpoint to 65536: ties to even = inf
       {-65520.0f, 0xfc00},
       {1e10f, 0x7c00},
       {std::numeric_limits<float>::max(), 0x7c00},
       {std::numeric_limits<float>::infinity(), 0x7c00},
       {-std::numeric_limits<float>::infinity(), 0xfc00},
-      {std::ldexp(1.0f, -14), 0x0400},                  // smallest normal
-      {std::ldexp(1.0f, -24), 0x0001},                  // smallest subnormal
-      {std::ldexp(1.0f, -25), 0x0000},                  // half of it: tie to even zero
+      {std::ldexp(1.0f, -14), 0x0400},  // smallest normal
+      {std::ldexp(1.0f, -24), 0x0001},  // smallest subnormal
+      {std::ldexp(1.0f, -25), 0x0000},  // half of it: tie to even zero
       {std::nextafter(std::ldexp(1.0f, -25), 1.0f), 0x0001},
-      {3 * std::ldexp(1.0f, -25), 0x0002},             // tie between 1 and 2 subnormal units
-      {-5 * std::ldexp(1.0f, -25), 0x8002},            // tie between 2 and 3: even is 2
+      {3 * std::ldexp(1.0f, -25), 0x0002},   // tie between 1 and 2 subnormal units
+      {-5 * std::ldexp(1.0f, -25), 0x8002},  // tie between 2 and 3: even is 2
       {std::ldexp(1.0f, -30), 0x0000},
       {std::numeric_limits<float>::denorm_min(), 0x0000},
       {std::ldexp(1.0f, -14) - std::ldexp(1.0f, -25), 0x0400},  // rounds up into the normals
@@ -322,8 +321,7 @@ TEST(Half, ChosenValues) {
 }
 
 TEST(Half, NanStaysNan) {
-  const uint32_t nans[] = {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu,
-                           0x7f802000u, 0x7fbfffffu};
+  const uint32_t nans[] = {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu, 0x7f802000u, 0x7fbfffffu};
   for (uint32_t bits : nans) {
     const float f = test::f32_from_bits(bits);
     ASSERT_TRUE(std::isnan(f));
@@ -373,18 +371,18 @@ TEST(BFloat16, ChosenValues) {
       {0.0f, 0x0000},
       {-0.0f, 0x8000},
       {1.0f, 0x3f80},
-      {1.0f + std::ldexp(1.0f, -8), 0x3f80},       // tie, even is 1.0
-      {1.0f + 3 * std::ldexp(1.0f, -8), 0x3f82},   // tie, even is 1 + 2^-6
+      {1.0f + std::ldexp(1.0f, -8), 0x3f80},      // tie, even is 1.0
+      {1.0f + 3 * std::ldexp(1.0f, -8), 0x3f82},  // tie, even is 1 + 2^-6
       {std::nextafter(1.0f + std::ldexp(1.0f, -8), 2.0f), 0x3f81},
-      {-257.0f, 0xc380},                           // tie between 256 and 258
-      {std::numeric_limits<float>::max(), 0x7f80}, // rounds past the largest bf16
-      {test::f32_from_bits(0x7f7f7fffu), 0x7f7f},  // just below that midpoint
-      {test::f32_from_bits(0x7f7f8000u), 0x7f80},  // the midpoint, odd below: up to inf
+      {-257.0f, 0xc380},                            // tie between 256 and 258
+      {std::numeric_limits<float>::max(), 0x7f80},  // rounds past the largest bf16
+      {test::f32_from_bits(0x7f7f7fffu), 0x7f7f},   // just below that midpoint
+      {test::f32_from_bits(0x7f7f8000u), 0x7f80},   // the midpoint, odd below: up to inf
       {std::numeric_limits<float>::infinity(), 0x7f80},
       {-std::numeric_limits<float>::infinity(), 0xff80},
-      {std::numeric_limits<float>::denorm_min(), 0x0000},   // 2^-149: far below half a unit
-      {test::f32_from_bits(0x00008000u), 0x0000},            // tie, even is zero
-      {test::f32_from_bits(0x00018000u), 0x0002},            // tie, even is 2
+      {std::numeric_limits<float>::denorm_min(), 0x0000},  // 2^-149: far below half a unit
+      {test::f32_from_bits(0x00008000u), 0x0000},          // tie, even is zero
+      {test::f32_from_bits(0x00018000u), 0x0002},          // tie, even is 2
       {test::f32_from_bits(0x00008001u), 0x0001},
   };
   for (const Case& c : cases) {
@@ -397,8 +395,8 @@ TEST(BFloat16, RandomFloatsMatchReference) {
   std::mt19937_64 rng(77);
   for (int i = 0; i < 1000000; ++i) {
     uint32_t bits = static_cast<uint32_t>(rng());
-    if (i % 4 == 1) bits &= 0x8001ffffu;            // subnormals and near-zero
-    if (i % 4 == 2) bits |= 0x7f000000u;            // near the top of the range
+    if (i % 4 == 1) bits &= 0x8001ffffu;                                          // subnormals and near-zero
+    if (i % 4 == 2) bits |= 0x7f000000u;                                          // near the top of the range
     if (i % 4 == 3) bits = (bits & 0xffff8000u) | ((i & 8) ? 0x8000u : 0x7fffu);  // near ties
     const float f = test::f32_from_bits(bits);
     if (std::isnan(f)) continue;

@@ -15,8 +15,8 @@
 #include "collectives/policy/policy.hpp"
 #include "gradwire/communicator.hpp"
 #include "gradwire/ef_state.hpp"
-#include "tests/local_ranks.hpp"
 #include "test_util.hpp"
+#include "tests/local_ranks.hpp"
 
 namespace gw {
 namespace {
@@ -339,7 +339,6 @@ TEST(PolicyTuner, LinkSpeedParsing) {
   EXPECT_EQ(coll::link_gbps_from_env(), 0.0);
 }
 
-
 // The tuner weighs the compressed ring against scatter-reduce, which keep their owner residual
 // for different segments (rank + 1 and rank). Alternating them with error feedback loses
 // nothing and moves nothing to other elements: element by element, the outputs plus every
@@ -347,8 +346,8 @@ TEST(PolicyTuner, LinkSpeedParsing) {
 TEST(PolicyTuner, SwitchingCompressedAlgorithmsKeepsTheResidualInPlace) {
   const int p = 3;
   const size_t n = 40000;  // segments of 13334, 13333, 13333: rank 0's two owner segments differ in length
-  const Algo seq[] = {Algo::kScatterReduce, Algo::kCompressedRing, Algo::kCompressedRing, Algo::kScatterReduce,
-                      Algo::kCompressedRing, Algo::kScatterReduce, Algo::kScatterReduce};
+  const Algo seq[] = {Algo::kScatterReduce,  Algo::kCompressedRing, Algo::kCompressedRing, Algo::kScatterReduce,
+                      Algo::kCompressedRing, Algo::kScatterReduce,  Algo::kScatterReduce};
   const Algo last = seq[sizeof seq / sizeof seq[0] - 1];
   std::vector<double> in_total(n, 0.0), held(n, 0.0), out_total(n, 0.0);
   std::mutex mu;
@@ -389,7 +388,8 @@ TEST(PolicyTuner, CommunicatorReportsTheSeedBeforeDeciding) {
     test::run_local_ranks(4, [&](Communicator& c, int) {
       auto q = test::make_codec("qsgd:bits=8");
       EXPECT_EQ(c.choose_algo(size_t{64} << 20, DType::kFloat32, q.get(), Algo::kAuto),
-                gbps[1] == '\0' ? Algo::kScatterReduce : Algo::kRing) << gbps;
+                gbps[1] == '\0' ? Algo::kScatterReduce : Algo::kRing)
+          << gbps;
       // A caller's or GW_ALGO's choice still wins.
       EXPECT_EQ(c.choose_algo(size_t{64} << 20, DType::kFloat32, q.get(), Algo::kCompressedRing),
                 Algo::kCompressedRing);

@@ -98,7 +98,8 @@ void check_adding_matches(const std::string& spec, const std::vector<float>& fir
     ASSERT_EQ(*a, *b) << "step " << s;
     ASSERT_EQ(std::memcmp(msg_fused.data(), msg_plain.data(), *a), 0) << "message differs at step " << s;
     if (n > 0) {  // memcmp takes no null pointers, not even for 0 bytes
-      ASSERT_EQ(std::memcmp(res_fused.data(), res_plain.data(), n * sizeof(float)), 0) << "residual differs at step " << s;
+      ASSERT_EQ(std::memcmp(res_fused.data(), res_plain.data(), n * sizeof(float)), 0)
+          << "residual differs at step " << s;
     }
   }
 }

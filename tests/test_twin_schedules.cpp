@@ -100,8 +100,8 @@ void on_ranks(int p, const std::function<void(int)>& fn) {
 // results, residuals, owner residuals and steps must be the same bits.
 void expect_twins_agree(int p, size_t n, const char* spec, uint32_t piece, bool with_ef, const HostRun& host,
                         const DeviceRun& device) {
-  SCOPED_TRACE(std::string(spec) + " p=" + std::to_string(p) + " n=" + std::to_string(n) + " piece=" +
-               std::to_string(piece) + (with_ef ? " ef" : ""));
+  SCOPED_TRACE(std::string(spec) + " p=" + std::to_string(p) + " n=" + std::to_string(n) +
+               " piece=" + std::to_string(piece) + (with_ef ? " ef" : ""));
   constexpr int kCalls = 3;
   using PerRank = std::vector<std::vector<float>>;
   std::vector<PerRank> host_out(kCalls, PerRank(static_cast<size_t>(p)));
@@ -153,7 +153,8 @@ void expect_twins_agree(int p, size_t n, const char* spec, uint32_t piece, bool 
   }
   for (int call = 0; call < kCalls; ++call) {
     for (int r = 0; r < p; ++r) {
-      ASSERT_EQ(bits(dev_out[call][r].data(), n), bits(host_out[call][r].data(), n)) << "call " << call << " rank " << r;
+      ASSERT_EQ(bits(dev_out[call][r].data(), n), bits(host_out[call][r].data(), n))
+          << "call " << call << " rank " << r;
     }
   }
   for (int r = 0; r < p; ++r) {
@@ -171,7 +172,8 @@ const DeviceRun kDeviceScatterReduce = [](Context& c, DeviceBackend& d, const fl
                                           const Codec& codec, DeviceEfState* ef) {
   return device_scatter_reduce_allreduce(c, d, s, r, n, ReduceOp::kAvg, codec, ef);
 };
-const HostRun kHostSparseAllgather = [](Context& c, const float* s, float* r, size_t n, Codec& codec, ErrorFeedback* ef) {
+const HostRun kHostSparseAllgather = [](Context& c, const float* s, float* r, size_t n, Codec& codec,
+                                        ErrorFeedback* ef) {
   return sparse_allgather_allreduce(c, s, r, n, ReduceOp::kAvg, codec, ef);
 };
 const DeviceRun kDeviceSparseAllgather = [](Context& c, DeviceBackend& d, const float* s, float* r, size_t n,
@@ -194,7 +196,8 @@ TEST(TwinSchedules, ScatterReduceTwinsAgreeOnEveryPiece) {
 TEST(TwinSchedules, SparseAllgatherTwinsAgreeOnEveryPiece) {
   for (uint32_t piece : {0u, 1u, 5u}) {
     for (int p : {2, 3}) {
-      expect_twins_agree(p, 5003, "randomk:ratio=0.05,seed=3", piece, true, kHostSparseAllgather, kDeviceSparseAllgather);
+      expect_twins_agree(p, 5003, "randomk:ratio=0.05,seed=3", piece, true, kHostSparseAllgather,
+                         kDeviceSparseAllgather);
       expect_twins_agree(p, 5003, "qsgd:bits=2,bucket=128,rounding=stochastic", piece, false, kHostSparseAllgather,
                          kDeviceSparseAllgather);
     }

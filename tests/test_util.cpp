@@ -30,8 +30,7 @@ std::unique_ptr<Codec> make_codec(const std::string& spec) {
 
 std::vector<uint8_t> encode(Codec& codec, const std::vector<float>& x, uint64_t step, uint32_t rank) {
   std::vector<uint8_t> out(codec.max_encoded_bytes(x.size(), DType::kFloat32));
-  auto r = codec.encode(x.data(), x.size(), DType::kFloat32, EncodeContext{step, rank}, out.data(),
-                        out.size());
+  auto r = codec.encode(x.data(), x.size(), DType::kFloat32, EncodeContext{step, rank}, out.data(), out.size());
   EXPECT_TRUE(r.is_ok()) << r.status().to_string();
   out.resize(r.is_ok() ? *r : 0);
   return out;
@@ -39,8 +38,7 @@ std::vector<uint8_t> encode(Codec& codec, const std::vector<float>& x, uint64_t 
 
 std::vector<float> decode(const std::vector<uint8_t>& msg, size_t n) {
   std::vector<float> out(n, 0.0f);
-  const Status s = gw::decode(msg.data(), msg.size(), out.data(), n, DType::kFloat32,
-                              DecodeMode::kOverwrite);
+  const Status s = gw::decode(msg.data(), msg.size(), out.data(), n, DType::kFloat32, DecodeMode::kOverwrite);
   EXPECT_TRUE(s.is_ok()) << s.to_string();
   return out;
 }
@@ -67,7 +65,7 @@ uint16_t ref_float_to_half(float f) {
   if (std::isnan(f)) return static_cast<uint16_t>(sign | 0x7e00u);
   const double a = std::fabs(static_cast<double>(f));
   if (std::isinf(a)) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (a < std::ldexp(1.0, -14)) {  // subnormal half (or zero): multiples of 2^-24
+  if (a < std::ldexp(1.0, -14)) {                        // subnormal half (or zero): multiples of 2^-24
     const double q = std::nearbyint(std::ldexp(a, 24));  // 1024 is the smallest normal
     return static_cast<uint16_t>(sign | static_cast<unsigned>(q));
   }
@@ -114,8 +112,7 @@ uint16_t ref_float_to_bf16(float f) {
     ++exponent;
   }
   if (exponent > 127) return static_cast<uint16_t>(sign | 0x7f80u);
-  return static_cast<uint16_t>(sign | (static_cast<unsigned>(exponent + 127) << 7) |
-                               (static_cast<unsigned>(m) - 128u));
+  return static_cast<uint16_t>(sign | (static_cast<unsigned>(exponent + 127) << 7) | (static_cast<unsigned>(m) - 128u));
 }
 
 float ref_bf16_to_float(uint16_t b) {

@@ -13,8 +13,7 @@ namespace gw::test {
 std::vector<float> gradient(size_t n, uint64_t seed);
 
 // Encodes with a codec built from spec; fails the test on error.
-std::vector<uint8_t> encode(Codec& codec, const std::vector<float>& x, uint64_t step = 0,
-                            uint32_t rank = 0);
+std::vector<uint8_t> encode(Codec& codec, const std::vector<float>& x, uint64_t step = 0, uint32_t rank = 0);
 std::vector<float> decode(const std::vector<uint8_t>& msg, size_t n);
 std::unique_ptr<Codec> make_codec(const std::string& spec);
 

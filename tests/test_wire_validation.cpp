@@ -28,22 +28,22 @@ using test::f32_from_bits;
 using test::kWireHeaderBytes;
 
 // ---- The header, per docs/wire-format.md "Header (56 bytes)". ----
-constexpr size_t kOffMagic = 0;      // 4 bytes: 'G' 'W' 'R' 'E'
-constexpr size_t kOffVersion = 4;    // u8: 1
-constexpr size_t kOffCodec = 5;      // u8: 0..7
-constexpr size_t kOffDtype = 6;      // u8: 1 f32, 2 f16, 3 bf16
-constexpr size_t kOffFlags = 7;      // u8: bit 0 qsgd nearest rounding
-constexpr size_t kOffCount = 8;      // u64, at most 2^48
-constexpr size_t kOffBits = 16;      // u32
-constexpr size_t kOffBucket = 20;    // u32, 1 to 2^24 for qsgd and sign
-constexpr size_t kOffK = 24;         // u64
-constexpr size_t kOffSeed = 32;      // u64
-constexpr size_t kOffStep = 40;      // u64
-constexpr size_t kOffPayload = 48;   // u64, bytes after the header
+constexpr size_t kOffMagic = 0;     // 4 bytes: 'G' 'W' 'R' 'E'
+constexpr size_t kOffVersion = 4;   // u8: 1
+constexpr size_t kOffCodec = 5;     // u8: 0..7
+constexpr size_t kOffDtype = 6;     // u8: 1 f32, 2 f16, 3 bf16
+constexpr size_t kOffFlags = 7;     // u8: bit 0 qsgd nearest rounding
+constexpr size_t kOffCount = 8;     // u64, at most 2^48
+constexpr size_t kOffBits = 16;     // u32
+constexpr size_t kOffBucket = 20;   // u32, 1 to 2^24 for qsgd and sign
+constexpr size_t kOffK = 24;        // u64
+constexpr size_t kOffSeed = 32;     // u64
+constexpr size_t kOffStep = 40;     // u64
+constexpr size_t kOffPayload = 48;  // u64, bytes after the header
 static_assert(kOffPayload + 8 == kWireHeaderBytes, "the header is 56 bytes");
 
-constexpr uint8_t kCodecNone = 0, kCodecFp16 = 1, kCodecBf16 = 2, kCodecQsgd = 3, kCodecSign = 4,
-                  kCodecTopk = 5, kCodecDgc = 6, kCodecRandomk = 7;
+constexpr uint8_t kCodecNone = 0, kCodecFp16 = 1, kCodecBf16 = 2, kCodecQsgd = 3, kCodecSign = 4, kCodecTopk = 5,
+                  kCodecDgc = 6, kCodecRandomk = 7;
 constexpr uint8_t kDtypeF32 = 1, kDtypeF16 = 2, kDtypeBf16 = 3;
 
 constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
@@ -114,8 +114,7 @@ const std::vector<Spec>& all_specs() {
     std::vector<Spec> s = {{"none", kCodecNone}, {"fp16", kCodecFp16}, {"bf16", kCodecBf16}};
     for (const char* bits : {"1", "2", "4", "8"}) {
       for (const char* rounding : {"stochastic", "nearest"}) {
-        s.push_back({std::string("qsgd:bits=") + bits + ",bucket=128,rounding=" + rounding + ",seed=11",
-                     kCodecQsgd});
+        s.push_back({std::string("qsgd:bits=") + bits + ",bucket=128,rounding=" + rounding + ",seed=11", kCodecQsgd});
       }
     }
     s.push_back({"sign:bucket=128", kCodecSign});
@@ -215,16 +214,15 @@ struct ExactCopy {
       return ::testing::AssertionFailure() << "decode (" << mode_name(mode) << ") accepted it";
     }
     if (s.code() != Code::kInvalidMessage) {
-      return ::testing::AssertionFailure() << "decode (" << mode_name(mode)
-                                           << ") failed with the wrong code: " << s.to_string();
+      return ::testing::AssertionFailure()
+             << "decode (" << mode_name(mode) << ") failed with the wrong code: " << s.to_string();
     }
     if (s.message().empty()) {
       return ::testing::AssertionFailure() << "decode (" << mode_name(mode) << ") gave no message";
     }
     if (!untouched(dst.get(), cap)) {
-      return ::testing::AssertionFailure() << "decode (" << mode_name(mode) << ") rejected it ("
-                                           << s.message() << ") but wrote destination byte "
-                                           << first_touched(dst.get(), cap);
+      return ::testing::AssertionFailure() << "decode (" << mode_name(mode) << ") rejected it (" << s.message()
+                                           << ") but wrote destination byte " << first_touched(dst.get(), cap);
     }
   }
   if (check_inspect) {
@@ -246,12 +244,10 @@ struct ExactCopy {
     return ::testing::AssertionFailure() << "inspect says count " << info->count << ", not " << n;
   }
   if (info->total_bytes != msg.size()) {
-    return ::testing::AssertionFailure() << "inspect says " << info->total_bytes << " bytes, not "
-                                         << msg.size();
+    return ::testing::AssertionFailure() << "inspect says " << info->total_bytes << " bytes, not " << msg.size();
   }
   std::vector<float> dst(n + 1, 0.0f);
-  const Status s = decode(copy.data.get(), copy.len, dst.data(), n, DType::kFloat32,
-                          DecodeMode::kOverwrite);
+  const Status s = decode(copy.data.get(), copy.len, dst.data(), n, DType::kFloat32, DecodeMode::kOverwrite);
   if (!s.is_ok()) return ::testing::AssertionFailure() << "decode: " << s.to_string();
   if (out != nullptr) *out = *info;
   return ::testing::AssertionSuccess();
@@ -515,23 +511,22 @@ TEST(WireValidation, ElementCountOutOfRangeIsRejected) {
   for (const Valid& v : valid_messages()) {
     SCOPED_TRACE(v.label());
     // Past the 2^48 limit: the header alone is invalid.
-    for (uint64_t count : {kMaxCount + 1, kMaxCount * 2, uint64_t{1} << 62, uint64_t{1} << 63,
-                           kU64Max - 55, kU64Max - 1, kU64Max,
-                           static_cast<uint64_t>(std::numeric_limits<size_t>::max())}) {
+    for (uint64_t count : {kMaxCount + 1, kMaxCount * 2, uint64_t{1} << 62, uint64_t{1} << 63, kU64Max - 55,
+                           kU64Max - 1, kU64Max, static_cast<uint64_t>(std::numeric_limits<size_t>::max())}) {
       Msg m = v.msg;
       set_u64(m, kOffCount, count);
       EXPECT_TRUE(rejected(m, v.n)) << "count " << count;
     }
     // Within the limit but not what the payload holds (dense and bucketed payloads are a
     // function of count) or not what the destination holds: decode must refuse either way.
-    for (uint64_t count : {uint64_t{0}, uint64_t{v.n} - 1, uint64_t{v.n} + 1, uint64_t{v.n} * 2,
-                           k2p32, k2p32 + 1, kMaxCount}) {
+    for (uint64_t count :
+         {uint64_t{0}, uint64_t{v.n} - 1, uint64_t{v.n} + 1, uint64_t{v.n} * 2, k2p32, k2p32 + 1, kMaxCount}) {
       if (count == v.n) continue;
       Msg m = v.msg;
       set_u64(m, kOffCount, count);
       // inspect must refuse it too when the documented size for that count differs.
-      const bool size_differs = (is_dense(v.codec) || is_bucketed(v.codec)) &&
-                                doc_payload_bytes(m) != m.size() - kWireHeaderBytes;
+      const bool size_differs =
+          (is_dense(v.codec) || is_bucketed(v.codec)) && doc_payload_bytes(m) != m.size() - kWireHeaderBytes;
       EXPECT_TRUE(rejected(m, v.n, /*check_inspect=*/size_differs)) << "count " << count;
     }
   }
@@ -541,9 +536,9 @@ TEST(WireValidation, PayloadLengthThatDisagreesIsRejected) {
   for (const Valid& v : valid_messages()) {
     SCOPED_TRACE(v.label());
     const uint64_t pb = v.msg.size() - kWireHeaderBytes;
-    for (uint64_t claim : {pb + 1, pb - 1, uint64_t{0}, pb + 8, pb * 2, uint64_t{v.msg.size()},
-                           pb + k2p32, uint64_t{1} << 63, kU64Max - 56, kU64Max - 55, kU64Max - 54,
-                           kU64Max - pb, kU64Max - 1, kU64Max}) {
+    for (uint64_t claim :
+         {pb + 1, pb - 1, uint64_t{0}, pb + 8, pb * 2, uint64_t{v.msg.size()}, pb + k2p32, uint64_t{1} << 63,
+          kU64Max - 56, kU64Max - 55, kU64Max - 54, kU64Max - pb, kU64Max - 1, kU64Max}) {
       if (claim == pb) continue;
       Msg m = v.msg;
       set_u64(m, kOffPayload, claim);
@@ -747,8 +742,7 @@ TEST(WireValidation, SignParameters) {
 }
 
 // A topk message written from scratch: indices of the given width, then values.
-Msg sparse_message(uint8_t codec, uint64_t count, const std::vector<uint64_t>& idx, int width,
-                   uint64_t k_claim) {
+Msg sparse_message(uint8_t codec, uint64_t count, const std::vector<uint64_t>& idx, int width, uint64_t k_claim) {
   test::WireFields f;
   f.codec = codec;
   f.dtype = kDtypeF32;
@@ -933,8 +927,8 @@ TEST(WireValidation, NonFiniteScalesDecodeAsDocumented) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float snan = std::numeric_limits<float>::signaling_NaN();
   const std::vector<std::pair<float, float>> qsgd_scales = {
-      {nan, 0.5f}, {0.25f, nan}, {inf, 0.0f},  {-inf, 0.0f}, {-inf, 1.0f}, {0.0f, inf},
-      {1.0f, -inf}, {inf, -inf}, {nan, nan}, {snan, 1.0f}, {-0.0f, inf}, {3.4e38f, 3.4e38f}};
+      {nan, 0.5f},  {0.25f, nan}, {inf, 0.0f}, {-inf, 0.0f}, {-inf, 1.0f}, {0.0f, inf},
+      {1.0f, -inf}, {inf, -inf},  {nan, nan},  {snan, 1.0f}, {-0.0f, inf}, {3.4e38f, 3.4e38f}};
   for (const Valid& v : valid_messages()) {
     if (v.codec != kCodecQsgd && v.codec != kCodecSign) continue;
     SCOPED_TRACE(v.label());
@@ -1000,12 +994,34 @@ TEST(WireValidation, NonFiniteInputsEncodeToMessagesThatDecode) {
 // =====================================================================================
 
 uint64_t interesting(std::mt19937_64& rng, uint64_t n, uint64_t current) {
-  const uint64_t values[] = {0,         1,           2,           3,           7,
-                             8,         n - 1,       n,           n + 1,       current - 1,
-                             current + 1, 127,       128,         255,         256,
-                             1u << 24,  (1u << 24) + 1, kU32Max,  k2p32,       k2p32 + 1,
-                             kMaxCount, kMaxCount + 1, uint64_t{1} << 61, uint64_t{1} << 62,
-                             uint64_t{1} << 63, kU64Max - 55, kU64Max, rng()};
+  const uint64_t values[] = {0,
+                             1,
+                             2,
+                             3,
+                             7,
+                             8,
+                             n - 1,
+                             n,
+                             n + 1,
+                             current - 1,
+                             current + 1,
+                             127,
+                             128,
+                             255,
+                             256,
+                             1u << 24,
+                             (1u << 24) + 1,
+                             kU32Max,
+                             k2p32,
+                             k2p32 + 1,
+                             kMaxCount,
+                             kMaxCount + 1,
+                             uint64_t{1} << 61,
+                             uint64_t{1} << 62,
+                             uint64_t{1} << 63,
+                             kU64Max - 55,
+                             kU64Max,
+                             rng()};
   return values[rng() % std::size(values)];
 }
 
@@ -1034,9 +1050,8 @@ void mutate(Msg& m, std::mt19937_64& rng, uint64_t n) {
       break;
     case 5:  // a header field set to a boundary value
       if (m.size() >= kWireHeaderBytes) {
-        static const std::pair<size_t, int> kFields[] = {{kOffCount, 8}, {kOffBits, 4},  {kOffBucket, 4},
-                                                         {kOffK, 8},     {kOffSeed, 8},  {kOffStep, 8},
-                                                         {kOffPayload, 8}};
+        static const std::pair<size_t, int> kFields[] = {{kOffCount, 8}, {kOffBits, 4}, {kOffBucket, 4}, {kOffK, 8},
+                                                         {kOffSeed, 8},  {kOffStep, 8}, {kOffPayload, 8}};
         const auto [off, bytes] = kFields[rng() % std::size(kFields)];
         put_le(m, off, interesting(rng, n, get_le(m, off, bytes)), bytes);
       }

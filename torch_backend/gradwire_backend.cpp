@@ -58,13 +58,12 @@ using Ms = std::chrono::milliseconds;
 
 // ---------------------------------------------------------------- the C ABI, opened at run time
 
-#define GWT_FUNCTIONS(X)                                                                          \
-  X(gw_get_error_string) X(gw_get_last_error) X(gw_comm_init_with_allgather) X(gw_comm_destroy)  \
-  X(gw_comm_abort)                                                                                \
-  X(gw_comm_rank) X(gw_comm_size) X(gw_wait) X(gw_request_on_complete) X(gw_iallreduce)           \
-  X(gw_ireduce) X(gw_ibroadcast) X(gw_iallgather) X(gw_iallgatherv) X(gw_ireduce_scatter)        \
-  X(gw_ialltoall) X(gw_ialltoallv) X(gw_igather) X(gw_iscatter) X(gw_ibarrier) X(gw_isend)        \
-  X(gw_irecv)
+#define GWT_FUNCTIONS(X)                                                                                          \
+  X(gw_get_error_string)                                                                                          \
+  X(gw_get_last_error) X(gw_comm_init_with_allgather) X(gw_comm_destroy) X(gw_comm_abort) X(gw_comm_rank)         \
+      X(gw_comm_size) X(gw_wait) X(gw_request_on_complete) X(gw_iallreduce) X(gw_ireduce) X(gw_ibroadcast)        \
+          X(gw_iallgather) X(gw_iallgatherv) X(gw_ireduce_scatter) X(gw_ialltoall) X(gw_ialltoallv) X(gw_igather) \
+              X(gw_iscatter) X(gw_ibarrier) X(gw_isend) X(gw_irecv)
 
 struct Api {
   void* handle = nullptr;
@@ -84,8 +83,8 @@ void load_library(const std::string& path) {
   std::lock_guard<std::mutex> lock(g_api_mutex);
   Api& a = api();
   if (a.handle != nullptr) {
-    TORCH_CHECK(a.path == path, "gradwire backend: libgradwire is already loaded from ", a.path,
-                "; cannot switch to ", path);
+    TORCH_CHECK(a.path == path, "gradwire backend: libgradwire is already loaded from ", a.path, "; cannot switch to ",
+                path);
     return;
   }
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -112,8 +111,8 @@ void load_library(const std::string& path) {
 // The function, or a clear error when the loaded library predates it.
 template <typename F>
 F need(F f, const char* name) {
-  TORCH_CHECK_NOT_IMPLEMENTED(f != nullptr, "gradwire backend: the loaded libgradwire (", api().path,
-                              ") has no ", name, "; rebuild libgradwire");
+  TORCH_CHECK_NOT_IMPLEMENTED(f != nullptr, "gradwire backend: the loaded libgradwire (", api().path, ") has no ", name,
+                              "; rebuild libgradwire");
   return f;
 }
 #define GWT_NEED(name) need(api().name, #name)
@@ -132,8 +131,8 @@ std::string last_error() {
 
 class GradwireWork : public c10d::Work {
  public:
-  GradwireWork(int rank, c10d::OpType type, const char* title, const char* name, const Tensors& inputs,
-               Tensors outputs, Ms timeout)
+  GradwireWork(int rank, c10d::OpType type, const char* title, const char* name, const Tensors& inputs, Tensors outputs,
+               Ms timeout)
       : c10d::Work(rank, type, title, c10::optional<Tensors>(inputs)),
         name_(name),
         outputs_(std::move(outputs)),
@@ -184,9 +183,9 @@ struct Pending {
   gw_request_t request = nullptr;
   c10::intrusive_ptr<GradwireWork> work;
   std::function<void()> finalize;  // after success: copy staged outputs back
-  Tensors keep;                     // staging buffers gradwire reads or writes
-  std::vector<size_t> sizes;        // size arrays given to the call
-  std::string message;              // the completion callback's error text
+  Tensors keep;                    // staging buffers gradwire reads or writes
+  std::vector<size_t> sizes;       // size arrays given to the call
+  std::string message;             // the completion callback's error text
   class Completer* owner = nullptr;
 };
 
@@ -300,8 +299,9 @@ class Staging {
   // An output; with contents, its current values are copied in too (in-place ops).
   at::Tensor out(const at::Tensor& t, bool contents) {
     if (t.device().is_cpu() && t.is_contiguous()) return keep(t);
-    at::Tensor buf = contents ? t.to(at::kCPU).contiguous()
-                              : at::empty(t.sizes(), t.options().device(at::kCPU).memory_format(at::MemoryFormat::Contiguous));
+    at::Tensor buf =
+        contents ? t.to(at::kCPU).contiguous()
+                 : at::empty(t.sizes(), t.options().device(at::kCPU).memory_format(at::MemoryFormat::Contiguous));
     if (contents && buf.data_ptr() == t.data_ptr()) buf = buf.clone();
     back_.emplace_back(t, buf);
     return keep(buf);
@@ -371,7 +371,8 @@ gw_red_op_t gw_op(const c10d::ReduceOp& reduce, at::ScalarType s, const char* op
   switch (o) {
     case c10d::ReduceOp::SUM: return GW_SUM;
     case c10d::ReduceOp::AVG:
-      TORCH_CHECK_NOT_IMPLEMENTED(s != at::kBool, "gradwire backend: ", op, " with AVG on bool tensors is not supported");
+      TORCH_CHECK_NOT_IMPLEMENTED(s != at::kBool, "gradwire backend: ", op,
+                                  " with AVG on bool tensors is not supported");
       return GW_AVG;
     case c10d::ReduceOp::PRODUCT: return GW_PROD;
     case c10d::ReduceOp::MIN: return GW_MIN;
@@ -487,9 +488,7 @@ class GradwireBackend : public BackendBase {
  public:
   GradwireBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeout_s,
                   const std::string& prefix, std::map<std::string, std::string> options)
-      : BackendBase(rank, size),
-        timeout_(Ms(static_cast<int64_t>(timeout_s * 1000.0))),
-        options_(std::move(options)) {
+      : BackendBase(rank, size), timeout_(Ms(static_cast<int64_t>(timeout_s * 1000.0))), options_(std::move(options)) {
     TORCH_CHECK(api().handle != nullptr, "gradwire backend: libgradwire not loaded (load_library first)");
     StoreGather g;
     g.store = store;
@@ -566,7 +565,7 @@ class GradwireBackend : public BackendBase {
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(Tensors& tensors,
-                                                      const c10d::AllreduceCoalescedOptions& opts) override {
+                                                     const c10d::AllreduceCoalescedOptions& opts) override {
     const char* name = "all_reduce_coalesced";
     TORCH_CHECK(!tensors.empty(), "gradwire backend: ", name, " got no tensors");
     for (const auto& t : tensors) same_type(t, tensors[0], name);
@@ -587,8 +586,8 @@ class GradwireBackend : public BackendBase {
         off += t.numel();
       }
     };
-    return launch(c10d::OpType::ALLREDUCE_COALESCED, "gradwire:all_reduce_coalesced", name, tensors, tensors, s,
-                  start, opts.timeout, finalize);
+    return launch(c10d::OpType::ALLREDUCE_COALESCED, "gradwire:all_reduce_coalesced", name, tensors, tensors, s, start,
+                  opts.timeout, finalize);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(Tensors& tensors, const c10d::ReduceOptions& opts) override {
@@ -728,8 +727,8 @@ class GradwireBackend : public BackendBase {
                   outputLists[r].size(), " tensors for ", inputs.size(), " inputs");
       for (size_t i = 0; i < inputs.size(); ++i) {
         same_type(outputLists[r][i], inputs[i], name);
-        TORCH_CHECK(outputLists[r][i].numel() == inputs[i].numel(), "gradwire backend: ", name, ": output ", r, "/",
-                    i, " has ", outputLists[r][i].numel(), " elements, input ", i, " has ", inputs[i].numel());
+        TORCH_CHECK(outputLists[r][i].numel() == inputs[i].numel(), "gradwire backend: ", name, ": output ", r, "/", i,
+                    " has ", outputLists[r][i].numel(), " elements, input ", i, " has ", inputs[i].numel());
         per_rank.push_back(outputLists[r][i]);
       }
     }
@@ -746,12 +745,11 @@ class GradwireBackend : public BackendBase {
     Tensors per_rank;
     for (size_t i = 0; i < inputs.size(); ++i) {
       same_type(outputs[i], inputs[i], name);
-      TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * size_, "gradwire backend: ", name, ": output ", i,
-                  " has ", outputs[i].numel(), " elements, expected world size x ", inputs[i].numel());
+      TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * size_, "gradwire backend: ", name, ": output ", i, " has ",
+                  outputs[i].numel(), " elements, expected world size x ", inputs[i].numel());
     }
     for (int r = 0; r < size_; ++r)
-      for (size_t i = 0; i < inputs.size(); ++i)
-        per_rank.push_back(outputs[i].reshape({size_, -1}).select(0, r));
+      for (size_t i = 0; i < inputs.size(); ++i) per_rank.push_back(outputs[i].reshape({size_, -1}).select(0, r));
     return gather_packed(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, "gradwire:all_gather_into_tensor_coalesced",
                          name, inputs, per_rank, outputs, opts.timeout);
   }
@@ -823,9 +821,7 @@ class GradwireBackend : public BackendBase {
                   in.numel(), ") and output (", out.numel(), ") must have the same size, divisible by the world size (",
                   size_, ") when no split sizes are given");
       const size_t block = nbytes(in) / size_;
-      auto start = [=](gw_request_t* req) {
-        return GWT_NEED(gw_ialltoall)(comm_, ptr(send), ptr(recv), block, req);
-      };
+      auto start = [=](gw_request_t* req) { return GWT_NEED(gw_ialltoall)(comm_, ptr(send), ptr(recv), block, req); };
       return launch(c10d::OpType::ALLTOALL_BASE, "gradwire:all_to_all_single", name, {in}, {out}, s, start,
                     opts.timeout);
     }
@@ -841,7 +837,8 @@ class GradwireBackend : public BackendBase {
                   nullptr, held);
   }
 
-  c10::intrusive_ptr<c10d::Work> alltoall(Tensors& outputs, Tensors& inputs, const c10d::AllToAllOptions& opts) override {
+  c10::intrusive_ptr<c10d::Work> alltoall(Tensors& outputs, Tensors& inputs,
+                                          const c10d::AllToAllOptions& opts) override {
     const char* name = "all_to_all";
     TORCH_CHECK(static_cast<int>(outputs.size()) == size_ && static_cast<int>(inputs.size()) == size_,
                 "gradwire backend: ", name, ": ", inputs.size(), " inputs and ", outputs.size(), " outputs for ", size_,
@@ -973,7 +970,6 @@ class GradwireBackend : public BackendBase {
   }
 
  private:
-
   int check_root(int64_t root, const char* op) const {
     TORCH_CHECK(root >= 0 && root < size_, "gradwire backend: ", op, ": root ", root, " is not a rank of ", size_);
     return static_cast<int>(root);
@@ -1020,8 +1016,8 @@ class GradwireBackend : public BackendBase {
       TORCH_CHECK(c >= 0, "gradwire backend: ", op, ": negative ", what, " split size ", c);
       sum += c;
     }
-    TORCH_CHECK(sum == rows, "gradwire backend: ", op, ": ", what, " split sizes add up to ", sum, ", but it has ", rows,
-                " rows");
+    TORCH_CHECK(sum == rows, "gradwire backend: ", op, ": ", what, " split sizes add up to ", sum, ", but it has ",
+                rows, " rows");
     size_t off = 0;
     std::vector<size_t> bytes, displs;
     for (int64_t c : counts) {
@@ -1098,12 +1094,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"), py::arg("prefix"), py::arg("options"),
       py::call_guard<py::gil_scoped_release>());
-  m.def("is_gradwire", [](const c10::intrusive_ptr<BackendBase>& b) {
-    return dynamic_cast<GradwireBackend*>(b.get()) != nullptr;
-  });
-  m.def("comm_handle", [](const c10::intrusive_ptr<BackendBase>& b) {
-    return reinterpret_cast<uintptr_t>(as_gradwire(b)->comm());
-  });
+  m.def("is_gradwire",
+        [](const c10::intrusive_ptr<BackendBase>& b) { return dynamic_cast<GradwireBackend*>(b.get()) != nullptr; });
+  m.def("comm_handle",
+        [](const c10::intrusive_ptr<BackendBase>& b) { return reinterpret_cast<uintptr_t>(as_gradwire(b)->comm()); });
   m.def("backend_options", [](const c10::intrusive_ptr<BackendBase>& b) { return as_gradwire(b)->options(); });
   m.def("timeout_s", [](const c10::intrusive_ptr<BackendBase>& b) { return as_gradwire(b)->timeout_s(); });
   m.def(

@@ -14,8 +14,8 @@
 #include <sstream>
 #include <thread>
 
-#include "transport/bootstrap/frames.hpp"
 #include "common/log.hpp"
+#include "transport/bootstrap/frames.hpp"
 
 namespace gw::transport {
 namespace {
@@ -62,13 +62,15 @@ class ProcessWatchImpl final : public ProcessWatch {
     bool reported = false;
   };
 
-  ProcessWatchImpl(std::vector<Peer> peers, OnDeath on_death) : peers_(std::move(peers)), on_death_(std::move(on_death)) {
+  ProcessWatchImpl(std::vector<Peer> peers, OnDeath on_death)
+      : peers_(std::move(peers)), on_death_(std::move(on_death)) {
     stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     thread_ = std::thread([this] { loop(); });
   }
   ~ProcessWatchImpl() override {
     const uint64_t one = 1;
-    if (stop_fd_ >= 0 && write(stop_fd_, &one, sizeof one) < 0) { /* the thread checks stop_ too */ }
+    if (stop_fd_ >= 0 && write(stop_fd_, &one, sizeof one) < 0) { /* the thread checks stop_ too */
+    }
     stop_ = true;
     if (thread_.joinable()) thread_.join();
     for (Peer& p : peers_) {
@@ -148,7 +150,7 @@ ProcessIdentity ProcessIdentity::self() {
       i += 2;
     }
   }
-  struct stat st{};
+  struct stat st {};
   if (stat("/proc/self/ns/pid", &st) == 0) id.pid_ns = static_cast<uint64_t>(st.st_ino);
   id.start_ticks = start_ticks_of(id.pid);
   return id;
@@ -175,8 +177,8 @@ bool ProcessIdentity::alive() const { return start_ticks != 0 && start_ticks_of(
 
 bool ProcessIdentity::same_host_as(const ProcessIdentity& p) const {
   static const uint8_t kZero[16] = {};
-  return p.pid > 0 && p.start_ticks > 0 && pid_ns != 0 && p.pid_ns == pid_ns &&
-         std::memcmp(boot_id, kZero, 16) != 0 && std::memcmp(p.boot_id, boot_id, 16) == 0;
+  return p.pid > 0 && p.start_ticks > 0 && pid_ns != 0 && p.pid_ns == pid_ns && std::memcmp(boot_id, kZero, 16) != 0 &&
+         std::memcmp(p.boot_id, boot_id, 16) == 0;
 }
 
 std::unique_ptr<ProcessWatch> ProcessWatch::start(const std::vector<ProcessIdentity>& peers, int self,

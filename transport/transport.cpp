@@ -10,8 +10,8 @@ Status Transport::wait(Op& op, Clock::time_point deadline, const std::function<S
     if (progress()) continue;
     if (op.finished()) break;
     if (Clock::now() >= deadline) {
-      return Status(Code::kTimeout, std::string(op.is_recv ? "receive from" : "send to") +
-                                        " rank " + std::to_string(op.peer) + " timed out");
+      return Status(Code::kTimeout, std::string(op.is_recv ? "receive from" : "send to") + " rank " +
+                                        std::to_string(op.peer) + " timed out");
     }
     wait_for_events(deadline);
   }

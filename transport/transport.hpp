@@ -31,8 +31,8 @@ enum class OpState : int { kIdle = 0, kPending = 1, kDone = 2, kFailed = 3 };
 
 struct Op {
   std::atomic<int> state{static_cast<int>(OpState::kIdle)};
-  Status status;       // why it failed, when state is kFailed
-  size_t bytes = 0;    // bytes received (receives) or sent (sends)
+  Status status;     // why it failed, when state is kFailed
+  size_t bytes = 0;  // bytes received (receives) or sent (sends)
   int peer = -1;
   bool is_recv = false;
   void* impl = nullptr;  // the transport's request handle

@@ -13,8 +13,8 @@
 #include <string>
 
 #include "collectives/algorithms/scratch_slots.hpp"
-#include "collectives/common/step_ranges.hpp"
 #include "collectives/common/context.hpp"
+#include "collectives/common/step_ranges.hpp"
 #include "gradwire/codec.hpp"
 #include "gradwire/communicator.hpp"
 

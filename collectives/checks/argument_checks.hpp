@@ -18,8 +18,8 @@ inline constexpr uint64_t kMaxBufferBytes = uint64_t{1} << 48;
 inline Status check_size(const char* what, uint64_t count, uint64_t elem_size, const char* unit) {
   uint64_t bytes = 0;
   if (__builtin_mul_overflow(count, elem_size, &bytes) || bytes > kMaxBufferBytes) {
-    return invalid_argument(std::string(what) + " of " + std::to_string(count) + " " + unit + " is larger than any buffer (at most " +
-                            std::to_string(kMaxBufferBytes) + " bytes)");
+    return invalid_argument(std::string(what) + " of " + std::to_string(count) + " " + unit +
+                            " is larger than any buffer (at most " + std::to_string(kMaxBufferBytes) + " bytes)");
   }
   return Status::ok();
 }

@@ -3,8 +3,8 @@
 #include <cstring>
 #include <string>
 
-#include "collectives/common/step_ranges.hpp"
 #include "collectives/common/context.hpp"
+#include "collectives/common/step_ranges.hpp"
 
 namespace gw::coll {
 
@@ -31,8 +31,8 @@ Status CallCheck::start(transport::Transport& tp, const CallDescriptor& mine) {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     const size_t i = static_cast<size_t>(r);
-    GW_RETURN_IF_ERROR(tp.irecv(r, tag(), inbox_.data() + i * CallDescriptor::kMaxBytes, CallDescriptor::kMaxBytes,
-                                recvs_[i]));
+    GW_RETURN_IF_ERROR(
+        tp.irecv(r, tag(), inbox_.data() + i * CallDescriptor::kMaxBytes, CallDescriptor::kMaxBytes, recvs_[i]));
   }
   unsent_ = true;
   return Status::ok();
@@ -95,8 +95,9 @@ std::string CallCheck::not_started() const {
     ranks += (n++ == 0 ? "" : ", ") + std::to_string(r);
   }
   if (n == 0) return "";
-  return std::string("; rank") + (n > 1 ? "s " : " ") + ranks + (n > 1 ? " have" : " has") + " not started this call (#" +
-         std::to_string(mine_.seq) + " " + call_kind_name(mine_.kind) + "): stopped, stuck, or making fewer calls";
+  return std::string("; rank") + (n > 1 ? "s " : " ") + ranks + (n > 1 ? " have" : " has") +
+         " not started this call (#" + std::to_string(mine_.seq) + " " + call_kind_name(mine_.kind) +
+         "): stopped, stuck, or making fewer calls";
 }
 
 Status CallCheck::require_all(transport::Clock::time_point deadline) {

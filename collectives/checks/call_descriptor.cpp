@@ -4,9 +4,9 @@
 #include <string>
 
 #include "collectives/algorithms/algorithm_table.hpp"
+#include "compressors/payload_io.hpp"
 #include "gradwire/codec.hpp"
 #include "gradwire/communicator.hpp"
-#include "compressors/payload_io.hpp"
 
 namespace gw::coll {
 namespace {
@@ -15,9 +15,13 @@ constexpr uint8_t kMagic[4] = {'G', 'W', 'C', 'D'};
 constexpr uint8_t kVersion = 1;
 
 template <class T>
-void put(uint8_t* p, T v) { detail::store_le<T>(p, 0, v); }
+void put(uint8_t* p, T v) {
+  detail::store_le<T>(p, 0, v);
+}
 template <class T>
-T get(const uint8_t* p) { return detail::load_le<T>(p, 0); }
+T get(const uint8_t* p) {
+  return detail::load_le<T>(p, 0);
+}
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -56,15 +60,19 @@ std::string fields(const CallDescriptor& d, const CallDescriptor& o) {
   auto show = [&](bool differs, bool has) { return has && (other_kind || differs); };
   std::string s;
   if (d.seq != o.seq) s += " (call #" + std::to_string(d.seq) + ")";
-  const bool counted = d.kind != CallKind::kBarrier && d.kind != CallKind::kSparseAllgather && d.kind != CallKind::kAlltoallv;
+  const bool counted =
+      d.kind != CallKind::kBarrier && d.kind != CallKind::kSparseAllgather && d.kind != CallKind::kAlltoallv;
   if (show(d.count != o.count, counted)) {
-    const char* name = d.kind == CallKind::kAllgatherv ? " total bytes=" : counts_elements(d.kind) ? " count=" : " bytes=";
+    const char* name = d.kind == CallKind::kAllgatherv ? " total bytes="
+                       : counts_elements(d.kind)       ? " count="
+                                                       : " bytes=";
     s += name + std::to_string(d.count);
   }
   if (show(d.sizes != o.sizes, d.sizes != 0)) s += " recvbytes digest=" + std::to_string(d.sizes);
   if (show(d.dtype != o.dtype, d.dtype != kNoField)) s += " dtype=" + dtype_text(d.dtype);
   if (show(d.op != o.op, d.op != kNoField)) s += " op=" + op_text(d.op);
-  if (show(d.spec != o.spec, d.kind == CallKind::kAllreduce)) s += " codec=" + (d.spec.empty() ? std::string("none") : d.spec);
+  if (show(d.spec != o.spec, d.kind == CallKind::kAllreduce))
+    s += " codec=" + (d.spec.empty() ? std::string("none") : d.spec);
   if (show(d.algo != o.algo, d.algo != kNoField)) s += " algo=" + algo_text(d.algo);
   if (show(d.root != o.root, d.root >= 0)) s += " root=" + std::to_string(d.root);
   if (d.flags != o.flags) s += (d.flags & CallDescriptor::kDevice) != 0 ? " on device memory" : " on host memory";

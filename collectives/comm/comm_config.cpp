@@ -43,7 +43,8 @@ Result<CommConfig> CommConfig::from_env() {
     auto algo = parse_algo(a);
     if (!algo.is_ok()) return algo.status().with_context("GW_INTER_ALGO");
     if (const coll::AlgorithmRow* row = coll::find_algorithm(*algo); row != nullptr && row->composite) {
-      return invalid_argument(std::string("GW_INTER_ALGO=") + row->name + ": name a flat algorithm for the inter-node leg");
+      return invalid_argument(std::string("GW_INTER_ALGO=") + row->name +
+                              ": name a flat algorithm for the inter-node leg");
     }
     c.inter_algo = *algo;
   }

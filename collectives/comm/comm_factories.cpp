@@ -3,9 +3,9 @@
 #include <cstring>
 
 #include "collectives/comm/comm_init.hpp"
+#include "common/log.hpp"
 #include "gradwire/communicator.hpp"
 #include "transport/bootstrap/bootstrap.hpp"
-#include "common/log.hpp"
 
 namespace gw {
 
@@ -45,7 +45,9 @@ Result<std::unique_ptr<Communicator>> Communicator::init_rank(int nranks, const 
   bootstrap::UniqueId uid;
   std::memcpy(uid.bytes, id.bytes, sizeof uid.bytes);
   GW_RETURN_IF_ERROR(bootstrap::validate_unique_id(uid));
-  auto exchange = [&](const std::string& blob) { return bootstrap::rendezvous(uid, rank, nranks, blob, config.timeout); };
+  auto exchange = [&](const std::string& blob) {
+    return bootstrap::rendezvous(uid, rank, nranks, blob, config.timeout);
+  };
   return coll::init_communicator(rank, nranks, exchange, config);
 }
 

@@ -5,8 +5,8 @@
 #include "gradwire/communicator.hpp"
 
 #include <chrono>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -14,15 +14,15 @@
 #include <thread>
 
 #include "collectives/algorithms/algorithm_table.hpp"
-#include "collectives/algorithms/host/algorithms.hpp"
-#include "collectives/comm/communicator_impl.hpp"
-#include "collectives/checks/call_check.hpp"
 #include "collectives/algorithms/device/device_algorithms.hpp"
 #include "collectives/algorithms/device/device_backend.hpp"
-#include "compressors/device_ef_state.hpp"
-#include "collectives/policy/policy.hpp"
+#include "collectives/algorithms/host/algorithms.hpp"
+#include "collectives/checks/call_check.hpp"
+#include "collectives/comm/communicator_impl.hpp"
 #include "collectives/observability/stats.hpp"
+#include "collectives/policy/policy.hpp"
 #include "common/log.hpp"
+#include "compressors/device_ef_state.hpp"
 #include "transport/transport.hpp"
 
 namespace gw {
@@ -37,14 +37,14 @@ using namespace comm_detail;
 using coll::CallDescriptor;
 using coll::CallKind;
 
-
 Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<transport::Transport> tp,
                                                            const CommConfig& config) {
   return create(std::move(tp), config, {});
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<transport::Transport> tp,
-                                                           const CommConfig& config, const std::vector<int>& node_of_rank) {
+                                                           const CommConfig& config,
+                                                           const std::vector<int>& node_of_rank) {
   if (tp == nullptr) return invalid_argument("transport is null");
   if (tp->size() > 1024) return unsupported("communicators hold at most 1024 ranks");
   if (!node_of_rank.empty() && node_of_rank.size() != static_cast<size_t>(tp->size())) {
@@ -91,8 +91,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
             continue;
           }
           lock.unlock();
-          while (im->tp->progress()) {
-          }
+          while (im->tp->progress()) {}
           lock.lock();
         }
         if (im->queue.empty()) {
@@ -115,8 +114,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
         }
         // A failed collective leaves peers mid-protocol: nothing after it can be trusted. Argument
         // errors found before any message moved leave every rank where it was.
-        const bool argument_error = s.code() == Code::kInvalidArgument || s.code() == Code::kUnsupported ||
-                                    s.code() == Code::kBufferTooSmall;
+        const bool argument_error =
+            s.code() == Code::kInvalidArgument || s.code() == Code::kUnsupported || s.code() == Code::kBufferTooSmall;
         if (!s.is_ok() && (im->collective_failed || !argument_error)) {
           im->break_with(s);
           im->tp->progress();
@@ -129,8 +128,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
   GW_INFO(kInit, "communicator up: rank %d of %d over %s; %s, this rank is local rank %d of node %d", comm->rank(),
           comm->size(), im->tp->name(), im->topo.describe().c_str(), im->topo.local_rank, im->topo.node);
   if (comm->rank() == 0 && im->topo.nnodes > 1 && !im->topo.hierarchical()) {
-    GW_WARN(kInit, "topology %s: the hierarchical all-reduce is off (%s); all-reduces run flat", im->topo.describe().c_str(),
-            im->topo.why_flat().c_str());
+    GW_WARN(kInit, "topology %s: the hierarchical all-reduce is off (%s); all-reduces run flat",
+            im->topo.describe().c_str(), im->topo.why_flat().c_str());
   }
   return comm;
 }
@@ -154,7 +153,8 @@ int Communicator::local_rank() const { return impl_->topo.local_rank; }
 int Communicator::local_size() const { return impl_->topo.local_size; }
 
 Algo Communicator::Impl::layout_choice(Algo flat, Algo requested, bool on_device) const {
-  const bool named = requested == Algo::kHierarchical || (requested == Algo::kAuto && config.algo == Algo::kHierarchical);
+  const bool named =
+      requested == Algo::kHierarchical || (requested == Algo::kAuto && config.algo == Algo::kHierarchical);
   const bool automatic = requested == Algo::kAuto && config.algo == Algo::kAuto;
   if (!named && !automatic) return flat;
   const bool nccl_dense = on_device && flat == Algo::kRing && nccl_on();
@@ -169,7 +169,8 @@ Algo Communicator::Impl::layout_choice(Algo flat, Algo requested, bool on_device
 }
 
 Algo Communicator::Impl::inter_algo(Algo flat, size_t count, DType dtype, const Codec* codec) const {
-  const bool lossy = flat != Algo::kRing && codec != nullptr && codec->id() != CodecId::kNone && dtype == DType::kFloat32;
+  const bool lossy =
+      flat != Algo::kRing && codec != nullptr && codec->id() != CodecId::kNone && dtype == DType::kFloat32;
   if (!lossy) return Algo::kRing;
   if (config.inter_algo != Algo::kAuto) return config.inter_algo;
   // One rank per node takes part: the flat policy's rules with nodes for ranks.
@@ -267,7 +268,12 @@ coll::DeviceEntry device_entry(Algo a) {
 
 Algo Communicator::choose_algo(size_t count, DType dtype, const Codec* codec, Algo requested, bool on_device) const {
   codec = impl_->effective_codec(const_cast<Codec*>(codec), dtype);  // only read here
-  const coll::PolicyInput in{count, dtype, codec, size(), flat_request(requested), flat_request(impl_->config.algo),
+  const coll::PolicyInput in{count,
+                             dtype,
+                             codec,
+                             size(),
+                             flat_request(requested),
+                             flat_request(impl_->config.algo),
                              impl_->config.dense_threshold_bytes};
   const Algo a = coll::choose_allreduce(in);
   const Algo chosen = impl_->layout_choice(a, requested, on_device);
@@ -283,24 +289,28 @@ Algo Communicator::choose_algo(size_t count, DType dtype, const Codec* codec, Al
 
 Result<CommStats> Communicator::stats() {
   CommStats out;
-  GW_RETURN_IF_ERROR(run([&]() -> Status {
-    out = impl_->stats;
-    return Status::ok();
-  }, /*collective=*/false));
+  GW_RETURN_IF_ERROR(run(
+      [&]() -> Status {
+        out = impl_->stats;
+        return Status::ok();
+      },
+      /*collective=*/false));
   return out;
 }
 
 Status Communicator::reset_stats() {
-  return run([&]() -> Status {
-    impl_->stats = CommStats();
-    return Status::ok();
-  }, /*collective=*/false);
+  return run(
+      [&]() -> Status {
+        impl_->stats = CommStats();
+        return Status::ok();
+      },
+      /*collective=*/false);
 }
 
 Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* send, const void* recv, size_t count,
-                                                                   DType dtype, ReduceOp op, Codec* codec,
-                                                                   const size_t* ef_count, Algo algo,
-                                                                   bool on_device) const {
+                                                                    DType dtype, ReduceOp op, Codec* codec,
+                                                                    const size_t* ef_count, Algo algo,
+                                                                    bool on_device) const {
   if (!collective_dtype_valid(static_cast<int>(dtype))) {
     return invalid_argument("dtype " + std::to_string(static_cast<int>(dtype)) + " is not a gw_dtype_t");
   }
@@ -312,16 +322,17 @@ Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* 
     return invalid_argument(std::string("a compressed all-reduce sums or averages; op ") + red_op_name(op) +
                             " runs dense only (pass no codec)");
   }
-  if (count > 0 && (send == nullptr || recv == nullptr)) return invalid_argument(send == nullptr ? "sendbuf is null" : "recvbuf is null");
+  if (count > 0 && (send == nullptr || recv == nullptr))
+    return invalid_argument(send == nullptr ? "sendbuf is null" : "recvbuf is null");
   GW_RETURN_IF_ERROR(check_size("count", count, dtype_size(dtype), dtype_name(dtype)));
   if (ef_count != nullptr && *ef_count != count) {
-    return invalid_argument("error-feedback state holds " + std::to_string(*ef_count) +
-                            " elements but count is " + std::to_string(count));
+    return invalid_argument("error-feedback state holds " + std::to_string(*ef_count) + " elements but count is " +
+                            std::to_string(count));
   }
   codec = impl_->effective_codec(codec, dtype);
-  const Algo flat = coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, size(), flat_request(algo),
-                                                             flat_request(impl_->config.algo),
-                                                             impl_->config.dense_threshold_bytes});
+  const Algo flat =
+      coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, size(), flat_request(algo),
+                                               flat_request(impl_->config.algo), impl_->config.dense_threshold_bytes});
   const Algo chosen = impl_->layout_choice(flat, algo, on_device);
   const bool tuned = tunable(impl_->tune, flat, algo, impl_->config.algo, codec, size());
   if (const coll::AlgorithmRow* row = coll::find_algorithm(flat); row == nullptr || !(row->codecs & coll::kNoCodec)) {
@@ -335,8 +346,8 @@ Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* 
   return AllreduceChoice{codec, chosen, tuned, flat};
 }
 
-Status Communicator::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                               Codec* codec, ErrorFeedback* ef, Algo algo) {
+Status Communicator::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Codec* codec,
+                               ErrorFeedback* ef, Algo algo) {
   const size_t ef_count = ef != nullptr ? ef->count() : 0;
   GW_ASSIGN_OR_RETURN(AllreduceChoice ch, check_allreduce(send, recv, count, dtype, op, codec,
                                                           ef != nullptr ? &ef_count : nullptr, algo, false));
@@ -346,33 +357,33 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
   const bool tuned = ch.tuned;
   const auto* s = static_cast<const float*>(send);
   return run([=]() -> Status {
-    return impl_->allreduce_planned(count, dtype, op, codec, ef, chosen, tuned, false,
-                                    [&](coll::Context& c, Algo ran, bool flush) -> Status {
-      const bool hier_ef = ran == Algo::kHierarchical && inner != Algo::kRing && ef != nullptr;
-      if (ef != nullptr && (ran == Algo::kCompressedRing || ran == Algo::kScatterReduce || hier_ef)) {
-        impl_->efs.rehome_owner_residual(*ef, ran, count, c.rank, c.size);
-      }
-      if (ef != nullptr && ran != Algo::kRing && !hier_ef) impl_->efs.mark_flat_filled(ef);
-      switch (ran) {
-        case Algo::kHierarchical: {
-          const bool flush_ef = hier_ef && !impl_->efs.hier_filled(ef);
-          GW_RETURN_IF_ERROR(coll::hierarchical_allreduce(
-              c, impl_->topo,
-              coll::HierarchicalArgs{send, recv, count, dtype, op, codec, inner, hier_ef ? ef : nullptr,
-                                     impl_->efs.hier_views(), flush_ef, &impl_->node_shm}));
-          if (hier_ef) impl_->efs.mark_hier_filled(ef);
-          return Status::ok();
-        }
-        default:
-          if (flush) {
-            float* acc = coll::prepare_accumulator(c, s, count, ef, 0);  // residual += send
-            GW_RETURN_IF_ERROR(coll::ring_allreduce(c, acc, recv, count, dtype, op));
-            if (count > 0) std::memset(acc, 0, count * sizeof(float));
-            return Status::ok();
+    return impl_->allreduce_planned(
+        count, dtype, op, codec, ef, chosen, tuned, false, [&](coll::Context& c, Algo ran, bool flush) -> Status {
+          const bool hier_ef = ran == Algo::kHierarchical && inner != Algo::kRing && ef != nullptr;
+          if (ef != nullptr && (ran == Algo::kCompressedRing || ran == Algo::kScatterReduce || hier_ef)) {
+            impl_->efs.rehome_owner_residual(*ef, ran, count, c.rank, c.size);
           }
-          return host_entry(ran)(c, coll::HostAllreduce{send, recv, count, dtype, op, codec, ef});
-      }
-    });
+          if (ef != nullptr && ran != Algo::kRing && !hier_ef) impl_->efs.mark_flat_filled(ef);
+          switch (ran) {
+            case Algo::kHierarchical: {
+              const bool flush_ef = hier_ef && !impl_->efs.hier_filled(ef);
+              GW_RETURN_IF_ERROR(coll::hierarchical_allreduce(
+                  c, impl_->topo,
+                  coll::HierarchicalArgs{send, recv, count, dtype, op, codec, inner, hier_ef ? ef : nullptr,
+                                         impl_->efs.hier_views(), flush_ef, &impl_->node_shm}));
+              if (hier_ef) impl_->efs.mark_hier_filled(ef);
+              return Status::ok();
+            }
+            default:
+              if (flush) {
+                float* acc = coll::prepare_accumulator(c, s, count, ef, 0);  // residual += send
+                GW_RETURN_IF_ERROR(coll::ring_allreduce(c, acc, recv, count, dtype, op));
+                if (count > 0) std::memset(acc, 0, count * sizeof(float));
+                return Status::ok();
+              }
+              return host_entry(ran)(c, coll::HostAllreduce{send, recv, count, dtype, op, codec, ef});
+          }
+        });
   });
 }
 
@@ -384,8 +395,8 @@ Status Communicator::Impl::allreduce_planned(size_t count, DType dtype, ReduceOp
   std::string key;
   if (tuned) {
     key = (on_device ? "device|" : "") + coll::AllreduceTuner::key(count, dtype, *codec);
-    const coll::PolicyInput in{count, dtype, codec, im.tp->size(), Algo::kAuto, Algo::kAuto,
-                               im.config.dense_threshold_bytes};
+    const coll::PolicyInput in{
+        count, dtype, codec, im.tp->size(), Algo::kAuto, Algo::kAuto, im.config.dense_threshold_bytes};
     plan = im.tuner.plan(key, coll::allreduce_candidates(in, chosen, on_device, im.link_gbps));
     ran = plan.algo;
   }
@@ -406,8 +417,9 @@ Status Communicator::Impl::allreduce_planned(size_t count, DType dtype, ReduceOp
     double mine[coll::AllreduceTuner::kExchange];
     im.tuner.local_stats(key, mine);
     std::vector<double> all(coll::AllreduceTuner::kExchange * static_cast<size_t>(im.tp->size()));
-    GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, mine, all.data(), sizeof mine); },
-                                     call(CallKind::kTunerAgreement, sizeof mine)));
+    GW_RETURN_IF_ERROR(
+        im.collective([&](coll::Context& c) { return coll::allgather(c, mine, all.data(), sizeof mine); },
+                      call(CallKind::kTunerAgreement, sizeof mine)));
     const coll::AllreduceTuner::Verdict v = im.tuner.decide(key, all.data(), im.tp->size());
     GW_INFO(kTune, "allreduce %s: %s", key.c_str(), v.describe().c_str());
   }
@@ -432,8 +444,9 @@ Status Communicator::sparse_allgather(const void* msg, size_t len, void* out, si
     if (fits) return Status::ok();
     uint64_t total = 0;
     for (int r = 0; r < size(); ++r) total += lengths[r];
-    return buffer_too_small("the ranks' messages total " + std::to_string(total) + " bytes, above the output capacity " +
-                            std::to_string(capacity) + " (lengths holds each one's length)");
+    return buffer_too_small("the ranks' messages total " + std::to_string(total) +
+                            " bytes, above the output capacity " + std::to_string(capacity) +
+                            " (lengths holds each one's length)");
   });
 }
 
@@ -456,7 +469,8 @@ Status Communicator::sparse_allgather_dense(const void* msg, size_t len, float* 
 
 Status Communicator::allgather(const void* send, void* recv, size_t bytes) {
   GW_RETURN_IF_ERROR(check_size("recvbuf (nranks blocks)", bytes, static_cast<uint64_t>(size()), "bytes per rank"));
-  if (bytes > 0 && (send == nullptr || recv == nullptr)) return invalid_argument(send == nullptr ? "sendbuf is null" : "recvbuf is null");
+  if (bytes > 0 && (send == nullptr || recv == nullptr))
+    return invalid_argument(send == nullptr ? "sendbuf is null" : "recvbuf is null");
   return run([=]() -> Status {
     return impl_->collective([&](coll::Context& c) { return coll::allgather(c, send, recv, bytes); },
                              call(CallKind::kAllgather, bytes));
@@ -489,7 +503,7 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
     return unsupported(std::string(row->name) + " runs on host buffers only; on device buffers " +
                        algo_name(row->device_counterpart) + " is its counterpart");
   }
-  GW_ASSIGN_OR_RETURN(coll::DeviceBackend* dev, impl_->device_backend());
+  GW_ASSIGN_OR_RETURN(coll::DeviceBackend * dev, impl_->device_backend());
   if (count > 0) {
     GW_RETURN_IF_ERROR(dev->check_buffer(send, "sendbuf"));
     GW_RETURN_IF_ERROR(dev->check_buffer(recv, "recvbuf"));
@@ -499,51 +513,53 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
   const auto* s = static_cast<const float*>(send);
   return run([=]() -> Status {
     GW_RETURN_IF_ERROR(dev->begin(stream));
-    return impl_->allreduce_planned(count, dtype, op, codec, ef, ch.chosen, ch.tuned, true,
-                                    [&](coll::Context& c, Algo ran, bool flush) -> Status {
-      // Error feedback on the inter-node leg only (see the host all-reduce): the first
-      // hierarchical call after a flat compressed one sends the whole residual once.
-      const bool hier_ef = ran == Algo::kHierarchical && inner != Algo::kRing && ef != nullptr;
-      if (ef != nullptr && ran != Algo::kRing && !hier_ef) impl_->efs.mark_flat_filled(ef);
-      return settled(*dev, [&]() -> Status {
-        switch (ran) {
-          case Algo::kHierarchical: {
-            const bool flush_ef = hier_ef && !impl_->efs.hier_filled(ef);
-            GW_RETURN_IF_ERROR(coll::device_hierarchical_allreduce(
-                c, *dev, impl_->topo,
-                coll::DeviceHierarchicalArgs{send, recv, count, dtype, op, codec, inner, hier_ef ? ef : nullptr,
-                                             flush_ef}));
-            if (hier_ef) impl_->efs.mark_hier_filled(ef);
-            return Status::ok();
-          }
-          default:
-            if (flush) {
-              float* acc = ef->residual();
-              GW_RETURN_IF_ERROR(dev->add(acc, s, count));  // residual += send
-              GW_RETURN_IF_ERROR(coll::device_dense_allreduce(c, *dev, acc, recv, count, dtype, op));
-              GW_RETURN_IF_ERROR(dev->zero(acc, count * sizeof(float)));
-              return coll::drain(c, *dev);
+    return impl_->allreduce_planned(
+        count, dtype, op, codec, ef, ch.chosen, ch.tuned, true, [&](coll::Context& c, Algo ran, bool flush) -> Status {
+          // Error feedback on the inter-node leg only (see the host all-reduce): the first
+          // hierarchical call after a flat compressed one sends the whole residual once.
+          const bool hier_ef = ran == Algo::kHierarchical && inner != Algo::kRing && ef != nullptr;
+          if (ef != nullptr && ran != Algo::kRing && !hier_ef) impl_->efs.mark_flat_filled(ef);
+          return settled(*dev, [&]() -> Status {
+            switch (ran) {
+              case Algo::kHierarchical: {
+                const bool flush_ef = hier_ef && !impl_->efs.hier_filled(ef);
+                GW_RETURN_IF_ERROR(coll::device_hierarchical_allreduce(
+                    c, *dev, impl_->topo,
+                    coll::DeviceHierarchicalArgs{send, recv, count, dtype, op, codec, inner, hier_ef ? ef : nullptr,
+                                                 flush_ef}));
+                if (hier_ef) impl_->efs.mark_hier_filled(ef);
+                return Status::ok();
+              }
+              default:
+                if (flush) {
+                  float* acc = ef->residual();
+                  GW_RETURN_IF_ERROR(dev->add(acc, s, count));  // residual += send
+                  GW_RETURN_IF_ERROR(coll::device_dense_allreduce(c, *dev, acc, recv, count, dtype, op));
+                  GW_RETURN_IF_ERROR(dev->zero(acc, count * sizeof(float)));
+                  return coll::drain(c, *dev);
+                }
+                const coll::DeviceEntry entry = device_entry(ran);
+                if (entry == nullptr) return unsupported(std::string(algo_name(ran)) + " runs on host buffers only");
+                return entry(c, *dev, coll::DeviceAllreduce{send, recv, count, dtype, op, codec, ef});
             }
-            const coll::DeviceEntry entry = device_entry(ran);
-            if (entry == nullptr) return unsupported(std::string(algo_name(ran)) + " runs on host buffers only");
-            return entry(c, *dev, coll::DeviceAllreduce{send, recv, count, dtype, op, codec, ef});
-        }
-      });
-    });
+          });
+        });
   });
 }
 
 Status Communicator::allgather_device(const void* send, void* recv, size_t bytes, void* stream) {
   GW_RETURN_IF_ERROR(check_size("recvbuf (nranks blocks)", bytes, static_cast<uint64_t>(size()), "bytes per rank"));
-  if (bytes > 0 && (send == nullptr || recv == nullptr)) return invalid_argument(send == nullptr ? "sendbuf is null" : "recvbuf is null");
-  GW_ASSIGN_OR_RETURN(coll::DeviceBackend* dev, impl_->device_backend());
+  if (bytes > 0 && (send == nullptr || recv == nullptr))
+    return invalid_argument(send == nullptr ? "sendbuf is null" : "recvbuf is null");
+  GW_ASSIGN_OR_RETURN(coll::DeviceBackend * dev, impl_->device_backend());
   if (bytes > 0) {
     GW_RETURN_IF_ERROR(dev->check_buffer(send, "sendbuf"));
     GW_RETURN_IF_ERROR(dev->check_buffer(recv, "recvbuf"));
   }
   return run([=]() -> Status {
-    return impl_->device_collective(*dev, stream, call(CallKind::kAllgather, bytes),
-                                    [&](coll::Context& c) { return coll::device_allgather(c, *dev, send, recv, bytes); });
+    return impl_->device_collective(*dev, stream, call(CallKind::kAllgather, bytes), [&](coll::Context& c) {
+      return coll::device_allgather(c, *dev, send, recv, bytes);
+    });
   });
 }
 
@@ -551,21 +567,24 @@ Status Communicator::broadcast_device(void* buf, size_t bytes, int root, void* s
   if (root < 0 || root >= size()) return invalid_argument("root " + std::to_string(root) + " is out of range");
   GW_RETURN_IF_ERROR(check_size("buf", bytes, 1, "bytes"));
   if (bytes > 0 && buf == nullptr) return invalid_argument("buf is null");
-  GW_ASSIGN_OR_RETURN(coll::DeviceBackend* dev, impl_->device_backend());
+  GW_ASSIGN_OR_RETURN(coll::DeviceBackend * dev, impl_->device_backend());
   if (bytes > 0) GW_RETURN_IF_ERROR(dev->check_buffer(buf, "buf"));
   return run([=]() -> Status {
-    return impl_->device_collective(*dev, stream, call(CallKind::kBroadcast, bytes, root),
-                                    [&](coll::Context& c) { return coll::device_broadcast(c, *dev, buf, bytes, root); });
+    return impl_->device_collective(*dev, stream, call(CallKind::kBroadcast, bytes, root), [&](coll::Context& c) {
+      return coll::device_broadcast(c, *dev, buf, bytes, root);
+    });
   });
 }
 
 Status Communicator::use_device_backend(std::unique_ptr<coll::DeviceBackend> backend) {
-  return run([&]() -> Status {  // after every earlier call, which may still use the old one
-    std::lock_guard<std::mutex> lock(impl_->device_mu);
-    impl_->device = std::move(backend);
-    impl_->nccl = false;
-    return Status::ok();
-  }, /*collective=*/false);
+  return run(
+      [&]() -> Status {  // after every earlier call, which may still use the old one
+        std::lock_guard<std::mutex> lock(impl_->device_mu);
+        impl_->device = std::move(backend);
+        impl_->nccl = false;
+        return Status::ok();
+      },
+      /*collective=*/false);
 }
 
 Status Communicator::device_ready() { return impl_->device_backend().status(); }
@@ -627,8 +646,9 @@ Status Communicator::enable_nccl() {
       } mine{};
       if (im.topo.local_rank == 0) mine.ok = dev->nccl_unique_id(mine.id, sizeof mine.id).is_ok() ? 1 : 0;
       std::vector<NodeId> ids(static_cast<size_t>(p));
-      GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, &mine, ids.data(), sizeof mine); },
-                                       call(CallKind::kNcclSetup, sizeof mine)));
+      GW_RETURN_IF_ERROR(
+          im.collective([&](coll::Context& c) { return coll::allgather(c, &mine, ids.data(), sizeof mine); },
+                        call(CallKind::kNcclSetup, sizeof mine)));
       const NodeId& leader = ids[static_cast<size_t>(im.topo.members[static_cast<size_t>(im.topo.node)][0])];
       const Status node_joined =
           leader.ok != 0 ? dev->node_nccl_join(leader.id, sizeof leader.id, im.topo.local_size, im.topo.local_rank,
@@ -638,12 +658,14 @@ Status Communicator::enable_nccl() {
       if (Status s = agree(node_joined, "NCCL inside the node failed"); !s.is_ok()) {
         dev->node_nccl_leave();
         if (s.code() != Code::kUnsupported) return s;
-        GW_WARN(kNccl, "%s: the hierarchical all-reduce's legs inside nodes go through host memory", s.message().c_str());
+        GW_WARN(kNccl, "%s: the hierarchical all-reduce's legs inside nodes go through host memory",
+                s.message().c_str());
       }
     }
     std::lock_guard<std::mutex> lock(im.device_mu);
     im.nccl = true;
-    GW_INFO(kNccl, "NCCL up on rank %d of %d%s", im.tp->rank(), p, dev->node_nccl_ready() ? ", and inside its node" : "");
+    GW_INFO(kNccl, "NCCL up on rank %d of %d%s", im.tp->rank(), p,
+            dev->node_nccl_ready() ? ", and inside its node" : "");
     return Status::ok();
   });
 }

@@ -88,8 +88,9 @@ Status Communicator::reduce_scatter(const void* send, void* recv, size_t recv_co
   GW_RETURN_IF_ERROR(not_null(send, recv_count > 0, "sendbuf"));
   GW_RETURN_IF_ERROR(not_null(recv, recv_count > 0, "recvbuf"));
   return run([=]() -> Status {
-    return impl_->collective([&](coll::Context& c) { return coll::reduce_scatter(c, send, recv, recv_count, dtype, op); },
-                             reduction_call(CallKind::kReduceScatter, recv_count, dtype, op, -1));
+    return impl_->collective(
+        [&](coll::Context& c) { return coll::reduce_scatter(c, send, recv, recv_count, dtype, op); },
+        reduction_call(CallKind::kReduceScatter, recv_count, dtype, op, -1));
   });
 }
 
@@ -109,7 +110,8 @@ Status Communicator::allgatherv(const void* send, size_t send_bytes, void* recv,
   CallDescriptor d = call(CallKind::kAllgatherv, total);
   d.sizes = coll::size_digest(len.data(), len.size());
   return run([=, len = std::move(len), off = std::move(off)]() -> Status {
-    return impl_->collective([&](coll::Context& c) { return coll::allgatherv(c, send, recv, off.data(), len.data()); }, d);
+    return impl_->collective([&](coll::Context& c) { return coll::allgatherv(c, send, recv, off.data(), len.data()); },
+                             d);
   });
 }
 
@@ -131,12 +133,14 @@ Status Communicator::alltoallv(const void* send, const size_t* send_bytes, const
   GW_RETURN_IF_ERROR(layout("recvbytes", recv_bytes, recv_displs, size(), &rlen, &roff, &recv_end));
   GW_RETURN_IF_ERROR(not_null(send, send_end > 0, "sendbuf"));
   GW_RETURN_IF_ERROR(not_null(recv, recv_end > 0, "recvbuf"));
-  return run([=, slen = std::move(slen), soff = std::move(soff), rlen = std::move(rlen),
-              roff = std::move(roff)]() -> Status {
-    return impl_->collective([&](coll::Context& c) {
-      return coll::alltoallv(c, send, slen.data(), soff.data(), recv, rlen.data(), roff.data());
-    }, call(CallKind::kAlltoallv));
-  });
+  return run(
+      [=, slen = std::move(slen), soff = std::move(soff), rlen = std::move(rlen), roff = std::move(roff)]() -> Status {
+        return impl_->collective(
+            [&](coll::Context& c) {
+              return coll::alltoallv(c, send, slen.data(), soff.data(), recv, rlen.data(), roff.data());
+            },
+            call(CallKind::kAlltoallv));
+      });
 }
 
 Status Communicator::gather(const void* send, void* recv, size_t bytes, int root) {

@@ -15,20 +15,20 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/algorithms/host/algorithms.hpp"
-#include "collectives/checks/call_check.hpp"
-#include "collectives/checks/argument_checks.hpp"
-#include "collectives/checks/call_descriptor.hpp"
-#include "collectives/common/context.hpp"
 #include "collectives/algorithms/device/device_backend.hpp"
 #include "collectives/algorithms/hierarchical/node_shm.hpp"
-#include "collectives/policy/policy.hpp"
-#include "collectives/observability/stats.hpp"
-#include "collectives/observability/timeline.hpp"
+#include "collectives/algorithms/host/algorithms.hpp"
+#include "collectives/checks/argument_checks.hpp"
+#include "collectives/checks/call_check.hpp"
+#include "collectives/checks/call_descriptor.hpp"
 #include "collectives/comm/ef_book.hpp"
 #include "collectives/comm/topology.hpp"
-#include "gradwire/communicator.hpp"
+#include "collectives/common/context.hpp"
+#include "collectives/observability/stats.hpp"
+#include "collectives/observability/timeline.hpp"
+#include "collectives/policy/policy.hpp"
 #include "common/log.hpp"
+#include "gradwire/communicator.hpp"
 #include "transport/transport.hpp"
 
 namespace gw {
@@ -47,7 +47,8 @@ inline CallDescriptor call(CallKind kind, uint64_t count = 0, int root = -1) {
 }
 
 // An all-reduce as the peers must see it: what runs, on what, with which codec.
-inline CallDescriptor allreduce_call(size_t count, DType dtype, ReduceOp op, const Codec* codec, Algo ran, bool on_device) {
+inline CallDescriptor allreduce_call(size_t count, DType dtype, ReduceOp op, const Codec* codec, Algo ran,
+                                     bool on_device) {
   CallDescriptor d = call(CallKind::kAllreduce, count);
   d.dtype = static_cast<uint8_t>(dtype);
   d.op = static_cast<uint8_t>(op);
@@ -65,7 +66,6 @@ Status settled(coll::DeviceBackend& dev, F&& run_collective) {
   if (!s.is_ok()) dev.quiesce();
   return s;
 }
-
 
 }  // namespace comm_detail
 
@@ -197,11 +197,11 @@ struct Communicator::Impl {
   // A collective of the current work item failed midway: its peers may still be in it, so
   // the communicator breaks whatever the error (progress thread only).
   bool collective_failed = false;
-  coll::CommStats stats;                             // progress thread only
-  std::unique_ptr<coll::CountingTransport> counted;  // tp, counting what collectives send
+  coll::CommStats stats;                                      // progress thread only
+  std::unique_ptr<coll::CountingTransport> counted;           // tp, counting what collectives send
   std::unique_ptr<comm_detail::P2pServingTransport> serving;  // counted, serving p2p between rounds
   coll::AllreduceTuner tuner;
-  coll::CallCheck check;  // the peers' call descriptors of the running collective
+  coll::CallCheck check;                      // the peers' call descriptors of the running collective
   coll::Timeline timeline{std::string(), 0};  // GW_TIMELINE; set up in create()
   static std::string timeline_args(const CallDescriptor& d, const Status& s, uint64_t sent) {
     std::string a = "\"seq\": " + std::to_string(d.seq) + ", \"count\": " + std::to_string(d.count) +
@@ -214,7 +214,7 @@ struct Communicator::Impl {
     if (!s.is_ok()) a += std::string(", \"error\": \"") + code_name(s.code()) + "\"";
     return a;
   }
-  bool tune = true;  // GW_TUNE=0 keeps the static policy
+  bool tune = true;      // GW_TUNE=0 keeps the static policy
   double link_gbps = 0;  // GW_LINK_GBPS (0: unset): seeds the tuner's first choice
   // What the all-reduces know of the EF states (host and device) they were given.
   coll::EfBook efs;  // progress thread only
@@ -275,8 +275,8 @@ struct Communicator::Impl {
   // rank states the call (d) to every other, and the call succeeds only where they all match.
   template <class F>
   Status collective(F&& fn, CallDescriptor d, double* seconds = nullptr) {
-    coll::Context c{*serving, tp->rank(), tp->size(), transport::Clock::now() + config.timeout, seq++,
-                    config.chunk_bytes, scratch};
+    coll::Context c{*serving, tp->rank(),         tp->size(), transport::Clock::now() + config.timeout,
+                    seq++,    config.chunk_bytes, scratch};
     c.stats = &stats;
     d.seq = c.seq;
     const coll::Timeline::Active recording(&timeline);
@@ -291,7 +291,8 @@ struct Communicator::Impl {
     if (s.is_ok() && c.check != nullptr) s = check.finish(c.deadline);
     if (!s.is_ok()) collective_failed = true;
     const auto t1 = std::chrono::steady_clock::now();
-    if (timeline.enabled()) timeline.span(coll::call_kind_name(d.kind), "collective", t0, t1, timeline_args(d, s, stats.bytes_sent - sent0));
+    if (timeline.enabled())
+      timeline.span(coll::call_kind_name(d.kind), "collective", t0, t1, timeline_args(d, s, stats.bytes_sent - sent0));
     const double t = std::chrono::duration<double>(t1 - t0).count();
     stats.total_s += t;
     ++stats.collectives;

@@ -82,8 +82,8 @@ std::shared_ptr<Communicator::Work> Communicator::post_p2p(void* buf, size_t byt
 Status Communicator::wait_for(Work& work, std::chrono::milliseconds timeout) {
   Status s;
   if (work.wait_for(timeout, &s)) return s;
-  return Status(Code::kTimeout, "the work has not finished within " + std::to_string(timeout.count()) +
-                                    " ms (it is still pending)");
+  return Status(Code::kTimeout,
+                "the work has not finished within " + std::to_string(timeout.count()) + " ms (it is still pending)");
 }
 
 void Communicator::on_complete(Work& work, std::function<void(const Status&)> fn) {
@@ -174,8 +174,7 @@ void Communicator::Impl::fail_p2p(const Status& why) {
 }
 
 void Communicator::Impl::close_p2p() {
-  while (tp->progress()) {
-  }
+  while (tp->progress()) {}
   serve_p2p();
   bool posted = false;
   for (auto& m : p2p_posted) posted = posted || !m->op->finished();

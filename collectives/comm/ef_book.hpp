@@ -46,8 +46,8 @@ class EfBook {
 
  private:
   struct Entry {
-    bool unflushed = false;       // a compressed call filled the residual; no dense call sent it
-    bool hier_filled = false;     // the hierarchical path filled the residual last
+    bool unflushed = false;         // a compressed call filled the residual; no dense call sent it
+    bool hier_filled = false;       // the hierarchical path filled the residual last
     Algo owner_algo = Algo::kAuto;  // the call that last filled the owner residual (kAuto: none)
   };
   const Entry* find(const void* ef) const;

@@ -30,11 +30,14 @@ Topology Topology::from_node_of(const std::vector<int>& node_of, int rank) {
 Topology Topology::from_keys(const std::vector<std::string>& key, int rank) {
   std::map<std::string, int> label;
   std::vector<int> node_of(key.size());
-  for (size_t r = 0; r < key.size(); ++r) node_of[r] = label.emplace(key[r], static_cast<int>(label.size())).first->second;
+  for (size_t r = 0; r < key.size(); ++r)
+    node_of[r] = label.emplace(key[r], static_cast<int>(label.size())).first->second;
   return from_node_of(node_of, rank);
 }
 
-Topology Topology::single_node(int nranks, int rank) { return from_node_of(std::vector<int>(static_cast<size_t>(nranks), 0), rank); }
+Topology Topology::single_node(int nranks, int rank) {
+  return from_node_of(std::vector<int>(static_cast<size_t>(nranks), 0), rank);
+}
 
 bool Topology::uniform() const {
   for (const auto& m : members) {

@@ -12,8 +12,8 @@ namespace gw::coll {
 
 struct Topology {
   int nnodes = 1;
-  int node = 0;         // this rank's node
-  int local_rank = 0;   // index among its node's ranks (in global rank order)
+  int node = 0;        // this rank's node
+  int local_rank = 0;  // index among its node's ranks (in global rank order)
   int local_size = 1;
   std::vector<int> node_of;               // per global rank
   std::vector<int> local_of;              // per global rank

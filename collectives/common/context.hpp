@@ -52,7 +52,7 @@ struct Context {
   uint64_t seq;
   size_t chunk_bytes;
   Scratch& scratch;
-  uint32_t step_base = 0;  // lets one algorithm call another in a separate tag range
+  uint32_t step_base = 0;      // lets one algorithm call another in a separate tag range
   CommStats* stats = nullptr;  // the communicator's counters (encode and decode time)
   CallCheck* check = nullptr;  // the peers' call descriptors (call_check.hpp); null: unchecked
   uint32_t piece = 0;          // > 0: piece `piece` of a call cut into pieces (< 128)

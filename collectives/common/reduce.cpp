@@ -61,13 +61,17 @@ C mul(C a, C b) {
 // b replaces a when it is smaller, or NaN (a NaN a stays): NaN on either side gives NaN.
 template <class C>
 C min_of(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) return (b < a || b != b) ? b : a;
-  else return b < a ? b : a;
+  if constexpr (std::is_floating_point_v<C>)
+    return (b < a || b != b) ? b : a;
+  else
+    return b < a ? b : a;
 }
 template <class C>
 C max_of(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) return (b > a || b != b) ? b : a;
-  else return b > a ? b : a;
+  if constexpr (std::is_floating_point_v<C>)
+    return (b > a || b != b) ? b : a;
+  else
+    return b > a ? b : a;
 }
 
 // A plain loop the compiler vectorises (for float32 sum: d[i] = d[i] + s[i]).

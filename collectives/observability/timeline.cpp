@@ -60,13 +60,17 @@ Status Timeline::write() const {
     return Status(Code::kSystem, "GW_TIMELINE: cannot write " + path_ + ": " + std::strerror(errno));
   }
   // Chrome's trace format counts in microseconds; fractions keep the nanoseconds.
-  std::fprintf(f, "{\"displayTimeUnit\": \"ns\", \"otherData\": {\"rank\": %d, \"dropped_events\": %llu},\n"
-                  "\"traceEvents\": [\n", rank_, static_cast<unsigned long long>(dropped_));
-  std::fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"gradwire rank %d\"}}",
+  std::fprintf(f,
+               "{\"displayTimeUnit\": \"ns\", \"otherData\": {\"rank\": %d, \"dropped_events\": %llu},\n"
+               "\"traceEvents\": [\n",
+               rank_, static_cast<unsigned long long>(dropped_));
+  std::fprintf(f,
+               "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"gradwire rank %d\"}}",
                rank_, rank_);
   for (const Event& e : events_) {
-    std::fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"ts\": %.3f, "
-                    "\"dur\": %.3f, \"args\": {%s}}",
+    std::fprintf(f,
+                 ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"ts\": %.3f, "
+                 "\"dur\": %.3f, \"args\": {%s}}",
                  e.name, e.cat, rank_, static_cast<double>(e.ts_ns) / 1e3, static_cast<double>(e.dur_ns) / 1e3,
                  e.args.c_str());
   }

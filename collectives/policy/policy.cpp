@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "collectives/policy/policy.hpp"
 #include "collectives/algorithms/algorithm_table.hpp"
+#include "collectives/policy/policy.hpp"
 #include "common/log.hpp"
 
 namespace gw {
@@ -256,7 +256,8 @@ double parse_link_gbps(const char* text) {
   if (end != text && *end == '\0' && std::isfinite(v) && v > 0) return v;
   static std::atomic<bool> warned{false};
   if (!warned.exchange(true)) {
-    GW_WARN(kTune, "GW_LINK_GBPS='%s' is not a positive number of Gbit/s; ignored (the tuner starts from the static choice)",
+    GW_WARN(kTune,
+            "GW_LINK_GBPS='%s' is not a positive number of Gbit/s; ignored (the tuner starts from the static choice)",
             text);
   }
   return 0;

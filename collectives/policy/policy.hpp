@@ -92,11 +92,11 @@ class AllreduceTuner {
     Algo algo[kMaxCandidates] = {Algo::kRing, Algo::kRing, Algo::kRing};
     double slowest[kMaxCandidates] = {-1, -1, -1};  // slowest rank's median, seconds (-1: none)
     int samples[kMaxCandidates] = {0, 0, 0};        // fewest samples on any rank
-    Algo before = Algo::kAuto;  // the incumbent
+    Algo before = Algo::kAuto;                      // the incumbent
     Algo pick = Algo::kAuto;
     bool switched = false;
-    int agreement = 0;      // 1 for the first decision of the key
-    int next_refresh = 0;   // calls of pick before the next refresh round
+    int agreement = 0;     // 1 for the first decision of the key
+    int next_refresh = 0;  // calls of pick before the next refresh round
     std::string describe() const;
   };
 
@@ -123,7 +123,7 @@ class AllreduceTuner {
     int agreements = 0;
     int until_refresh = 0;  // steady calls left before the next refresh round
     int interval = kRefresh;
-    int refresh_pos = 0;    // calls of the running refresh round so far
+    int refresh_pos = 0;                        // calls of the running refresh round so far
     std::vector<double> times[kMaxCandidates];  // the last kWindow times of each candidate
   };
   int slot(const Entry& e, Algo a) const;

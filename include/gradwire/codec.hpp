@@ -34,14 +34,14 @@ enum class DecodeMode : uint8_t { kOverwrite = 0, kAccumulate = 1, kSubtract = 2
 // A parsed codec spec such as "qsgd:bits=4,bucket=512,ef=1".
 struct GW_API CodecSpec {
   CodecId id = CodecId::kNone;
-  uint32_t bits = 0;        // qsgd: 1, 2, 4 or 8
-  uint32_t bucket = 0;      // qsgd, sign: elements per scale
-  double ratio = 0.0;       // topk, dgc, randomk: fraction kept (0 when k is fixed)
-  uint64_t k = 0;           // topk, dgc, randomk: elements kept (0 when ratio is used)
-  double sample = 0.0;      // dgc: fraction of elements sampled for the threshold
-  uint64_t seed = 0;        // keys the random stream with the step
-  bool stochastic = true;   // qsgd: stochastic (unbiased) or nearest rounding
-  bool ef = false;          // error feedback wanted by the caller's collective
+  uint32_t bits = 0;       // qsgd: 1, 2, 4 or 8
+  uint32_t bucket = 0;     // qsgd, sign: elements per scale
+  double ratio = 0.0;      // topk, dgc, randomk: fraction kept (0 when k is fixed)
+  uint64_t k = 0;          // topk, dgc, randomk: elements kept (0 when ratio is used)
+  double sample = 0.0;     // dgc: fraction of elements sampled for the threshold
+  uint64_t seed = 0;       // keys the random stream with the step
+  bool stochastic = true;  // qsgd: stochastic (unbiased) or nearest rounding
+  bool ef = false;         // error feedback wanted by the caller's collective
 
   static Result<CodecSpec> parse(std::string_view text);
   // Canonical text: parse(to_string()) gives back an equal spec.
@@ -88,37 +88,30 @@ class GW_API Codec {
   virtual size_t max_encoded_bytes(size_t n, DType dtype) const = 0;
 
   // Encodes n elements at src into out (cap bytes); returns the bytes written.
-  Result<size_t> encode(const void* src, size_t n, DType dtype, const EncodeContext& ctx,
-                        void* out, size_t cap);
+  Result<size_t> encode(const void* src, size_t n, DType dtype, const EncodeContext& ctx, void* out, size_t cap);
   // Encodes src + ef.residual, then sets ef.residual to what the message failed to carry
   // and advances ef's step.
-  Result<size_t> encode(const float* src, size_t n, const EncodeContext& ctx, ErrorFeedback& ef,
-                        void* out, size_t cap);
+  Result<size_t> encode(const float* src, size_t n, const EncodeContext& ctx, ErrorFeedback& ef, void* out, size_t cap);
   // Encodes ef.residual in place as the input (it already holds g + residual), then leaves
   // in it what the message failed to carry. Used by collectives that add into the residual.
-  Result<size_t> encode_accumulated(float* acc, size_t n, const EncodeContext& ctx, void* out,
-                                    size_t cap);
+  Result<size_t> encode_accumulated(float* acc, size_t n, const EncodeContext& ctx, void* out, size_t cap);
   // acc += add, then encode_accumulated(acc): the same bytes and the same acc afterwards, in
   // fewer passes over memory where the codec folds the addition into its own first pass.
-  Result<size_t> encode_adding(float* acc, const float* add, size_t n, const EncodeContext& ctx,
-                               void* out, size_t cap);
+  Result<size_t> encode_adding(float* acc, const float* add, size_t n, const EncodeContext& ctx, void* out, size_t cap);
 
  protected:
   explicit Codec(const CodecSpec& spec);
   // Fills the codec's header fields and writes the payload; returns the payload's bytes.
   // out has room for max_encoded_bytes(n) minus the header.
-  virtual Result<size_t> encode_payload(const void* src, size_t n, DType dtype,
-                                        const EncodeContext& ctx, wire::Header& header,
-                                        uint8_t* out) = 0;
+  virtual Result<size_t> encode_payload(const void* src, size_t n, DType dtype, const EncodeContext& ctx,
+                                        wire::Header& header, uint8_t* out) = 0;
   // encode_payload of acc + add, leaving the sum in acc. The default adds, then encodes.
-  virtual Result<size_t> encode_payload_adding(float* acc, const float* add, size_t n,
-                                               const EncodeContext& ctx, wire::Header& header,
-                                               uint8_t* out);
+  virtual Result<size_t> encode_payload_adding(float* acc, const float* add, size_t n, const EncodeContext& ctx,
+                                               wire::Header& header, uint8_t* out);
   Workspace& workspace() { return *workspace_; }
 
  private:
-  Status check_encode_args(const void* src, size_t n, DType dtype, const void* out,
-                           size_t cap) const;
+  Status check_encode_args(const void* src, size_t n, DType dtype, const void* out, size_t cap) const;
 
   CodecSpec spec_;
   std::unique_ptr<Workspace> workspace_;
@@ -126,8 +119,7 @@ class GW_API Codec {
 
 // Decodes a message into dst (n elements of dtype). Validates the whole message first, so
 // on error dst is untouched.
-GW_API Status decode(const void* msg, size_t len, void* dst, size_t n, DType dtype,
-                     DecodeMode mode);
+GW_API Status decode(const void* msg, size_t len, void* dst, size_t n, DType dtype, DecodeMode mode);
 GW_API Result<MessageInfo> inspect(const void* msg, size_t len);
 
 }  // namespace gw

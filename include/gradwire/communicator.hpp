@@ -40,10 +40,10 @@ GW_API Result<Algo> parse_algo(const std::string& name);
 
 struct CommConfig {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // every wait's bound
-  size_t chunk_bytes = size_t{1} << 20;                           // pipelining unit
-  size_t dense_threshold_bytes = size_t{64} << 10;                // smaller buffers go dense
-  Algo algo = Algo::kAuto;                                        // GW_ALGO
-  std::string codec_override;                                     // GW_CODEC
+  size_t chunk_bytes = size_t{1} << 20;                          // pipelining unit
+  size_t dense_threshold_bytes = size_t{64} << 10;               // smaller buffers go dense
+  Algo algo = Algo::kAuto;                                       // GW_ALGO
+  std::string codec_override;                                    // GW_CODEC
   Algo inter_algo = Algo::kAuto;  // GW_INTER_ALGO: the hierarchical all-reduce's inter-node algorithm
 
   // Defaults overridden by GW_TIMEOUT_S, GW_CHUNK_BYTES, GW_DENSE_THRESHOLD, GW_ALGO, GW_CODEC,
@@ -55,9 +55,9 @@ struct CommConfig {
 // wall time on the progress thread; encode includes error-feedback accumulation, decode
 // includes validation; the rest of total_s is transfer (waiting, copies, dense reduction).
 struct CommStats {
-  uint64_t collectives = 0;      // collective calls finished, of every kind
-  uint64_t allreduces = 0;       // of which all-reduces
-  uint64_t bytes_sent = 0;       // payload bytes this rank posted to the transport
+  uint64_t collectives = 0;  // collective calls finished, of every kind
+  uint64_t allreduces = 0;   // of which all-reduces
+  uint64_t bytes_sent = 0;   // payload bytes this rank posted to the transport
   uint64_t messages_sent = 0;
   double encode_s = 0;
   double decode_s = 0;
@@ -113,12 +113,11 @@ class GW_API Communicator {
   // recv = sum (or average) of every rank's send. codec null or "none": dense. With a lossy
   // codec the input is float32, and ef (optional, count elements) carries error feedback.
   // send == recv is in place.
-  Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                   Codec* codec, ErrorFeedback* ef, Algo algo = Algo::kAuto);
+  Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Codec* codec,
+                   ErrorFeedback* ef, Algo algo = Algo::kAuto);
   // Every rank's message, concatenated in rank order into out (capacity bytes); lengths
   // (size() entries) receives each one's length.
-  Status sparse_allgather(const void* msg, size_t len, void* out, size_t capacity,
-                          size_t* lengths);
+  Status sparse_allgather(const void* msg, size_t len, void* out, size_t capacity, size_t* lengths);
   // dense (count float32) = sum over ranks, in rank order, of each rank's decoded message.
   Status sparse_allgather_dense(const void* msg, size_t len, float* dense, size_t count);
   // recv (size() * bytes) = every rank's send block in rank order.
@@ -192,9 +191,8 @@ class GW_API Communicator {
   };
   // Checks an all-reduce's arguments (ef_count: null without EF) and picks its algorithm
   // (hierarchical only on host buffers).
-  Result<AllreduceChoice> check_allreduce(const void* send, const void* recv, size_t count, DType dtype,
-                                          ReduceOp op, Codec* codec, const size_t* ef_count, Algo algo,
-                                          bool on_device) const;
+  Result<AllreduceChoice> check_allreduce(const void* send, const void* recv, size_t count, DType dtype, ReduceOp op,
+                                          Codec* codec, const size_t* ef_count, Algo algo, bool on_device) const;
   explicit Communicator(std::unique_ptr<Impl> impl);
   // isend / irecv: queues the message for the progress thread to post.
   std::shared_ptr<Work> post_p2p(void* buf, size_t bytes, int peer, uint32_t tag, bool is_recv);

@@ -52,7 +52,7 @@ typedef enum gw_result GW_ENUM_TYPE {
   GW_ERR_TIMEOUT = 9,
   GW_ERR_ABORTED = 10,
   GW_ERR_CUDA = 11,
-  GW_ERR_INVALID_USAGE = 12,   /* the ranks' calls do not match, or two threads used one communicator at once */
+  GW_ERR_INVALID_USAGE = 12, /* the ranks' calls do not match, or two threads used one communicator at once */
   GW_NUM_RESULTS = 13
 } gw_result_t;
 
@@ -98,13 +98,7 @@ typedef struct gw_message_info_s {
 /* Compressed all-reduces take GW_SUM and GW_AVG; dense reductions take every op. GW_AVG on
  * integers is the sum divided by the rank count, rounded toward zero. Integer sums and
  * products wrap around (two's complement), as NCCL's do. */
-typedef enum gw_red_op GW_ENUM_TYPE {
-  GW_SUM = 0,
-  GW_AVG = 1,
-  GW_PROD = 2,
-  GW_MIN = 3,
-  GW_MAX = 4
-} gw_red_op_t;
+typedef enum gw_red_op GW_ENUM_TYPE { GW_SUM = 0, GW_AVG = 1, GW_PROD = 2, GW_MIN = 3, GW_MAX = 4 } gw_red_op_t;
 
 typedef enum gw_algo GW_ENUM_TYPE {
   GW_ALGO_AUTO = 0,             /* the policy: dense when small or uncompressed, else by codec */
@@ -130,16 +124,17 @@ typedef struct gw_unique_id {
 /* Communicator options. Initialise with GW_CONFIG_INITIALIZER, then set what you need; a
  * zero or negative field means "the default, or its environment variable". */
 typedef struct gw_config {
-  size_t size;            /* sizeof(gw_config_t): lets the struct grow without breaking the ABI */
-  unsigned int magic;     /* GW_CONFIG_MAGIC */
-  unsigned int version;   /* GW_VERSION_CODE of the header compiled against */
-  double timeout_s;       /* bound on every wait; GW_TIMEOUT_S, default 300 */
-  size_t chunk_bytes;     /* pipelining unit; GW_CHUNK_BYTES, default 1 MiB */
+  size_t size;                     /* sizeof(gw_config_t): lets the struct grow without breaking the ABI */
+  unsigned int magic;              /* GW_CONFIG_MAGIC */
+  unsigned int version;            /* GW_VERSION_CODE of the header compiled against */
+  double timeout_s;                /* bound on every wait; GW_TIMEOUT_S, default 300 */
+  size_t chunk_bytes;              /* pipelining unit; GW_CHUNK_BYTES, default 1 MiB */
   long long dense_threshold_bytes; /* all-reduces below this go dense; GW_DENSE_THRESHOLD, default 64 KiB; -1 default */
 } gw_config_t;
 
 #define GW_CONFIG_MAGIC 0x67776366u
-#define GW_CONFIG_INITIALIZER {sizeof(gw_config_t), GW_CONFIG_MAGIC, GW_VERSION_CODE, 0.0, 0, -1}
+#define GW_CONFIG_INITIALIZER \
+  { sizeof(gw_config_t), GW_CONFIG_MAGIC, GW_VERSION_CODE, 0.0, 0, -1 }
 
 /* ---- errors and version ---- */
 GW_API const char* gw_get_error_string(gw_result_t result);
@@ -161,17 +156,16 @@ GW_API gw_result_t gw_codec_destroy(gw_codec_t codec);
 GW_API gw_result_t gw_codec_spec(gw_codec_t codec, char* buf, size_t capacity);
 GW_API gw_result_t gw_codec_id(gw_codec_t codec, gw_codec_id_t* id);
 /* Bytes that an encode of count elements of dtype can write at most. */
-GW_API gw_result_t gw_codec_max_encoded_bytes(gw_codec_t codec, size_t count, gw_dtype_t dtype,
-                                              size_t* bytes);
+GW_API gw_result_t gw_codec_max_encoded_bytes(gw_codec_t codec, size_t count, gw_dtype_t dtype, size_t* bytes);
 
 /* The codecs this library has, for listing them: index runs from 0 to gw_codec_count() - 1, in
  * order of id. Codec ids 200 to 254 are reserved for codecs that tests define. */
-#define GW_CODEC_CAP_LOSSY 0x1u     /* a decode may differ from the input */
-#define GW_CODEC_CAP_EF 0x2u        /* error feedback (ef=1) is meaningful */
-#define GW_CODEC_CAP_SPARSE 0x4u    /* keeps k of n elements (ratio= or k=) */
-#define GW_CODEC_CAP_INDICES 0x8u   /* messages carry the kept elements' indices */
+#define GW_CODEC_CAP_LOSSY 0x1u      /* a decode may differ from the input */
+#define GW_CODEC_CAP_EF 0x2u         /* error feedback (ef=1) is meaningful */
+#define GW_CODEC_CAP_SPARSE 0x4u     /* keeps k of n elements (ratio= or k=) */
+#define GW_CODEC_CAP_INDICES 0x8u    /* messages carry the kept elements' indices */
 #define GW_CODEC_CAP_ANY_DTYPE 0x10u /* takes float16 and bfloat16 too, not float32 only */
-#define GW_CODEC_CAP_DEVICE 0x20u   /* gw_encode_device / gw_decode_device serve it in this build */
+#define GW_CODEC_CAP_DEVICE 0x20u    /* gw_encode_device / gw_decode_device serve it in this build */
 typedef struct gw_codec_info_s {
   const char* name; /* as in a spec; static storage */
   gw_codec_id_t id;
@@ -189,14 +183,13 @@ GW_API gw_result_t gw_codec_info(size_t index, gw_codec_info_t* info);
  * state's step; ef must have been created for count elements. Lossy codecs take
  * GW_FLOAT32 input; none, fp16 and bf16 take any dtype.
  */
-GW_API gw_result_t gw_encode(gw_codec_t codec, const void* src, size_t count, gw_dtype_t dtype,
-                             uint64_t step, uint32_t rank, gw_ef_state_t ef, void* dst,
-                             size_t capacity, size_t* written);
+GW_API gw_result_t gw_encode(gw_codec_t codec, const void* src, size_t count, gw_dtype_t dtype, uint64_t step,
+                             uint32_t rank, gw_ef_state_t ef, void* dst, size_t capacity, size_t* written);
 
 /* Decodes a message of len bytes into dst (count elements of dtype). The message is
  * untrusted: every length, count and index is checked before memory is touched. */
-GW_API gw_result_t gw_decode(const void* msg, size_t len, void* dst, size_t count,
-                             gw_dtype_t dtype, gw_decode_mode_t mode);
+GW_API gw_result_t gw_decode(const void* msg, size_t len, void* dst, size_t count, gw_dtype_t dtype,
+                             gw_decode_mode_t mode);
 GW_API gw_result_t gw_message_info(const void* msg, size_t len, gw_message_info_t* info);
 
 /* ---- error feedback ----
@@ -242,16 +235,16 @@ GW_API gw_result_t gw_ef_state_create_device(size_t count, gw_ef_state_t* ef);
  * not). Scratch memory is stream-ordered (a pool per device that keeps what it was given,
  * so a steady loop allocates nothing from the driver); one codec may encode on several
  * streams at once, an ef state only on one at a time. */
-GW_API gw_result_t gw_encode_device(gw_codec_t codec, const void* src, size_t count, gw_dtype_t dtype,
-                                    uint64_t step, uint32_t rank, gw_ef_state_t ef, void* dst,
-                                    size_t capacity, size_t* written, void* stream);
+GW_API gw_result_t gw_encode_device(gw_codec_t codec, const void* src, size_t count, gw_dtype_t dtype, uint64_t step,
+                                    uint32_t rank, gw_ef_state_t ef, void* dst, size_t capacity, size_t* written,
+                                    void* stream);
 /* gw_encode_device that never waits: *max_written is the message's length for every codec
  * but dgc, and for dgc the most it can be. The exact length is in the message's header when
  * stream reaches this point: copy the first 56 bytes (or *max_written) to the host and call
  * gw_message_length. */
 GW_API gw_result_t gw_encode_device_async(gw_codec_t codec, const void* src, size_t count, gw_dtype_t dtype,
-                                          uint64_t step, uint32_t rank, gw_ef_state_t ef, void* dst,
-                                          size_t capacity, size_t* max_written, void* stream);
+                                          uint64_t step, uint32_t rank, gw_ef_state_t ef, void* dst, size_t capacity,
+                                          size_t* max_written, void* stream);
 /* The length (header plus payload) that a message's header states, from a host copy of at
  * least its first 56 bytes (len). Checks the magic and version only: gw_message_info and
  * gw_decode check the rest against the whole message. */
@@ -262,8 +255,8 @@ GW_API gw_result_t gw_message_length(const void* msg, size_t len, uint64_t* tota
  * checked (header and indices) and applied on the device, applied only if the device's own
  * check passed; the call waits for stream once, for the header and that verdict (the other
  * codecs' decode is enqueued after it and not waited for). */
-GW_API gw_result_t gw_decode_device(const void* msg, size_t len, void* dst, size_t count,
-                                    gw_dtype_t dtype, gw_decode_mode_t mode, void* stream);
+GW_API gw_result_t gw_decode_device(const void* msg, size_t len, void* dst, size_t count, gw_dtype_t dtype,
+                                    gw_decode_mode_t mode, void* stream);
 
 /* ---- communicators ----
  * NCCL-style: one process calls gw_get_unique_id (this starts a rendezvous service in
@@ -303,18 +296,18 @@ GW_API gw_result_t gw_comm_get_async_error(gw_comm_t comm, gw_result_t* error);
  * transfer (waiting on the network, copies, dense reduction). Set size first (the struct
  * may grow; the library fills only the first size bytes). */
 typedef struct gw_comm_stats {
-  size_t size;             /* sizeof(gw_comm_stats_t) */
-  uint64_t collectives;    /* collective calls finished, of every kind */
-  uint64_t allreduces;     /* of which all-reduces */
-  uint64_t bytes_sent;     /* payload bytes this rank posted to the transport */
+  size_t size;          /* sizeof(gw_comm_stats_t) */
+  uint64_t collectives; /* collective calls finished, of every kind */
+  uint64_t allreduces;  /* of which all-reduces */
+  uint64_t bytes_sent;  /* payload bytes this rank posted to the transport */
   uint64_t messages_sent;
   double encode_s;
   double decode_s;
   double total_s;
-  gw_algo_t last_algo;     /* the algorithm the latest all-reduce ran (never GW_ALGO_AUTO once one ran) */
-  double hidden_s;         /* of encode_s + decode_s, the time during which sends of this rank were
-                              still queued in the transport (compute overlapped with transfer; a
-                              lower bound: bytes in the kernel's socket buffer count as sent) */
+  gw_algo_t last_algo; /* the algorithm the latest all-reduce ran (never GW_ALGO_AUTO once one ran) */
+  double hidden_s;     /* of encode_s + decode_s, the time during which sends of this rank were
+                          still queued in the transport (compute overlapped with transfer; a
+                          lower bound: bytes in the kernel's socket buffer count as sent) */
 } gw_comm_stats_t;
 
 /* The counters, after every call made on comm before this one. */
@@ -326,18 +319,16 @@ GW_API gw_result_t gw_comm_reset_stats(gw_comm_t comm);
  * place. codec NULL (or "none") is a dense all-reduce; a lossy codec needs GW_FLOAT32 and may
  * take ef, an EF state of count elements owned by this buffer. Device buffers run on the
  * device (see "collectives on CUDA device buffers" below). */
-GW_API gw_result_t gw_allreduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
-                                gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec,
-                                gw_ef_state_t ef);
+GW_API gw_result_t gw_allreduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                                gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef);
 /* The same with the algorithm chosen by the caller (GW_ALGO_AUTO: the policy). */
-GW_API gw_result_t gw_allreduce_ex(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
-                                   gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec,
-                                   gw_ef_state_t ef, gw_algo_t algo);
+GW_API gw_result_t gw_allreduce_ex(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                                   gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef, gw_algo_t algo);
 /* Non-blocking all-reduce: returns at once with a request; buffers, codec and ef stay in use
  * until gw_test reports done or gw_wait returns. */
-GW_API gw_result_t gw_iallreduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
-                                 gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec,
-                                 gw_ef_state_t ef, gw_algo_t algo, gw_request_t* request);
+GW_API gw_result_t gw_iallreduce(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                                 gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef, gw_algo_t algo,
+                                 gw_request_t* request);
 /* *done = 1 when the request has finished; it is then freed and its result returned. */
 GW_API gw_result_t gw_test(gw_request_t request, int* done);
 /* Waits for the request, frees it and returns its result. */
@@ -357,22 +348,20 @@ GW_API gw_result_t gw_request_on_complete(gw_request_t request, gw_complete_fn f
  * over its first calls, runs the one that was clearly (10%) faster on the slowest rank, and
  * keeps timing to revisit that choice; this reports the current choice (before the first
  * decision: the static one, or GW_LINK_GBPS's estimate). GW_TUNE=0 turns measuring off. */
-GW_API gw_result_t gw_allreduce_algo(gw_comm_t comm, size_t count, gw_dtype_t dtype,
-                                     gw_codec_t codec, gw_algo_t* algo);
+GW_API gw_result_t gw_allreduce_algo(gw_comm_t comm, size_t count, gw_dtype_t dtype, gw_codec_t codec, gw_algo_t* algo);
 /* The same for gw_allreduce_device: device calls are timed apart from host calls, run
  * hierarchically on hierarchical layouts as host calls do, except dense calls once NCCL is
  * enabled (NCCL's all-reduce), and have no compressed ring. Needs no device. */
-GW_API gw_result_t gw_allreduce_algo_device(gw_comm_t comm, size_t count, gw_dtype_t dtype,
-                                            gw_codec_t codec, gw_algo_t* algo);
+GW_API gw_result_t gw_allreduce_algo_device(gw_comm_t comm, size_t count, gw_dtype_t dtype, gw_codec_t codec,
+                                            gw_algo_t* algo);
 
 /* Every rank's message (any length, e.g. a sparse encoding) to every rank. The messages are
  * concatenated in rank order into recvbuf (capacity bytes); lengths (nranks entries)
  * receives each one's length. */
-GW_API gw_result_t gw_sparse_allgather(gw_comm_t comm, const void* msg, size_t len, void* recvbuf,
-                                       size_t capacity, size_t* lengths);
+GW_API gw_result_t gw_sparse_allgather(gw_comm_t comm, const void* msg, size_t len, void* recvbuf, size_t capacity,
+                                       size_t* lengths);
 /* dense (count float32) = the sum, in rank order, of every rank's decoded message. */
-GW_API gw_result_t gw_sparse_allgather_dense(gw_comm_t comm, const void* msg, size_t len,
-                                             float* dense, size_t count);
+GW_API gw_result_t gw_sparse_allgather_dense(gw_comm_t comm, const void* msg, size_t len, float* dense, size_t count);
 /* recvbuf (nranks * bytes) = every rank's sendbuf block in rank order. */
 GW_API gw_result_t gw_allgather(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes);
 GW_API gw_result_t gw_broadcast(gw_comm_t comm, void* buf, size_t bytes, int root);
@@ -462,8 +451,7 @@ GW_API gw_result_t gw_allreduce_device(gw_comm_t comm, const void* sendbuf, void
 GW_API gw_result_t gw_iallreduce_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
                                         gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef,
                                         gw_algo_t algo, void* stream, gw_request_t* request);
-GW_API gw_result_t gw_allgather_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes,
-                                       void* stream);
+GW_API gw_result_t gw_allgather_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, void* stream);
 GW_API gw_result_t gw_broadcast_device(gw_comm_t comm, void* buf, size_t bytes, int root, void* stream);
 /* Collective: every rank brings up NCCL on its current CUDA device; rank 0's ncclUniqueId
  * reaches the others through this communicator. NCCL is loaded at run time: $GW_NCCL_LIBRARY,

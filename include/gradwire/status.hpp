@@ -61,7 +61,7 @@ inline Status invalid_usage(std::string m) { return {Code::kInvalidUsage, std::m
 template <class T>
 class Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
 
   bool is_ok() const { return status_.is_ok(); }
@@ -82,9 +82,9 @@ class Result {
 
 }  // namespace gw
 
-#define GW_RETURN_IF_ERROR(expr)              \
-  do {                                        \
-    ::gw::Status gw_status_ = (expr);         \
+#define GW_RETURN_IF_ERROR(expr)                \
+  do {                                          \
+    ::gw::Status gw_status_ = (expr);           \
     if (!gw_status_.is_ok()) return gw_status_; \
   } while (0)
 
@@ -94,5 +94,4 @@ class Result {
   auto tmp = (expr);                              \
   if (!tmp.is_ok()) return tmp.status();          \
   lhs = std::move(tmp).value()
-#define GW_ASSIGN_OR_RETURN(lhs, expr) \
-  GW_ASSIGN_OR_RETURN_IMPL_(GW_CONCAT_(gw_result_, __LINE__), lhs, expr)
+#define GW_ASSIGN_OR_RETURN(lhs, expr) GW_ASSIGN_OR_RETURN_IMPL_(GW_CONCAT_(gw_result_, __LINE__), lhs, expr)

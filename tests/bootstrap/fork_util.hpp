@@ -89,7 +89,8 @@ inline int wait_child(pid_t pid, Clock::time_point deadline) {
 // Runs fn(i) for i in [0, n) in forked children; returns their exit codes.
 inline std::vector<int> run_forked(int n, const std::function<int(int)>& fn, seconds limit = seconds(20)) {
   std::vector<pid_t> pids;
-  for (int i = 0; i < n; ++i) pids.push_back(spawn([&fn, i] { return fn(i); }, static_cast<unsigned>(limit.count() + 5)));
+  for (int i = 0; i < n; ++i)
+    pids.push_back(spawn([&fn, i] { return fn(i); }, static_cast<unsigned>(limit.count() + 5)));
   const auto deadline = Clock::now() + limit;
   std::vector<int> codes;
   for (pid_t p : pids) codes.push_back(wait_child(p, deadline));

@@ -50,9 +50,10 @@ TEST(Sha256, Fips180Examples) {
   EXPECT_EQ(sha_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(sha_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  EXPECT_EQ(sha_hex("abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnop"
-                    "qrstnopqrstu"),
-            "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+  EXPECT_EQ(
+      sha_hex("abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnop"
+              "qrstnopqrstu"),
+      "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
   EXPECT_EQ(sha_hex(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
@@ -97,9 +98,11 @@ TEST(HmacSha256, Rfc4231Vectors) {
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
   EXPECT_EQ(hmac_hex(std::string(20, '\xaa'), std::string(50, '\xdd')),
             "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe");
-  EXPECT_EQ(hmac_hex(key4, std::string(50, '\xcd')), "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b");
+  EXPECT_EQ(hmac_hex(key4, std::string(50, '\xcd')),
+            "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b");
   // Test case 5 is truncated to 128 bits.
-  EXPECT_EQ(hmac_hex(std::string(20, '\x0c'), "Test With Truncation").substr(0, 32), "a3b6167473100ee06e0c796c2955552b");
+  EXPECT_EQ(hmac_hex(std::string(20, '\x0c'), "Test With Truncation").substr(0, 32),
+            "a3b6167473100ee06e0c796c2955552b");
   EXPECT_EQ(hmac_hex(std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First"),
             "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
   EXPECT_EQ(hmac_hex(std::string(131, '\xaa'),
@@ -312,9 +315,10 @@ std::map<std::string, std::string> seeds() {
       {"hello_v1", v1},
       {"auth", auth},
       {"auth_empty_blob", frames::encode_auth(kToken, kRootNonce, kRankNonce, 0, 1, "")},
-      {"rank_stream", frames::encode_challenge(kRootNonce) +
-                          frames::encode_proof(kToken, kRankNonce, kRootNonce, frames::auth_mac(u8(auth), auth.size())) +
-                          frames::encode_progress(1, 2) + frames::encode_progress(2, 2) + table2},
+      {"rank_stream",
+       frames::encode_challenge(kRootNonce) +
+           frames::encode_proof(kToken, kRankNonce, kRootNonce, frames::auth_mac(u8(auth), auth.size())) +
+           frames::encode_progress(1, 2) + frames::encode_progress(2, 2) + table2},
       {"table_3_ranks", frames::encode_table({"", "x", std::string(300, '\x7f')}, key)},
       {"table_payload", table2.substr(frames::kReplyHeader)},
       {"error_rejected", frames::encode_error(frames::kErrRejected, 1, 2, "rank 1 of 2 has already joined")},

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "common/log.hpp"
 #include "tests/bootstrap/fork_util.hpp"
 #include "transport/bootstrap/bootstrap.hpp"
 #include "transport/bootstrap/root_server.hpp"
 #include "transport/bootstrap/socket.hpp"
-#include "common/log.hpp"
 
 namespace gw::bootstrap {
 namespace {
@@ -23,14 +23,44 @@ namespace {
 using namespace gw::bootstrap::testing;  // NOLINT
 
 // Every variable read_launch_env may consult.
-const char* const kAllVars[] = {
-    "GW_RANK", "GW_SIZE", "GW_LOCAL_RANK", "GW_LOCAL_SIZE", "GW_ROOT", "GW_PORT", "GW_TOKEN", "GW_JOB_ID",
-    "GW_INSECURE_LOCAL", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_RESTART_COUNT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "OMPI_MCA_orte_hnp_uri",
-    "OMPI_MCA_orte_precondition_transports", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NNODES",
-    "SLURM_STEP_NUM_NODES", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
-    "MPI_LOCALNRANKS", "PMI_JOBID", "PMI_KVSNAME"};
+const char* const kAllVars[] = {"GW_RANK",
+                                "GW_SIZE",
+                                "GW_LOCAL_RANK",
+                                "GW_LOCAL_SIZE",
+                                "GW_ROOT",
+                                "GW_PORT",
+                                "GW_TOKEN",
+                                "GW_JOB_ID",
+                                "GW_INSECURE_LOCAL",
+                                "RANK",
+                                "WORLD_SIZE",
+                                "LOCAL_RANK",
+                                "LOCAL_WORLD_SIZE",
+                                "MASTER_ADDR",
+                                "MASTER_PORT",
+                                "TORCHELASTIC_RUN_ID",
+                                "TORCHELASTIC_RESTART_COUNT",
+                                "OMPI_COMM_WORLD_RANK",
+                                "OMPI_COMM_WORLD_SIZE",
+                                "OMPI_COMM_WORLD_LOCAL_RANK",
+                                "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                "OMPI_MCA_ess_base_jobid",
+                                "PMIX_NAMESPACE",
+                                "OMPI_MCA_orte_hnp_uri",
+                                "OMPI_MCA_orte_precondition_transports",
+                                "SLURM_PROCID",
+                                "SLURM_NTASKS",
+                                "SLURM_LOCALID",
+                                "SLURM_NNODES",
+                                "SLURM_STEP_NUM_NODES",
+                                "SLURM_JOB_ID",
+                                "SLURM_STEP_ID",
+                                "PMI_RANK",
+                                "PMI_SIZE",
+                                "MPI_LOCALRANKID",
+                                "MPI_LOCALNRANKS",
+                                "PMI_JOBID",
+                                "PMI_KVSNAME"};
 
 // Clears every launcher variable for the test and puts the old values back afterwards.
 class LaunchEnvTest : public ::testing::Test {
@@ -79,7 +109,10 @@ TEST_F(LaunchEnvTest, NothingSetIsAnError) {
 }
 
 TEST_F(LaunchEnvTest, GradwireVariables) {
-  set({{"GW_RANK", "1"}, {"GW_SIZE", "4"}, {"GW_LOCAL_RANK", "1"}, {"GW_ROOT", "10.1.2.3:5555"},
+  set({{"GW_RANK", "1"},
+       {"GW_SIZE", "4"},
+       {"GW_LOCAL_RANK", "1"},
+       {"GW_ROOT", "10.1.2.3:5555"},
        {"GW_TOKEN", "00112233445566778899AABBCCDDEEFF"}});
   auto e = read_launch_env();
   ASSERT_TRUE(e.is_ok()) << e.status().to_string();
@@ -137,8 +170,14 @@ TEST_F(LaunchEnvTest, GradwireOnOneHostDerivesTheRootFromTheJobId) {
 }
 
 TEST_F(LaunchEnvTest, Torchrun) {
-  set({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "node-0"},
-       {"MASTER_PORT", "29500"}, {"TORCHELASTIC_RUN_ID", "run-1"}, {"TORCHELASTIC_RESTART_COUNT", "0"}});
+  set({{"RANK", "2"},
+       {"WORLD_SIZE", "4"},
+       {"LOCAL_RANK", "0"},
+       {"LOCAL_WORLD_SIZE", "2"},
+       {"MASTER_ADDR", "node-0"},
+       {"MASTER_PORT", "29500"},
+       {"TORCHELASTIC_RUN_ID", "run-1"},
+       {"TORCHELASTIC_RESTART_COUNT", "0"}});
   auto e = read_launch_env();
   ASSERT_TRUE(e.is_ok()) << e.status().to_string();
   EXPECT_EQ(e->launcher, "torchrun");
@@ -174,8 +213,12 @@ TEST_F(LaunchEnvTest, Torchrun) {
 
 TEST_F(LaunchEnvTest, OpenMpiAsMpirunExportsIt) {
   // What `mpirun -np 2` exports here (OpenMPI 4), as far as the bootstrap cares.
-  set({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"OMPI_MCA_ess_base_jobid", "253689857"}, {"PMIX_NAMESPACE", "253689857"},
+  set({{"OMPI_COMM_WORLD_RANK", "1"},
+       {"OMPI_COMM_WORLD_SIZE", "2"},
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+       {"OMPI_MCA_ess_base_jobid", "253689857"},
+       {"PMIX_NAMESPACE", "253689857"},
        {"OMPI_MCA_orte_hnp_uri", "253689856.0;tcp://192.0.2.2:57393;tcp6://[fd00::2]:37397"},
        {"OMPI_MCA_orte_precondition_transports", "1f6891eb4a39304a-4734c2500baac2d2"}});
   auto e = read_launch_env();
@@ -217,8 +260,12 @@ TEST_F(LaunchEnvTest, OpenMpiAsMpirunExportsIt) {
 }
 
 TEST_F(LaunchEnvTest, Slurm) {
-  set({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "3"}, {"SLURM_NNODES", "1"},
-       {"SLURM_JOB_ID", "12345"}, {"SLURM_STEP_ID", "0"}});
+  set({{"SLURM_PROCID", "3"},
+       {"SLURM_NTASKS", "4"},
+       {"SLURM_LOCALID", "3"},
+       {"SLURM_NNODES", "1"},
+       {"SLURM_JOB_ID", "12345"},
+       {"SLURM_STEP_ID", "0"}});
   auto e = read_launch_env();
   ASSERT_TRUE(e.is_ok()) << e.status().to_string();
   EXPECT_EQ(e->launcher, "slurm");
@@ -266,9 +313,9 @@ TEST_F(LaunchEnvTest, MalformedNumbersNameTheVariable) {
     const char* value;
   };
   const Case cases[] = {
-      {"GW_RANK", "-1"},   {"GW_RANK", "abc"},  {"GW_RANK", "1.5"},     {"GW_RANK", " 1"},
-      {"GW_RANK", "4"},    {"GW_SIZE", "0"},    {"GW_SIZE", "65537"},   {"GW_SIZE", "99999999999999999999999"},
-      {"GW_SIZE", "4x"},   {"GW_LOCAL_RANK", "9"}, {"GW_LOCAL_SIZE", "0"}, {"GW_PORT", "0"},
+      {"GW_RANK", "-1"},    {"GW_RANK", "abc"},     {"GW_RANK", "1.5"},     {"GW_RANK", " 1"},
+      {"GW_RANK", "4"},     {"GW_SIZE", "0"},       {"GW_SIZE", "65537"},   {"GW_SIZE", "99999999999999999999999"},
+      {"GW_SIZE", "4x"},    {"GW_LOCAL_RANK", "9"}, {"GW_LOCAL_SIZE", "0"}, {"GW_PORT", "0"},
       {"GW_PORT", "65536"}, {"GW_PORT", "http"},
   };
   for (const Case& c : cases) {
@@ -298,8 +345,8 @@ TEST_F(LaunchEnvTest, MalformedNumbersNameTheVariable) {
 
 TEST_F(LaunchEnvTest, MalformedRootAndTokenNameTheVariable) {
   set({{"GW_RANK", "0"}, {"GW_SIZE", "2"}});
-  for (const char* root : {"host", "host:", ":80", "host:0", "host:65536", "host:http", "fd00::2:80", "[fd00::2]80",
-                           "bad host:80"}) {
+  for (const char* root :
+       {"host", "host:", ":80", "host:0", "host:65536", "host:http", "fd00::2:80", "[fd00::2]80", "bad host:80"}) {
     setenv("GW_ROOT", root, 1);
     expect_rejected("GW_ROOT", root);
   }
@@ -318,8 +365,8 @@ TEST_F(LaunchEnvTest, NoTokenAndNoJobIdIsRefused) {
     ASSERT_FALSE(e.is_ok()) << why << ": accepted";
     EXPECT_EQ(e.status().code(), Code::kInvalidArgument) << e.status().to_string();
     for (const char* part : {"GW_TOKEN", "openssl rand -hex 16", "job id", "GW_INSECURE_LOCAL=1"}) {
-      EXPECT_NE(e.status().message().find(part), std::string::npos) << why << ": no '" << part << "' in "
-                                                                     << e.status().to_string();
+      EXPECT_NE(e.status().message().find(part), std::string::npos)
+          << why << ": no '" << part << "' in " << e.status().to_string();
     }
   };
   // Plain GW_* variables on one host, as a job script or a test harness sets them.
@@ -399,14 +446,19 @@ std::string random_token() {
   return s;
 }
 
-std::string unique_job_id() { return "test-" + std::to_string(getpid()) + "-" + std::to_string(Clock::now().time_since_epoch().count()); }
+std::string unique_job_id() {
+  return "test-" + std::to_string(getpid()) + "-" + std::to_string(Clock::now().time_since_epoch().count());
+}
 
 TEST_F(LaunchEnvTest, ThreeForkedRanksWithGradwireVariables) {
   const std::string port = std::to_string(free_port());
   const std::string job = unique_job_id();
   const auto codes = run_forked(3, [&](int r) {
-    return env_rank_main(r, {{"GW_RANK", std::to_string(r)}, {"GW_SIZE", "3"}, {"GW_LOCAL_SIZE", "3"},
-                             {"GW_PORT", port}, {"GW_JOB_ID", job}});
+    return env_rank_main(r, {{"GW_RANK", std::to_string(r)},
+                             {"GW_SIZE", "3"},
+                             {"GW_LOCAL_SIZE", "3"},
+                             {"GW_PORT", port},
+                             {"GW_JOB_ID", job}});
   });
   for (int c : codes) EXPECT_EQ(c, 0);
 }
@@ -415,8 +467,11 @@ TEST_F(LaunchEnvTest, ThreeForkedRanksWithARandomTokenAndNoJobId) {
   const std::string port = std::to_string(free_port());
   const std::string token = random_token();
   const auto codes = run_forked(3, [&](int r) {
-    return env_rank_main(r, {{"GW_RANK", std::to_string(r)}, {"GW_SIZE", "3"}, {"GW_LOCAL_SIZE", "3"},
-                             {"GW_PORT", port}, {"GW_TOKEN", token}});
+    return env_rank_main(r, {{"GW_RANK", std::to_string(r)},
+                             {"GW_SIZE", "3"},
+                             {"GW_LOCAL_SIZE", "3"},
+                             {"GW_PORT", port},
+                             {"GW_TOKEN", token}});
   });
   for (int c : codes) EXPECT_EQ(c, 0);
 }
@@ -424,8 +479,11 @@ TEST_F(LaunchEnvTest, ThreeForkedRanksWithARandomTokenAndNoJobId) {
 TEST_F(LaunchEnvTest, ThreeForkedRanksWithTheInsecureOptIn) {
   const std::string port = std::to_string(free_port());
   const auto codes = run_forked(3, [&](int r) {
-    return env_rank_main(r, {{"GW_RANK", std::to_string(r)}, {"GW_SIZE", "3"}, {"GW_LOCAL_SIZE", "3"},
-                             {"GW_PORT", port}, {"GW_INSECURE_LOCAL", "1"}});
+    return env_rank_main(r, {{"GW_RANK", std::to_string(r)},
+                             {"GW_SIZE", "3"},
+                             {"GW_LOCAL_SIZE", "3"},
+                             {"GW_PORT", port},
+                             {"GW_INSECURE_LOCAL", "1"}});
   });
   for (int c : codes) EXPECT_EQ(c, 0);
 }
@@ -463,14 +521,17 @@ TEST_F(LaunchEnvTest, StrangerWithTheJobsEnvironmentButNotItsTokenCannotJoin) {
 TEST_F(LaunchEnvTest, ThreeForkedRanksLikeMpirunOnTheDerivedPort) {
   const std::string job = std::to_string(100000 + getpid() % 100000);
   // Where will the root be? Skip rather than fail if something else holds that port.
-  set({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "3"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"},
+  set({{"OMPI_COMM_WORLD_RANK", "0"},
+       {"OMPI_COMM_WORLD_SIZE", "3"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"},
        {"OMPI_MCA_ess_base_jobid", job.c_str()}});
   auto probe = read_launch_env();
   ASSERT_TRUE(probe.is_ok()) << probe.status().to_string();
   Endpoint ep = Endpoint::loopback_v4(probe->root_port);
   if (!listen_on(ep, 1).is_ok()) GTEST_SKIP() << "derived port " << probe->root_port << " is busy";
   const auto codes = run_forked(3, [&](int r) {
-    return env_rank_main(r, {{"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)}});
+    return env_rank_main(
+        r, {{"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)}});
   });
   for (int c : codes) EXPECT_EQ(c, 0);
 }
@@ -479,8 +540,12 @@ TEST_F(LaunchEnvTest, ThreeForkedRanksLikeTorchrun) {
   const std::string master_port = std::to_string(free_port() - 1);
   const std::string run_id = unique_job_id();
   const auto codes = run_forked(3, [&](int r) {
-    return env_rank_main(r, {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}, {"LOCAL_RANK", std::to_string(r)},
-                             {"LOCAL_WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", master_port},
+    return env_rank_main(r, {{"RANK", std::to_string(r)},
+                             {"WORLD_SIZE", "3"},
+                             {"LOCAL_RANK", std::to_string(r)},
+                             {"LOCAL_WORLD_SIZE", "3"},
+                             {"MASTER_ADDR", "127.0.0.1"},
+                             {"MASTER_PORT", master_port},
                              {"TORCHELASTIC_RUN_ID", run_id}});
   });
   for (int c : codes) EXPECT_EQ(c, 0);
@@ -515,7 +580,8 @@ TEST_F(LaunchEnvTest, OneRankMeetsNobody) {
   e.rank = 1;
   EXPECT_EQ(rendezvous_from_env(e, "x", seconds(1)).status().code(), Code::kInvalidArgument);
   e.rank = 0;
-  EXPECT_EQ(rendezvous_from_env(e, std::string(64 * 1024 + 1, 'a'), seconds(1)).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(rendezvous_from_env(e, std::string(64 * 1024 + 1, 'a'), seconds(1)).status().code(),
+            Code::kInvalidArgument);
 }
 
 TEST_F(LaunchEnvTest, RootsEnd) { EXPECT_TRUE(roots_idle()); }

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/log.hpp"
 #include "tests/bootstrap/fork_util.hpp"
 #include "transport/bootstrap/bootstrap.hpp"
 #include "transport/bootstrap/frames.hpp"
@@ -21,7 +22,6 @@
 #include "transport/bootstrap/root_server.hpp"
 #include "transport/bootstrap/socket.hpp"
 #include "transport/bootstrap/unique_id.hpp"
-#include "common/log.hpp"
 
 namespace gw::bootstrap {
 namespace {
@@ -78,8 +78,9 @@ class RootHost {
           o.address = address;
           o.timeout = timeout;
           auto id = create_unique_id(o);
-          const std::string msg = id.is_ok() ? "+" + std::string(reinterpret_cast<const char*>(id->bytes), kUniqueIdBytes)
-                                             : "-" + id.status().to_string();
+          const std::string msg = id.is_ok()
+                                      ? "+" + std::string(reinterpret_cast<const char*>(id->bytes), kUniqueIdBytes)
+                                      : "-" + id.status().to_string();
           for (size_t off = 0; off < msg.size();) {
             const ssize_t w = write(fds[1], msg.data() + off, msg.size() - off);
             if (w <= 0) break;
@@ -351,7 +352,8 @@ TEST_F(Rendezvous, RootDeadlineSendsTheCountToWaitingRanks) {
     std::fprintf(stderr, "rank %d (expected the root's timeout): %s\n", r, t.status().to_string().c_str());
     if (t.status().code() != Code::kTimeout) return 2;
     if (took > seconds(4)) return 3;
-    if (!contains(t.status().message(), "2 of 3 ranks arrived") || !contains(t.status().message(), "missing: 2")) return 4;
+    if (!contains(t.status().message(), "2 of 3 ranks arrived") || !contains(t.status().message(), "missing: 2"))
+      return 4;
     return 0;
   });
   EXPECT_EQ(codes[0], 0);
@@ -550,7 +552,8 @@ TEST_F(Rendezvous, InvalidArgumentsFailBeforeAnyNetworking) {
     int rank, nranks;
     size_t blob;
   };
-  for (const Case c : {Case{0, 0, 1}, Case{0, -1, 1}, Case{0, 65537, 1}, Case{-1, 2, 1}, Case{2, 2, 1}, Case{0, 2, 65537}}) {
+  for (const Case c :
+       {Case{0, 0, 1}, Case{0, -1, 1}, Case{0, 65537, 1}, Case{-1, 2, 1}, Case{2, 2, 1}, Case{0, 2, 65537}}) {
     const auto start = Clock::now();
     auto t = rendezvous(id, c.rank, c.nranks, std::string(c.blob, 'q'), seconds(5));
     ASSERT_FALSE(t.is_ok());
@@ -629,7 +632,8 @@ FakeRun fake_root(const Script& script, const FakeOptions& o = FakeOptions()) {
       std::memcpy(s.rank_nonce, hello.data() + 8, frames::kNonceBytes);
     }
     if (go && o.challenge) {
-      go = random_bytes(s.root_nonce, sizeof s.root_nonce).is_ok() && raw_send(fd, frames::encode_challenge(s.root_nonce));
+      go = random_bytes(s.root_nonce, sizeof s.root_nonce).is_ok() &&
+           raw_send(fd, frames::encode_challenge(s.root_nonce));
       std::string auth(frames::kAuthFixed, '\0');
       go = go && read_exact(fd, auth.data(), auth.size(), deadline).is_ok();
       if (go) {
@@ -677,7 +681,9 @@ std::string proof(const Session& s, const uint8_t* token = kFakeToken) {
   return frames::encode_proof(token, s.rank_nonce, s.root_nonce, s.rank_mac);
 }
 
-std::string table(const Session& s, const std::vector<std::string>& blobs) { return frames::encode_table(blobs, s.key); }
+std::string table(const Session& s, const std::vector<std::string>& blobs) {
+  return frames::encode_table(blobs, s.key);
+}
 
 // A table frame with any body, carrying the right MAC for it.
 std::string table_body(const Session& s, const std::string& body) {
@@ -704,7 +710,9 @@ void expect_failure(const Result<std::vector<std::string>>& r, Code code, const 
 std::string token_bytes(const uint8_t* token) { return std::string(reinterpret_cast<const char*>(token), 16); }
 
 TEST_F(Rendezvous, FakeRootThatAnswersLikeARootIsBelieved) {
-  auto ok = fake_root(proven([](const Session& s) { return frames::encode_progress(1, 2) + table(s, {"abc", "peer"}); }));
+  auto ok = fake_root(proven([](const Session& s) {
+    return frames::encode_progress(1, 2) + table(s, {"abc", "peer"});
+  }));
   ASSERT_TRUE(ok.result.is_ok()) << ok.result.status().to_string();
   EXPECT_EQ((*ok.result)[1], "peer");
 }
@@ -819,22 +827,29 @@ TEST_F(Rendezvous, MalformedRepliesAreRejected) {
   expect_failure(fake_root(fixed(header(frames::kTable, 100, 7)), raw).result, Code::kRemote, "protocol version 7");
   expect_failure(fake_root(fixed(header(frames::kChallenge, 100, 1)), raw).result, Code::kRemote, "protocol version 1");
   expect_failure(fake_root(fixed(header(9, 0)), raw).result, Code::kRemote, "unknown kind");
-  expect_failure(fake_root(fixed(header(frames::kChallenge, 31)), raw).result, Code::kRemote, "a challenge of 31 bytes");
+  expect_failure(fake_root(fixed(header(frames::kChallenge, 31)), raw).result, Code::kRemote,
+                 "a challenge of 31 bytes");
   expect_failure(fake_root(fixed(header(frames::kProof, 33))).result, Code::kRemote, "a proof of 33 bytes");
   // Tables that do not fit the job (each with the right MAC for what it holds).
-  expect_failure(fake_root(proven([](const Session& s) { return table(s, {"abc", "x", "y"}); })).result, Code::kRemote,
-                 "3 ranks");
+  expect_failure(fake_root(proven([](const Session& s) {
+                   return table(s, {"abc", "x", "y"});
+                 })).result,
+                 Code::kRemote, "3 ranks");
   expect_failure(fake_root(after_proof(header(frames::kTable, uint64_t{1} << 40))).result, Code::kRemote, "impossible");
   expect_failure(fake_root(after_proof(header(frames::kTable, 4))).result, Code::kRemote, "impossible");
-  expect_failure(fake_root(proven([](const Session& s) { return table_body(s, u32(2) + u32(70000) + std::string(4, 'x')); }))
-                     .result,
+  expect_failure(fake_root(proven([](const Session& s) {
+                   return table_body(s, u32(2) + u32(70000) + std::string(4, 'x'));
+                 })).result,
                  Code::kRemote, "70000 bytes");
-  expect_failure(fake_root(proven([](const Session& s) { return table_body(s, u32(2) + u32(50) + "abc" + u32(0)); })).result,
-                 Code::kRemote, "table entry");
+  expect_failure(
+      fake_root(proven([](const Session& s) { return table_body(s, u32(2) + u32(50) + "abc" + u32(0)); })).result,
+      Code::kRemote, "table entry");
   expect_failure(
       fake_root(proven([](const Session& s) { return table_body(s, u32(2) + u32(3) + "abc" + u32(0) + "t"); })).result,
       Code::kRemote, "trailing");
-  expect_failure(fake_root(proven([](const Session& s) { return table(s, {"not mine", "peer"}); })).result,
+  expect_failure(fake_root(proven([](const Session& s) {
+                   return table(s, {"not mine", "peer"});
+                 })).result,
                  Code::kRemote, "not the blob");
   // Progress and error frames out of bounds; handshake frames out of turn.
   expect_failure(fake_root(after_proof(header(frames::kProgress, 9))).result, Code::kRemote, "progress frame");
@@ -949,12 +964,16 @@ class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) setenv(name, value, 1);
-    else unsetenv(name);
+    if (value != nullptr)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
   }
   ~ScopedEnv() {
-    if (old_) setenv(name_.c_str(), old_->c_str(), 1);
-    else unsetenv(name_.c_str());
+    if (old_)
+      setenv(name_.c_str(), old_->c_str(), 1);
+    else
+      unsetenv(name_.c_str());
   }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;

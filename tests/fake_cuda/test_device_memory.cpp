@@ -62,7 +62,8 @@ TEST(DeviceMemory, HostCallsRefuseDeviceBuffersAndAcceptManagedOnes) {
   std::vector<float> h(n, 1.0f);
   EXPECT_EQ(gw_allreduce(comm, h.data(), y.data(), n, GW_FLOAT32, GW_SUM, nullptr, nullptr), GW_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(gw_get_last_error()).find("recvbuf is CUDA device memory but sendbuf is host memory"),
-            std::string::npos) << gw_get_last_error();
+            std::string::npos)
+      << gw_get_last_error();
   // The message collectives take host memory only.
   size_t lengths[1];
   EXPECT_EQ(gw_sparse_allgather(comm, y.data(), 8, h.data(), 4000, lengths), GW_ERR_UNSUPPORTED);

@@ -64,8 +64,9 @@ void root_side(const uint8_t* p, size_t n) {
   if (h.verdict == frames::Verdict::kOk && h.version == frames::kVersion) {
     check(n == frames::kHelloBytes, "an accepted hello is exactly 40 bytes");
     check(std::memcmp(h.nonce, p + 8, frames::kNonceBytes) == 0, "the hello's nonce is its bytes 8..40");
-    check_prefixes(p, n, [](const uint8_t* q, size_t k) { return frames::parse_hello(q, k).verdict; },
-                   "a strict prefix of a hello is incomplete");
+    check_prefixes(
+        p, n, [](const uint8_t* q, size_t k) { return frames::parse_hello(q, k).verdict; },
+        "a strict prefix of a hello is incomplete");
   }
 
   const frames::Auth a = frames::parse_auth(p, n);
@@ -74,8 +75,9 @@ void root_side(const uint8_t* p, size_t n) {
   check(a.size == n, "an accepted auth frame is the whole input");
   check(a.blob_len <= frames::kMaxBlob && a.size == frames::kAuthFixed + a.blob_len + frames::kMacBytes,
         "an accepted auth frame's size follows its blob_len");
-  check_prefixes(p, n, [](const uint8_t* q, size_t k) { return frames::parse_auth(q, k).verdict; },
-                 "a strict prefix of an auth frame is incomplete");
+  check_prefixes(
+      p, n, [](const uint8_t* q, size_t k) { return frames::parse_auth(q, k).verdict; },
+      "a strict prefix of an auth frame is incomplete");
   (void)frames::verify_auth(kToken, kRootNonce, kRankNonce, p, a.size);
 
   // The same fields, encoded by a rank holding kToken.
@@ -135,11 +137,8 @@ void payload(const frames::ReplyHeader& h, const uint8_t* p, uint64_t len, uint3
       for (char c : e.text) check(static_cast<unsigned char>(c) >= 0x20 && c != 0x7f, "no control characters");
       break;
     }
-    case frames::kTable:
-      table_payload(p, len, nranks);
-      break;
-    default:
-      fail("check_reply_header passed an unknown kind");
+    case frames::kTable: table_payload(p, len, nranks); break;
+    default: fail("check_reply_header passed an unknown kind");
   }
 }
 

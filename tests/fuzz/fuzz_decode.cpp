@@ -121,8 +121,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // The C ABI; in overwrite mode from a different starting pattern.
   Guarded c(dst_bytes, mode == gw::DecodeMode::kOverwrite ? 0xC3 : fill);
-  const gw_result_t r = gw_decode(mp, len, c.dst(), n, static_cast<gw_dtype_t>(dtype),
-                                  static_cast<gw_decode_mode_t>(mode));
+  const gw_result_t r =
+      gw_decode(mp, len, c.dst(), n, static_cast<gw_dtype_t>(dtype), static_cast<gw_decode_mode_t>(mode));
   c.check_canaries();
   check((r == GW_SUCCESS) == s.is_ok(), "gw_decode and gw::decode disagree on the verdict");
 

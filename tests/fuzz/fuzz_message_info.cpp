@@ -78,10 +78,12 @@ Oracle oracle(const uint8_t* m, size_t len) {
   uint64_t want = 0;
   switch (codec) {
     case 0: want = n * (dtype == 1 ? 4 : 2); break;
-    case 1: case 2: want = n * 2; break;
+    case 1:
+    case 2: want = n * 2; break;
     case 3: want = 8 * ((n + bucket - 1) / bucket) + (n * bits + 7) / 8; break;
     case 4: want = 4 * ((n + bucket - 1) / bucket) + (n + 7) / 8; break;
-    case 5: case 6: want = k * ((n <= (uint64_t{1} << 32) ? 4 : 8) + 4); break;
+    case 5:
+    case 6: want = k * ((n <= (uint64_t{1} << 32) ? 4 : 8) + 4); break;
     default: want = 4 * k; break;
   }
   if (payload != want) return o;
@@ -100,9 +102,7 @@ Oracle oracle(const uint8_t* m, size_t len) {
   return o;
 }
 
-bool inspect_ok(const std::vector<uint8_t>& m) {
-  return gw::inspect(m.empty() ? nullptr : m.data(), m.size()).is_ok();
-}
+bool inspect_ok(const std::vector<uint8_t>& m) { return gw::inspect(m.empty() ? nullptr : m.data(), m.size()).is_ok(); }
 
 }  // namespace
 
@@ -149,8 +149,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (o.count <= kMaxElems) {
     const size_t bytes = static_cast<size_t>(o.count) * 4;
     std::vector<uint8_t> buf(bytes + 2 * kCanaryBytes, kCanary);
-    const gw::Status s = gw::decode(mp, size, buf.data() + kCanaryBytes, o.count,
-                                    gw::DType::kFloat32, gw::DecodeMode::kOverwrite);
+    const gw::Status s =
+        gw::decode(mp, size, buf.data() + kCanaryBytes, o.count, gw::DType::kFloat32, gw::DecodeMode::kOverwrite);
     check(s.is_ok(), "an accepted message does not decode into f32");
     for (size_t i = 0; i < kCanaryBytes; ++i) {
       check(buf[i] == kCanary, "write before the destination");

@@ -45,7 +45,8 @@ std::vector<float> floats(size_t n, uint64_t seed, bool specials) {
 std::vector<uint16_t> halves(size_t n, uint64_t seed) {
   Lcg g{seed};
   std::vector<uint16_t> x(n);
-  for (auto& v : x) v = static_cast<uint16_t>(0x3000 + (g.next() % 0x1800)) | static_cast<uint16_t>((g.next() & 1) << 15);
+  for (auto& v : x)
+    v = static_cast<uint16_t>(0x3000 + (g.next() % 0x1800)) | static_cast<uint16_t>((g.next() & 1) << 15);
   return x;
 }
 
@@ -128,10 +129,17 @@ int main(int argc, char** argv) {
   const uint8_t kOverwriteF32 = 0x00, kAccumulateF32 = 0x01, kSubtractF32 = 0x02;
   const uint8_t kOverwriteF16 = 0x08, kAccumulateBf16 = 0x0D;
 
-  const char* lossy[] = {"qsgd:bits=1,bucket=64", "qsgd:bits=2,bucket=128", "qsgd:bits=4,bucket=512",
-                         "qsgd:bits=8,bucket=32", "qsgd:bits=4,bucket=100,rounding=nearest",
-                         "sign:bucket=64",        "sign:bucket=100",        "topk:ratio=0.1",
-                         "topk:k=5",              "dgc:ratio=0.05",         "randomk:ratio=0.1,seed=7"};
+  const char* lossy[] = {"qsgd:bits=1,bucket=64",
+                         "qsgd:bits=2,bucket=128",
+                         "qsgd:bits=4,bucket=512",
+                         "qsgd:bits=8,bucket=32",
+                         "qsgd:bits=4,bucket=100,rounding=nearest",
+                         "sign:bucket=64",
+                         "sign:bucket=100",
+                         "topk:ratio=0.1",
+                         "topk:k=5",
+                         "dgc:ratio=0.05",
+                         "randomk:ratio=0.1,seed=7"};
   const size_t sizes[] = {37, 300};
   int variant = 0;
   for (const char* spec : lossy) {

@@ -217,9 +217,11 @@ void check_codec(const std::string& spec, size_t n, bool ef, int steps, PinnedCo
     dsrc.upload(x);
     size_t hw = 0, dw = 0;
     ASSERT_EQ(gw_encode(codec.c, x.data(), n, GW_FLOAT32, 100 + step, 3, host_ef, host_msg.data(), cap, &hw),
-              GW_SUCCESS) << gw_get_last_error();
-    ASSERT_EQ(gw_encode_device(codec.c, dsrc.get(), n, GW_FLOAT32, 100 + step, 3, dev_ef, dmsg.get(), cap, &dw,
-                               stream), GW_SUCCESS) << gw_get_last_error();
+              GW_SUCCESS)
+        << gw_get_last_error();
+    ASSERT_EQ(gw_encode_device(codec.c, dsrc.get(), n, GW_FLOAT32, 100 + step, 3, dev_ef, dmsg.get(), cap, &dw, stream),
+              GW_SUCCESS)
+        << gw_get_last_error();
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     ASSERT_EQ(hw, dw) << "message lengths differ at step " << step;
     dev_msg = dmsg.download(dw);
@@ -251,14 +253,28 @@ void check_codec(const std::string& spec, size_t n, bool ef, int steps, PinnedCo
 }
 
 const std::vector<std::string>& specs() {
-  static const std::vector<std::string> s = {
-      "none", "fp16", "bf16",
-      "qsgd:bits=8", "qsgd:bits=4", "qsgd:bits=2", "qsgd:bits=1,rounding=nearest",
-      "qsgd:bits=8,rounding=nearest", "qsgd:bits=4,bucket=7", "qsgd:bits=2,bucket=1000003",
-      "sign", "sign:bucket=13", "sign:bucket=4096",
-      "topk:ratio=0.01", "topk:ratio=0.001", "topk:k=1", "topk:ratio=1",
-      "dgc:ratio=0.01", "dgc:ratio=0.001", "dgc:ratio=0.3",
-      "randomk:ratio=0.01", "randomk:k=1"};
+  static const std::vector<std::string> s = {"none",
+                                             "fp16",
+                                             "bf16",
+                                             "qsgd:bits=8",
+                                             "qsgd:bits=4",
+                                             "qsgd:bits=2",
+                                             "qsgd:bits=1,rounding=nearest",
+                                             "qsgd:bits=8,rounding=nearest",
+                                             "qsgd:bits=4,bucket=7",
+                                             "qsgd:bits=2,bucket=1000003",
+                                             "sign",
+                                             "sign:bucket=13",
+                                             "sign:bucket=4096",
+                                             "topk:ratio=0.01",
+                                             "topk:ratio=0.001",
+                                             "topk:k=1",
+                                             "topk:ratio=1",
+                                             "dgc:ratio=0.01",
+                                             "dgc:ratio=0.001",
+                                             "dgc:ratio=0.3",
+                                             "randomk:ratio=0.01",
+                                             "randomk:k=1"};
   return s;
 }
 
@@ -307,8 +323,8 @@ TEST_F(DeviceCodecs, MatchHostOnSpecialValues) {
   for (size_t i = 0; i < special.size(); i += 512) special[i] = nan;  // a NaN first in every bucket
   inputs.push_back(special);
   for (const auto& x : inputs) {
-    for (const char* spec : {"qsgd:bits=8", "qsgd:bits=4,bucket=100", "sign:bucket=100", "topk:ratio=0.01",
-                             "topk:k=3", "dgc:ratio=0.01", "fp16", "bf16"}) {
+    for (const char* spec : {"qsgd:bits=8", "qsgd:bits=4,bucket=100", "sign:bucket=100", "topk:ratio=0.01", "topk:k=3",
+                             "dgc:ratio=0.01", "fp16", "bf16"}) {
       SCOPED_TRACE(std::string(spec) + " special input of " + std::to_string(x.size()));
       Codec codec(spec);
       const size_t n = x.size(), cap = codec.cap(n);
@@ -319,7 +335,8 @@ TEST_F(DeviceCodecs, MatchHostOnSpecialValues) {
       size_t hw = 0, dw = 0;
       ASSERT_EQ(gw_encode(codec.c, x.data(), n, GW_FLOAT32, 5, 1, nullptr, h.data(), cap, &hw), GW_SUCCESS);
       ASSERT_EQ(gw_encode_device(codec.c, dsrc.get(), n, GW_FLOAT32, 5, 1, nullptr, dmsg.get(), cap, &dw, stream_),
-                GW_SUCCESS) << gw_get_last_error();
+                GW_SUCCESS)
+          << gw_get_last_error();
       ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
       ASSERT_EQ(hw, dw);
       h.resize(hw);
@@ -347,7 +364,8 @@ TEST_P(DeviceCodecsOnStream, HalfPrecisionInputsAndDestinations) {
       SCOPED_TRACE(std::string(spec) + " dtype " + std::to_string(dtype));
       std::vector<uint16_t> x(n);
       const std::vector<float> f = input(n, 11);
-      for (size_t i = 0; i < n; ++i) x[i] = dtype == GW_FLOAT16 ? gw::test::ref_float_to_half(f[i]) : gw::test::ref_float_to_bf16(f[i]);
+      for (size_t i = 0; i < n; ++i)
+        x[i] = dtype == GW_FLOAT16 ? gw::test::ref_float_to_half(f[i]) : gw::test::ref_float_to_bf16(f[i]);
       Codec codec(spec);
       size_t cap = 0;
       ASSERT_EQ(gw_codec_max_encoded_bytes(codec.c, n, dtype, &cap), GW_SUCCESS);
@@ -357,7 +375,8 @@ TEST_P(DeviceCodecsOnStream, HalfPrecisionInputsAndDestinations) {
       std::vector<uint8_t> h(cap);
       size_t hw = 0, dw = 0;
       ASSERT_EQ(gw_encode(codec.c, x.data(), n, dtype, 0, 0, nullptr, h.data(), cap, &hw), GW_SUCCESS);
-      ASSERT_EQ(gw_encode_device(codec.c, dsrc.get(), n, dtype, 0, 0, nullptr, dmsg.get(), cap, &dw, stream_), GW_SUCCESS)
+      ASSERT_EQ(gw_encode_device(codec.c, dsrc.get(), n, dtype, 0, 0, nullptr, dmsg.get(), cap, &dw, stream_),
+                GW_SUCCESS)
           << gw_get_last_error();
       ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
       h.resize(hw);
@@ -428,7 +447,8 @@ TEST_F(DeviceCodecs, NanWithErrorFeedbackSendsTheSameIndices) {
       size_t hw = 0, dw = 0;
       ASSERT_EQ(gw_encode(codec.c, x.data(), n, GW_FLOAT32, step, 2, host_ef, h.data(), cap, &hw), GW_SUCCESS);
       ASSERT_EQ(gw_encode_device(codec.c, dsrc.get(), n, GW_FLOAT32, step, 2, dev_ef, dmsg.get(), cap, &dw, stream_),
-                GW_SUCCESS) << gw_get_last_error();
+                GW_SUCCESS)
+          << gw_get_last_error();
       ASSERT_EQ(hw, dw) << "step " << step;
       h.resize(hw);
       const std::vector<uint8_t> d = dmsg.download(dw);
@@ -436,7 +456,8 @@ TEST_F(DeviceCodecs, NanWithErrorFeedbackSendsTheSameIndices) {
       ASSERT_EQ(gw_message_info(h.data(), hw, &info), GW_SUCCESS);
       const size_t values_at = hw - 4 * info.nnz;  // header and indices: byte for byte
       ASSERT_EQ(first_difference(std::vector<uint8_t>(h.begin(), h.begin() + values_at),
-                                 std::vector<uint8_t>(d.begin(), d.begin() + values_at)), "")
+                                 std::vector<uint8_t>(d.begin(), d.begin() + values_at)),
+                "")
           << "step " << step;
       std::vector<float> hv(info.nnz), dv(info.nnz);
       std::memcpy(hv.data(), h.data() + values_at, 4 * info.nnz);
@@ -468,8 +489,10 @@ TEST_P(DeviceCodecsOnStream, AsyncEncodeLeavesTheLengthInTheHeader) {
       std::vector<uint8_t> h(cap);
       size_t hw = 0, bound = 0;
       ASSERT_EQ(gw_encode(codec.c, x.data(), n, GW_FLOAT32, 9, 1, nullptr, h.data(), cap, &hw), GW_SUCCESS);
-      ASSERT_EQ(gw_encode_device_async(codec.c, dsrc.get(), n, GW_FLOAT32, 9, 1, nullptr, dmsg.get(), cap, &bound,
-                                       stream_), GW_SUCCESS) << gw_get_last_error();
+      ASSERT_EQ(
+          gw_encode_device_async(codec.c, dsrc.get(), n, GW_FLOAT32, 9, 1, nullptr, dmsg.get(), cap, &bound, stream_),
+          GW_SUCCESS)
+          << gw_get_last_error();
       ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
       ASSERT_GE(bound, hw);
       ASSERT_LE(bound, cap);

@@ -173,9 +173,10 @@ std::string differences(const Scenario& run) {
 }
 
 TEST_F(DeviceCollectivesGpu, SameBitsAsTheHostAlgorithms) {
-  const Case cases[] = {{"qsgd:bits=8,bucket=512", Algo::kScatterReduce}, {"qsgd:bits=4", Algo::kScatterReduce},
-                        {"sign:bucket=256", Algo::kScatterReduce},        {"topk:ratio=0.01", Algo::kSparseAllgather},
-                        {"dgc:ratio=0.01", Algo::kSparseAllgather},       {"randomk:ratio=0.05,seed=3", Algo::kSparseAllgather}};
+  const Case cases[] = {
+      {"qsgd:bits=8,bucket=512", Algo::kScatterReduce}, {"qsgd:bits=4", Algo::kScatterReduce},
+      {"sign:bucket=256", Algo::kScatterReduce},        {"topk:ratio=0.01", Algo::kSparseAllgather},
+      {"dgc:ratio=0.01", Algo::kSparseAllgather},       {"randomk:ratio=0.05,seed=3", Algo::kSparseAllgather}};
   for (int p : {1, 2, 3, 4}) {
     for (size_t n : {size_t{1}, size_t{7}, size_t{4097}, size_t{1000003}}) {
       for (const Case& k : cases) {
@@ -192,8 +193,10 @@ TEST_F(DeviceCollectivesGpu, SameBitsAsTheHostAlgorithms) {
 
 // One compressed codec of each family, one step: short enough for compute-sanitizer.
 TEST_F(DeviceCollectivesGpu, QuickEveryFamily) {
-  const Case cases[] = {{"qsgd:bits=4", Algo::kScatterReduce},     {"sign", Algo::kScatterReduce},
-                        {"topk:ratio=0.01", Algo::kSparseAllgather}, {"dgc:ratio=0.01", Algo::kSparseAllgather},
+  const Case cases[] = {{"qsgd:bits=4", Algo::kScatterReduce},
+                        {"sign", Algo::kScatterReduce},
+                        {"topk:ratio=0.01", Algo::kSparseAllgather},
+                        {"dgc:ratio=0.01", Algo::kSparseAllgather},
                         {"randomk:ratio=0.05,seed=3", Algo::kSparseAllgather}};
   for (const Case& k : cases) {
     SCOPED_TRACE(k.spec);
@@ -218,11 +221,12 @@ std::string stream_name(const ::testing::TestParamInfo<CallerStream>& info) {
   }
   return "Unknown";
 }
-void PrintTo(CallerStream kind, std::ostream* os) { *os << stream_name(::testing::TestParamInfo<CallerStream>(kind, 0)); }
+void PrintTo(CallerStream kind, std::ostream* os) {
+  *os << stream_name(::testing::TestParamInfo<CallerStream>(kind, 0));
+}
 
-const Case kStreamCases[] = {{"qsgd:bits=4", Algo::kScatterReduce},
-                             {"topk:ratio=0.01", Algo::kSparseAllgather},
-                             {"none", Algo::kScatterReduce}};
+const Case kStreamCases[] = {
+    {"qsgd:bits=4", Algo::kScatterReduce}, {"topk:ratio=0.01", Algo::kSparseAllgather}, {"none", Algo::kScatterReduce}};
 
 TEST_P(DeviceCollectivesOnStream, WaitForTheCallersStream) {
   for (const Case& k : kStreamCases) {
@@ -278,7 +282,8 @@ TEST_F(DeviceCollectivesGpu, WorkQueuedOnTheCallersStreamComesFirst) {
                   stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }, nullptr),
               cudaSuccess);
     ASSERT_EQ(cudaMemcpyAsync(x.p, ones, n * 4, cudaMemcpyHostToDevice, stream), cudaSuccess);
-    ASSERT_TRUE(c.allreduce_device(x.p, x.p, n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr, Algo::kAuto, stream).is_ok());
+    ASSERT_TRUE(c.allreduce_device(x.p, x.p, n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr, Algo::kAuto, stream)
+                    .is_ok());
     cudaFreeHost(ones);
     const auto got = download(x.f(), n);
     EXPECT_EQ(got[0], 2.0f);
@@ -304,7 +309,9 @@ TEST_F(DeviceCollectivesGpu, NcclWithOneRankAndARefusalForTwoRanksOnOneGpu) {
       EXPECT_TRUE(c.nccl_enabled());
       Dev x(1000 * 4), all(1000 * 4);
       upload(x.f(), std::vector<float>(1000, 3.0f));
-      ASSERT_TRUE(c.allreduce_device(x.p, x.p, 1000, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr, Algo::kAuto, nullptr).is_ok());
+      ASSERT_TRUE(
+          c.allreduce_device(x.p, x.p, 1000, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr, Algo::kAuto, nullptr)
+              .is_ok());
       EXPECT_EQ(download(x.f(), 1000)[999], 3.0f);
       ASSERT_TRUE(c.allgather_device(x.p, all.p, 4000, nullptr).is_ok());
       ASSERT_TRUE(c.broadcast_device(x.p, 4000, 0, nullptr).is_ok());
@@ -318,7 +325,9 @@ TEST_F(DeviceCollectivesGpu, NcclWithOneRankAndARefusalForTwoRanksOnOneGpu) {
     EXPECT_FALSE(c.nccl_enabled());
     Dev x(64 * 4);
     upload(x.f(), std::vector<float>(64, 1.0f));
-    ASSERT_TRUE(c.allreduce_device(x.p, x.p, 64, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr, Algo::kAuto, nullptr).is_ok());
+    ASSERT_TRUE(
+        c.allreduce_device(x.p, x.p, 64, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr, Algo::kAuto, nullptr)
+            .is_ok());
     EXPECT_EQ(download(x.f(), 64)[0], 2.0f);
   });
 }

@@ -9,11 +9,11 @@
 // not exist at a fork) and passes the id through pipes made before it. Each child arms
 // alarm() and the parent kills what outlives the limit, so nothing hangs. UCX_TLS is left to
 // whoever runs the test. Without a usable GPU the tests skip, or fail under GW_REQUIRE_GPU=1.
-#include <cuda_runtime_api.h>
-#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
@@ -33,8 +33,8 @@ namespace {
 
 using std::chrono::seconds;
 
-constexpr int kOk = 0, kNoId = 3, kCudaFailed = 10, kInitFailed = 11, kCallFailed = 12, kMismatch = 13,
-              kWrongCode = 14, kTooSlow = 15, kHung = -1;
+constexpr int kOk = 0, kNoId = 3, kCudaFailed = 10, kInitFailed = 11, kCallFailed = 12, kMismatch = 13, kWrongCode = 14,
+              kTooSlow = 15, kHung = -1;
 
 // Forks np ranks; the child of rank r runs body(r, id) and exits with what it returns. Gives
 // each child's exit code, 128 + signal when a signal ended it, or kHung when it outlived
@@ -42,7 +42,7 @@ constexpr int kOk = 0, kNoId = 3, kCudaFailed = 10, kInitFailed = 11, kCallFaile
 std::vector<int> fork_ranks(int np, const std::function<int(int, const gw_unique_id_t&)>& body, seconds limit) {
   std::fflush(stdout);
   std::fflush(stderr);
-  signal(SIGPIPE, SIG_IGN);  // a child that died early must not take rank 0 with it
+  signal(SIGPIPE, SIG_IGN);                               // a child that died early must not take rank 0 with it
   std::vector<int> fds(2 * static_cast<size_t>(np), -1);  // pipe r carries the id to rank r
   for (int r = 0; r < np; ++r) {
     if (pipe(&fds[2 * static_cast<size_t>(r)]) != 0) std::abort();
@@ -226,8 +226,8 @@ int same_bits_rank(int rank, int np, const gw_unique_id_t& id) {
 TEST_F(DeviceOverUcxGpu, SameBitsAsTheHostOnTwoAndThreeProcesses) {
   for (int np : {2, 3}) {
     SCOPED_TRACE("np=" + std::to_string(np));
-    const auto codes = fork_ranks(np, [np](int rank, const gw_unique_id_t& id) { return same_bits_rank(rank, np, id); },
-                                  seconds(240));
+    const auto codes = fork_ranks(
+        np, [np](int rank, const gw_unique_id_t& id) { return same_bits_rank(rank, np, id); }, seconds(240));
     for (int r = 0; r < np; ++r) EXPECT_EQ(codes[static_cast<size_t>(r)], kOk) << "rank " << r;
   }
 }

@@ -19,10 +19,11 @@ inline int fail(int rank, const std::string& why) {
   std::fprintf(stderr, "rank %d: %s\n", rank, why.c_str());
   return kFailed;
 }
-#define CALL_OK(rank, expr)                                                                                 \
-  do {                                                                                                      \
-    const Status s_ = (expr);                                                                               \
-    if (!s_.is_ok()) return fail(rank, std::string(#expr) + " line " + std::to_string(__LINE__) + ": " + s_.to_string()); \
+#define CALL_OK(rank, expr)                                                                                \
+  do {                                                                                                     \
+    const Status s_ = (expr);                                                                              \
+    if (!s_.is_ok())                                                                                       \
+      return fail(rank, std::string(#expr) + " line " + std::to_string(__LINE__) + ": " + s_.to_string()); \
   } while (0)
 
 // Rank r's gradient at step t: small integers, so every sum inside a node is exact whatever
@@ -30,7 +31,8 @@ inline int fail(int rank, const std::string& why) {
 inline std::vector<float> grad(size_t n, int r, int t) {
   std::vector<float> g(n);
   for (size_t i = 0; i < n; ++i) {
-    g[i] = static_cast<float>(static_cast<int>((i * 7 + static_cast<size_t>(r) * 13 + static_cast<size_t>(t) * 5) % 17) - 8);
+    g[i] = static_cast<float>(
+        static_cast<int>((i * 7 + static_cast<size_t>(r) * 13 + static_cast<size_t>(t) * 5) % 17) - 8);
   }
   return g;
 }

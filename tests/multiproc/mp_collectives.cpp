@@ -36,7 +36,8 @@ bool ok(const Status& s, const std::string& what) {
 }
 
 float pattern(size_t i, int rank, int salt) {
-  return static_cast<float>(static_cast<int>((i * 7 + static_cast<size_t>(rank) * 13 + static_cast<size_t>(salt)) % 41) - 20);
+  return static_cast<float>(
+      static_cast<int>((i * 7 + static_cast<size_t>(rank) * 13 + static_cast<size_t>(salt)) % 41) - 20);
 }
 
 std::vector<double> gather_doubles(Communicator& c, const std::vector<double>& mine) {
@@ -52,7 +53,8 @@ void dense_allreduce(Communicator& c) {
   for (size_t n : kSizes) {
     std::vector<float> x(n), out(n, -7.0f);
     for (size_t i = 0; i < n; ++i) x[i] = pattern(i, c.rank(), 0);
-    ok(c.allreduce(x.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr, Algo::kRing), "dense sum");
+    ok(c.allreduce(x.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr, Algo::kRing),
+       "dense sum");
     size_t wrong = 0;
     for (size_t i = 0; i < n; ++i) {
       float e = 0;
@@ -107,10 +109,17 @@ double encodes(Algo algo, int p) {
 
 void compressed_allreduce(Communicator& c) {
   const int p = c.size();
-  const LossyCase cases[] = {{"none", 1e-6},          {"fp16", 2e-3},          {"bf16", 2e-2},
-                             {"qsgd:bits=8", 0.05},   {"qsgd:bits=4", 0.6},    {"qsgd:bits=2,bucket=64", 3.0},
-                             {"qsgd:bits=1", 12.0},    {"sign:bucket=256", 8.0}, {"topk:ratio=0.05", 1.5},
-                             {"dgc:ratio=0.05", 1.5}, {"randomk:ratio=0.2", 1.5}};
+  const LossyCase cases[] = {{"none", 1e-6},
+                             {"fp16", 2e-3},
+                             {"bf16", 2e-2},
+                             {"qsgd:bits=8", 0.05},
+                             {"qsgd:bits=4", 0.6},
+                             {"qsgd:bits=2,bucket=64", 3.0},
+                             {"qsgd:bits=1", 12.0},
+                             {"sign:bucket=256", 8.0},
+                             {"topk:ratio=0.05", 1.5},
+                             {"dgc:ratio=0.05", 1.5},
+                             {"randomk:ratio=0.2", 1.5}};
   for (const LossyCase& lc : cases) {
     for (Algo algo : {Algo::kCompressedRing, Algo::kScatterReduce, Algo::kSparseAllgather}) {
       for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{4099}, size_t{100003}}) {
@@ -122,7 +131,8 @@ void compressed_allreduce(Communicator& c) {
         for (int step = 0; step < 3 && fine; ++step) {
           std::vector<float> g = test::gradient(n, static_cast<uint64_t>(1000 * c.rank() + step));
           std::vector<float> out(n, 99.0f);
-          fine = ok(c.allreduce(g.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, codec.get(), &ef, algo), what);
+          fine =
+              ok(c.allreduce(g.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, codec.get(), &ef, algo), what);
           if (!fine) break;
           // Every rank must hold the same bits.
           std::vector<double> digest(1, 0.0);
@@ -216,7 +226,8 @@ void sparse_allgathers(Communicator& c) {
   for (int q = 0; q < p; ++q) {
     auto qc = std::move(Codec::create(spec(q))).value();
     auto qm = test::encode(*qc, test::gradient(n, static_cast<uint64_t>(q)));
-    same = same && lens[static_cast<size_t>(q)] == qm.size() && std::memcmp(all.data() + off, qm.data(), qm.size()) == 0;
+    same =
+        same && lens[static_cast<size_t>(q)] == qm.size() && std::memcmp(all.data() + off, qm.data(), qm.size()) == 0;
     off += qm.size();
     decode(qm.data(), qm.size(), expect_dense.data(), n, DType::kFloat32, DecodeMode::kAccumulate);
   }

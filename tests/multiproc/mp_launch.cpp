@@ -20,8 +20,7 @@ int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128
 
 }  // namespace
 
-std::vector<int> fork_with_unique_id(const std::vector<int>& ranks,
-                                     std::chrono::milliseconds root_timeout,
+std::vector<int> fork_with_unique_id(const std::vector<int>& ranks, std::chrono::milliseconds root_timeout,
                                      const std::function<int(int, const bootstrap::UniqueId&)>& body,
                                      std::chrono::seconds limit) {
   std::fflush(stdout);
@@ -95,17 +94,21 @@ int run_ranks(int np, const CommConfig& config, const std::function<int(Communic
       return kExitNoId;
     }
     const bootstrap::LaunchEnv e = *env;
-    return run(coll::init_communicator(e.rank, e.size, [&](const std::string& blob) {
-      return bootstrap::rendezvous_from_env(e, blob, config.timeout);
-    }, config));
+    return run(coll::init_communicator(
+        e.rank, e.size,
+        [&](const std::string& blob) { return bootstrap::rendezvous_from_env(e, blob, config.timeout); }, config));
   }
   std::vector<int> ranks;
   for (int r = 0; r < np; ++r) ranks.push_back(r);
-  const auto codes = fork_with_unique_id(ranks, config.timeout, [&](int rank, const bootstrap::UniqueId& id) {
-    return run(coll::init_communicator(rank, np, [&](const std::string& blob) {
-      return bootstrap::rendezvous(id, rank, np, blob, config.timeout);
-    }, config));
-  }, limit);
+  const auto codes = fork_with_unique_id(
+      ranks, config.timeout,
+      [&](int rank, const bootstrap::UniqueId& id) {
+        return run(coll::init_communicator(
+            rank, np,
+            [&](const std::string& blob) { return bootstrap::rendezvous(id, rank, np, blob, config.timeout); },
+            config));
+      },
+      limit);
   for (int c : codes) {
     if (c != 0) return c;
   }

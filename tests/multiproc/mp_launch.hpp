@@ -17,8 +17,7 @@ namespace gw::test {
 // others through pipes. The parent starts no thread before forking: a child forked while
 // another thread holds a lock (UCX's memory hooks, the allocator) can deadlock on it.
 // alarm(limit) ends a child that hangs.
-std::vector<int> fork_with_unique_id(const std::vector<int>& ranks,
-                                     std::chrono::milliseconds root_timeout,
+std::vector<int> fork_with_unique_id(const std::vector<int>& ranks, std::chrono::milliseconds root_timeout,
                                      const std::function<int(int, const bootstrap::UniqueId&)>& body,
                                      std::chrono::seconds limit = std::chrono::seconds(120));
 

@@ -44,7 +44,8 @@ class ShmNodeNccl final : public NodeCollectives {
 
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op) override {
     const size_t bytes = recv_count * sizeof(float);
-    const bool ok = dtype == DType::kFloat32 && op == ReduceOp::kSum && bytes * static_cast<size_t>(size_) <= slot_bytes_;
+    const bool ok =
+        dtype == DType::kFloat32 && op == ReduceOp::kSum && bytes * static_cast<size_t>(size_) <= slot_bytes_;
     if (!ok) fail(invalid_argument("shm node NCCL: float32 sums that fit a slot only"));
     if (ok && bytes > 0) std::memcpy(slot(rank_), send, bytes * static_cast<size_t>(size_));
     barrier();

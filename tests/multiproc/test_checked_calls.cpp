@@ -11,12 +11,12 @@
 // rank, what the message names, how fast, and that no child died of a signal (except a victim
 // the test killed on purpose).
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
@@ -171,7 +171,7 @@ using ParentAction = std::function<void(const std::vector<pid_t>&, Events&)>;
 struct JobOptions {
   int np = 2;
   std::string tls = "tcp";
-  int ids = 1;      // unique ids rank 0 makes (one per communicator the job creates)
+  int ids = 1;       // unique ids rank 0 makes (one per communicator the job creates)
   int limit_s = 40;  // alarm() in every child; the runner kills what is left 10 s later
   std::vector<std::pair<std::string, std::string>> env;
   ParentAction parent;  // runs in the parent while the children run
@@ -187,7 +187,8 @@ std::vector<RankResult> run_job(const JobOptions& opt, const Body& body) {
   int ev[2];
   if (pipe(ev) != 0) std::abort();
   for (int i = 0; i < np; ++i) {
-    if (pipe(&id_pipes[2 * static_cast<size_t>(i)]) != 0 || pipe(&rep_pipes[2 * static_cast<size_t>(i)]) != 0) std::abort();
+    if (pipe(&id_pipes[2 * static_cast<size_t>(i)]) != 0 || pipe(&rep_pipes[2 * static_cast<size_t>(i)]) != 0)
+      std::abort();
   }
   std::vector<pid_t> pids;
   for (int i = 0; i < np; ++i) {
@@ -283,7 +284,8 @@ std::vector<RankResult> run_job(const JobOptions& opt, const Body& body) {
 }
 
 // Every rank but the victims exited normally and reported; the victims died of victim_signal.
-void expect_clean(const std::vector<RankResult>& rs, const std::vector<int>& victims = {}, int victim_signal = SIGKILL) {
+void expect_clean(const std::vector<RankResult>& rs, const std::vector<int>& victims = {},
+                  int victim_signal = SIGKILL) {
   for (size_t i = 0; i < rs.size(); ++i) {
     bool victim = false;
     for (int v : victims) victim = victim || v == static_cast<int>(i);
@@ -310,8 +312,9 @@ gw_config_t config(double timeout_s) {
 gw_comm_t init_rank(Child& c, int slot, double timeout_s, int id_index = 0) {
   const gw_config_t cfg = config(timeout_s);
   gw_comm_t comm = nullptr;
-  if (timed(c.rep, slot, [&] { return gw_comm_init_rank(&comm, c.np, c.ids[static_cast<size_t>(id_index)], c.rank, &cfg); }) !=
-      GW_SUCCESS) {
+  if (timed(c.rep, slot, [&] {
+        return gw_comm_init_rank(&comm, c.np, c.ids[static_cast<size_t>(id_index)], c.rank, &cfg);
+      }) != GW_SUCCESS) {
     return nullptr;
   }
   return comm;
@@ -332,7 +335,8 @@ bool sum_ok(const std::vector<float>& y, size_t count, int np) {
 gw_result_t plain_allreduce(gw_comm_t comm, Child& c, int slot, size_t count, bool* right) {
   std::vector<float> x(count), y(count, -1.0f);
   fill(x, c.rank);
-  const gw_result_t r = timed(c.rep, slot, [&] { return gw_allreduce(comm, x.data(), y.data(), count, GW_FLOAT32, GW_SUM, nullptr, nullptr); });
+  const gw_result_t r = timed(
+      c.rep, slot, [&] { return gw_allreduce(comm, x.data(), y.data(), count, GW_FLOAT32, GW_SUM, nullptr, nullptr); });
   *right = r == GW_SUCCESS && sum_ok(y, count, c.np);
   return r;
 }
@@ -366,7 +370,7 @@ const char* mis_name(Mis m) {
 enum { kInit = 0, kControl = 1, kControl2 = 2, kMismatch = 3, kNext = 4 };
 enum { kControlRight = 0, kAsyncAfter = 1, kPolicyQsgd = 2, kLastAlgo = 3, kPolicyTopk = 4 };
 
-constexpr size_t kCompressedCount = 100000;  // 400 KB: past the dense threshold, so codecs run
+constexpr size_t kCompressedCount = 100000;               // 400 KB: past the dense threshold, so codecs run
 const uint16_t kHalfOf[4] = {0, 0x3C00, 0x4000, 0x4200};  // fp16 1.0, 2.0, 3.0
 
 bool near(const std::vector<float>& y, size_t count, float want) {
@@ -422,8 +426,8 @@ void mismatch_child(Mis m, int odd, Child& c) {
     case Mis::kCountFp16: {
       std::vector<uint16_t> hx(11, kHalfOf[1]), hy(11, 0);
       right = timed(rep, kControl, [&] {
-        return gw_allreduce(comm, hx.data(), hy.data(), 10, GW_FLOAT16, GW_SUM, nullptr, nullptr);
-      }) == GW_SUCCESS;
+                return gw_allreduce(comm, hx.data(), hy.data(), 10, GW_FLOAT16, GW_SUM, nullptr, nullptr);
+              }) == GW_SUCCESS;
       for (size_t i = 0; i < 10; ++i) right = right && hy[i] == kHalfOf[np];
       timed(rep, kMismatch, [&] {
         return gw_allreduce(comm, hx.data(), hy.data(), me_odd ? 11 : 10, GW_FLOAT16, GW_SUM, nullptr, nullptr);
@@ -443,9 +447,12 @@ void mismatch_child(Mis m, int odd, Child& c) {
       rep.v[kPolicyQsgd] = pick;
       gw_allreduce_algo(comm, kCompressedCount, GW_FLOAT32, topk, &pick);
       rep.v[kPolicyTopk] = pick;
-      right = timed(rep, kControl, [&] {
-        return gw_allreduce(comm, x.data(), y.data(), kCompressedCount, GW_FLOAT32, GW_SUM, qsgd, nullptr);
-      }) == GW_SUCCESS && near(y, kCompressedCount, static_cast<float>(np * (np + 1) / 2));
+      right =
+          timed(rep, kControl,
+                [&] {
+                  return gw_allreduce(comm, x.data(), y.data(), kCompressedCount, GW_FLOAT32, GW_SUM, qsgd, nullptr);
+                }) == GW_SUCCESS &&
+          near(y, kCompressedCount, static_cast<float>(np * (np + 1) / 2));
       gw_comm_stats_t st;
       std::memset(&st, 0, sizeof st);
       st.size = sizeof st;
@@ -458,7 +465,8 @@ void mismatch_child(Mis m, int odd, Child& c) {
         });
       } else {
         timed(rep, kMismatch, [&] {
-          return gw_allreduce(comm, x.data(), y.data(), kCompressedCount, GW_FLOAT32, GW_SUM, me_odd ? topk : qsgd, nullptr);
+          return gw_allreduce(comm, x.data(), y.data(), kCompressedCount, GW_FLOAT32, GW_SUM, me_odd ? topk : qsgd,
+                              nullptr);
         });
       }
       break;
@@ -469,7 +477,8 @@ void mismatch_child(Mis m, int odd, Child& c) {
       break;
     case Mis::kKind:
       right = timed(rep, kControl, [&] { return allgather(4000); }) == GW_SUCCESS && allgather_ok(4000);
-      right = right && timed(rep, kControl2, [&] { return allreduce(1000, GW_SUM); }) == GW_SUCCESS && sum_ok(y, 1000, np);
+      right =
+          right && timed(rep, kControl2, [&] { return allreduce(1000, GW_SUM); }) == GW_SUCCESS && sum_ok(y, 1000, np);
       timed(rep, kMismatch, [&] { return me_odd ? allgather(4000) : allreduce(1000, GW_SUM); });
       break;
     case Mis::kBarrierBroadcast:
@@ -499,8 +508,9 @@ std::pair<std::string, std::string> expected_side(Mis m, int r, int odd) {
       return {"allreduce", o ? R"( codec=topk:\S*ratio=0\.01\S* algo=sparse_allgather)"
                              : R"( codec=qsgd:\S*bits=8\S* algo=scatter_reduce)"};
     case Mis::kRoot: return {"broadcast", " root=" + std::to_string(r)};
-    case Mis::kKind: return o ? std::make_pair(std::string("allgather"), std::string(".*bytes=4000.*"))
-                              : std::make_pair(std::string("allreduce"), std::string(".*count=1000.*"));
+    case Mis::kKind:
+      return o ? std::make_pair(std::string("allgather"), std::string(".*bytes=4000.*"))
+               : std::make_pair(std::string("allreduce"), std::string(".*count=1000.*"));
     case Mis::kBarrierBroadcast:
       return o ? std::make_pair(std::string("barrier"), std::string(".*"))
                : std::make_pair(std::string("broadcast"), std::string(".*bytes=64.*root=0.*"));
@@ -571,14 +581,15 @@ TEST_P(Mismatch, EveryRankFailsWithInvalidUsageNamingBothSides) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ranks, Mismatch,
-    ::testing::Combine(::testing::Values("tcp", "sm"), ::testing::Values(2, 3),
-                       ::testing::Values(Mis::kCount, Mis::kCountFp16, Mis::kOp, Mis::kAlgo, Mis::kCodec, Mis::kRoot,
-                                         Mis::kKind, Mis::kBarrierBroadcast)),
-    [](const ::testing::TestParamInfo<std::tuple<std::string, int, Mis>>& i) {
-      return std::get<0>(i.param) + "_np" + std::to_string(std::get<1>(i.param)) + "_" + mis_name(std::get<2>(i.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Ranks, Mismatch,
+                         ::testing::Combine(::testing::Values("tcp", "sm"), ::testing::Values(2, 3),
+                                            ::testing::Values(Mis::kCount, Mis::kCountFp16, Mis::kOp, Mis::kAlgo,
+                                                              Mis::kCodec, Mis::kRoot, Mis::kKind,
+                                                              Mis::kBarrierBroadcast)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, int, Mis>>& i) {
+                           return std::get<0>(i.param) + "_np" + std::to_string(std::get<1>(i.param)) + "_" +
+                                  mis_name(std::get<2>(i.param));
+                         });
 
 // ---- sizes no buffer can have --------------------------------------------------------------
 
@@ -591,21 +602,46 @@ TEST_P(CheckedCalls, ImpossibleSizesFailOnTheCallingRankAloneAndLeaveTheCommunic
     std::function<gw_result_t(gw_comm_t, float*, gw_codec_t)> call;
   };
   const std::vector<Case> cases = {
-      {"allreduce SIZE_MAX fp32", [](gw_comm_t c, float* b, gw_codec_t) { return gw_allreduce(c, b, b, kMax, GW_FLOAT32, GW_SUM, nullptr, nullptr); }},
-      {"allreduce SIZE_MAX/2 fp32", [](gw_comm_t c, float* b, gw_codec_t) { return gw_allreduce(c, b, b, kMax / 2, GW_FLOAT32, GW_SUM, nullptr, nullptr); }},
-      {"allreduce SIZE_MAX/4+1 fp32 (bytes wrap to 4)", [](gw_comm_t c, float* b, gw_codec_t) { return gw_allreduce(c, b, b, kMax / 4 + 1, GW_FLOAT32, GW_SUM, nullptr, nullptr); }},
-      {"allreduce SIZE_MAX/2+1 fp16 (bytes wrap to 0)", [](gw_comm_t c, float* b, gw_codec_t) { return gw_allreduce(c, b, b, kMax / 2 + 1, GW_FLOAT16, GW_SUM, nullptr, nullptr); }},
-      {"allreduce 2^48 fp32", [](gw_comm_t c, float* b, gw_codec_t) { return gw_allreduce(c, b, b, size_t{1} << 48, GW_FLOAT32, GW_SUM, nullptr, nullptr); }},
-      {"allreduce 2^46+1 fp32 (4 bytes past 2^48)", [](gw_comm_t c, float* b, gw_codec_t) { return gw_allreduce(c, b, b, (size_t{1} << 46) + 1, GW_FLOAT32, GW_SUM, nullptr, nullptr); }},
-      {"allreduce_ex SIZE_MAX/4+1 with qsgd", [](gw_comm_t c, float* b, gw_codec_t q) { return gw_allreduce_ex(c, b, b, kMax / 4 + 1, GW_FLOAT32, GW_SUM, q, nullptr, GW_ALGO_SCATTER_REDUCE); }},
-      {"allgather SIZE_MAX/2 bytes (x 3 ranks overflows)", [](gw_comm_t c, float* b, gw_codec_t) { return gw_allgather(c, b, b, kMax / 2); }},
+      {"allreduce SIZE_MAX fp32",
+       [](gw_comm_t c, float* b, gw_codec_t) {
+         return gw_allreduce(c, b, b, kMax, GW_FLOAT32, GW_SUM, nullptr, nullptr);
+       }},
+      {"allreduce SIZE_MAX/2 fp32",
+       [](gw_comm_t c, float* b, gw_codec_t) {
+         return gw_allreduce(c, b, b, kMax / 2, GW_FLOAT32, GW_SUM, nullptr, nullptr);
+       }},
+      {"allreduce SIZE_MAX/4+1 fp32 (bytes wrap to 4)",
+       [](gw_comm_t c, float* b, gw_codec_t) {
+         return gw_allreduce(c, b, b, kMax / 4 + 1, GW_FLOAT32, GW_SUM, nullptr, nullptr);
+       }},
+      {"allreduce SIZE_MAX/2+1 fp16 (bytes wrap to 0)",
+       [](gw_comm_t c, float* b, gw_codec_t) {
+         return gw_allreduce(c, b, b, kMax / 2 + 1, GW_FLOAT16, GW_SUM, nullptr, nullptr);
+       }},
+      {"allreduce 2^48 fp32",
+       [](gw_comm_t c, float* b, gw_codec_t) {
+         return gw_allreduce(c, b, b, size_t{1} << 48, GW_FLOAT32, GW_SUM, nullptr, nullptr);
+       }},
+      {"allreduce 2^46+1 fp32 (4 bytes past 2^48)",
+       [](gw_comm_t c, float* b, gw_codec_t) {
+         return gw_allreduce(c, b, b, (size_t{1} << 46) + 1, GW_FLOAT32, GW_SUM, nullptr, nullptr);
+       }},
+      {"allreduce_ex SIZE_MAX/4+1 with qsgd",
+       [](gw_comm_t c, float* b, gw_codec_t q) {
+         return gw_allreduce_ex(c, b, b, kMax / 4 + 1, GW_FLOAT32, GW_SUM, q, nullptr, GW_ALGO_SCATTER_REDUCE);
+       }},
+      {"allgather SIZE_MAX/2 bytes (x 3 ranks overflows)",
+       [](gw_comm_t c, float* b, gw_codec_t) { return gw_allgather(c, b, b, kMax / 2); }},
       {"broadcast SIZE_MAX bytes", [](gw_comm_t c, float* b, gw_codec_t) { return gw_broadcast(c, b, kMax, 0); }},
-      {"sparse_allgather_dense count SIZE_MAX", [](gw_comm_t c, float* b, gw_codec_t) { return gw_sparse_allgather_dense(c, b, 16, b, kMax); }},
-      {"sparse_allgather len SIZE_MAX", [](gw_comm_t c, float* b, gw_codec_t) {
+      {"sparse_allgather_dense count SIZE_MAX",
+       [](gw_comm_t c, float* b, gw_codec_t) { return gw_sparse_allgather_dense(c, b, 16, b, kMax); }},
+      {"sparse_allgather len SIZE_MAX",
+       [](gw_comm_t c, float* b, gw_codec_t) {
          size_t lengths[3];
          return gw_sparse_allgather(c, b, kMax, b, 64, lengths);
        }},
-      {"iallreduce SIZE_MAX fp32 (the call or its wait)", [](gw_comm_t c, float* b, gw_codec_t) {
+      {"iallreduce SIZE_MAX fp32 (the call or its wait)",
+       [](gw_comm_t c, float* b, gw_codec_t) {
          gw_request_t req = nullptr;
          gw_result_t r = gw_iallreduce(c, b, b, kMax, GW_FLOAT32, GW_SUM, nullptr, nullptr, GW_ALGO_AUTO, &req);
          if (r == GW_SUCCESS) r = gw_wait(req);
@@ -752,7 +788,10 @@ TEST_P(CheckedCalls, PeerKilledInsideALargeAllreduceFailsTheOthersWithRemoteWith
       if (comm == nullptr) return;
       const bool v = c.rank == victim;
       call_until_failure(
-          comm, c, kCount, 20, [&](int k) { if (v && k == 2) c.event('G'); },
+          comm, c, kCount, 20,
+          [&](int k) {
+            if (v && k == 2) c.event('G');
+          },
           [&](int k, double secs) {
             if (!v) return;
             if (k == 1) sh->call_s = secs;
@@ -814,7 +853,8 @@ TEST_P(CheckedCalls, PeerKilledBetweenCallsFailsTheOthersWithRemoteWithin2s) {
       gw_comm_destroy(comm);
     });
     SCOPED_TRACE(survivors_idle ? "survivors between calls" : "survivors inside their next call");
-    log_outcomes(rs, kFailed, survivors_idle ? "killed between calls, survivors idle" : "killed between calls, survivors waiting");
+    log_outcomes(rs, kFailed,
+                 survivors_idle ? "killed between calls, survivors idle" : "killed between calls, survivors waiting");
     ASSERT_TRUE(signalled);
     expect_clean(rs, {victim});
     for (size_t r = 0; r < 3; ++r) {
@@ -841,11 +881,14 @@ void init_then_signal(Child& c, int sig, double timeout_s) {
   cfg.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   bootstrap::UniqueId uid;
   std::memcpy(uid.bytes, c.ids[0].internal, sizeof uid.bytes);
-  auto made = coll::init_communicator(c.rank, c.np, [&](const std::string& blob) {
-    auto table = bootstrap::rendezvous(uid, c.rank, c.np, blob, cfg.timeout);
-    raise(sig);
-    return table;
-  }, cfg);
+  auto made = coll::init_communicator(
+      c.rank, c.np,
+      [&](const std::string& blob) {
+        auto table = bootstrap::rendezvous(uid, c.rank, c.np, blob, cfg.timeout);
+        raise(sig);
+        return table;
+      },
+      cfg);
   (void)made;
 }
 
@@ -882,7 +925,8 @@ TEST_P(CheckedCalls, PeerKilledDuringInitAfterItsRendezvousFailsTheOthersWithRem
 
 TEST_P(CheckedCalls, PeerKilledAtSomePointOfInitFailsTheOthersFastOrAtTheInitTimeout) {
   // The parent kills the victim 1, 6 or 30 ms after it called gw_comm_init_rank (a whole init
-  // takes some 10-20 ms over TCP here, longer over shared memory). Three outcomes are right, depending on how far it got:
+  // takes some 10-20 ms over TCP here, longer over shared memory). Three outcomes are right, depending on how far it
+  // got:
   //  - it had not joined the rendezvous: the table never comes, the others time out (TIMEOUT
   //    at the init timeout);
   //  - it had joined: the others see it die inside their init (REMOTE naming it, < 2 s);
@@ -1088,12 +1132,11 @@ float thread_sum(int t, int np) { return static_cast<float>(np * (t + 1) * 100 +
 
 // first_error and first_wrong record the first failed call and the first wrong sum.
 // first_call[t]: when thread t started its first call (0 until then).
-void thread_calls(gw_comm_t comm, int t, int rank, int np, std::atomic<int>& go, long long* counts, Outcome* first_error,
-                  Outcome* first_wrong, std::atomic<double>* first_call) {
+void thread_calls(gw_comm_t comm, int t, int rank, int np, std::atomic<int>& go, long long* counts,
+                  Outcome* first_error, Outcome* first_wrong, std::atomic<double>* first_call) {
   std::vector<float> x(kThreadCount), y(kThreadCount);
   go.fetch_add(1);
-  while (go.load() < 2) {
-  }
+  while (go.load() < 2) {}
   for (int k = 0; k < kThreadCalls; ++k) {
     std::fill(x.begin(), x.end(), static_cast<float>((t + 1) * 100 + rank));
     std::fill(y.begin(), y.end(), -1.0f);
@@ -1169,16 +1212,18 @@ TEST_P(CheckedCalls, TwoThreadsInOneCommunicatorBreakItOnceSeen) {
     EXPECT_EQ(rep.v[kOk] + rep.v[kWrong] + rep.v[kWrongFirst] + errors, 2 * kThreadCalls);
     // Every failure is the refusal itself, or a peer's ("rank N stopped the job: two threads
     // ..."), whose INVALID_USAGE is kept.
-    EXPECT_EQ(errors, rep.v[kCodes + GW_ERR_INVALID_USAGE]) << "thread 0: " << show(rep.o[1]) << "; thread 1: " << show(rep.o[2]);
+    EXPECT_EQ(errors, rep.v[kCodes + GW_ERR_INVALID_USAGE])
+        << "thread 0: " << show(rep.o[1]) << "; thread 1: " << show(rep.o[2]);
     invalid_usage += rep.v[kCodes + GW_ERR_INVALID_USAGE];
     for (int t = 1; t <= 2; ++t) {
       if (rep.o[t].code >= 0) {
         EXPECT_TRUE(contains(rep.o[t].msg, "two threads")) << show(rep.o[t]);
       }
     }
-    std::printf("rank %d: %lld right, %lld wrong (%lld before the other thread's first call), %lld INVALID_USAGE of %d calls\n", r, rep.v[kOk],
-                rep.v[kWrong] + rep.v[kWrongFirst], rep.v[kWrongFirst], rep.v[kCodes + GW_ERR_INVALID_USAGE],
-                2 * kThreadCalls);
+    std::printf(
+        "rank %d: %lld right, %lld wrong (%lld before the other thread's first call), %lld INVALID_USAGE of %d calls\n",
+        r, rep.v[kOk], rep.v[kWrong] + rep.v[kWrongFirst], rep.v[kWrongFirst], rep.v[kCodes + GW_ERR_INVALID_USAGE],
+        2 * kThreadCalls);
   }
   EXPECT_GT(invalid_usage, 0) << "two threads made 200 calls each at once and no call was refused";
 }
@@ -1194,8 +1239,10 @@ TEST_P(CheckedCalls, TwoThreadsEachWithItsOwnCommunicatorWork) {
     std::atomic<int> go{0};
     long long counts[2][16] = {};
     std::atomic<double>* no_first_call = nullptr;
-    std::thread a(thread_calls, comms[0], 0, c.rank, c.np, std::ref(go), counts[0], &c.rep.o[1], &c.rep.o[4], no_first_call);
-    std::thread b(thread_calls, comms[1], 1, c.rank, c.np, std::ref(go), counts[1], &c.rep.o[2], &c.rep.o[5], no_first_call);
+    std::thread a(thread_calls, comms[0], 0, c.rank, c.np, std::ref(go), counts[0], &c.rep.o[1], &c.rep.o[4],
+                  no_first_call);
+    std::thread b(thread_calls, comms[1], 1, c.rank, c.np, std::ref(go), counts[1], &c.rep.o[2], &c.rep.o[5],
+                  no_first_call);
     a.join();
     b.join();
     for (int i = 0; i < 16; ++i) c.rep.v[i] = counts[0][i] + counts[1][i];

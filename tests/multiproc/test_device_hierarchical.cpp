@@ -5,16 +5,16 @@
 // calls give the exact sum for every tested op and dtype; error feedback stays on this
 // rank's shard and loses nothing, also when flat and hierarchical calls share one state;
 // uneven layouts run flat; mismatched calls and a killed peer fail every rank.
-#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
+#include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -45,46 +45,50 @@ constexpr size_t kMaxCount = 30011;  // the largest buffer a test passes (node N
 // and runs body.
 std::vector<int> run_nodes(const std::vector<int>& node_of, Algo inter, const Body& body, bool node_nccl = false) {
   static int runs = 0;
-  const std::string shm_prefix = "/dev/shm/gw_test_node_nccl_" + std::to_string(getpid()) + "_" + std::to_string(runs++) + "_";
+  const std::string shm_prefix =
+      "/dev/shm/gw_test_node_nccl_" + std::to_string(getpid()) + "_" + std::to_string(runs++) + "_";
   std::vector<int> ranks;
   for (size_t r = 0; r < node_of.size(); ++r) ranks.push_back(static_cast<int>(r));
   const int np = static_cast<int>(node_of.size());
   const milliseconds timeout(60000);
-  auto codes = test::fork_with_unique_id(ranks, seconds(30), [&](int rank, const bootstrap::UniqueId& id) {
-    setenv("GW_HOST_ID", ("node" + std::to_string(node_of[static_cast<size_t>(rank)])).c_str(), 1);
-    setenv("GW_TUNE", "0", 1);  // the hierarchical path itself, not the tuner's trials
-    CommConfig cfg;
-    cfg.timeout = timeout;
-    cfg.chunk_bytes = 4096;  // many chunks in every leg
-    cfg.dense_threshold_bytes = 0;
-    cfg.inter_algo = inter;
-    auto comm = coll::init_communicator(rank, np, [&](const std::string& blob) {
-      return bootstrap::rendezvous(id, rank, np, blob, cfg.timeout);
-    }, cfg);
-    if (!comm.is_ok()) {
-      fail(rank, "init failed: " + comm.status().to_string());
-      return kInitFailed;
-    }
-    auto backend = std::make_unique<test::HostDeviceBackend>(static_cast<uint64_t>(rank) + 5);
-    if (node_nccl) {
-      const int node = node_of[static_cast<size_t>(rank)];
-      int local_rank = 0, local_size = 0;
-      for (int r = 0; r < np; ++r) {
-        if (node_of[static_cast<size_t>(r)] != node) continue;
-        if (r < rank) ++local_rank;
-        ++local_size;
-      }
-      backend->node = test::ShmNodeNccl::open(shm_prefix + std::to_string(node), local_size, local_rank,
-                                              (kMaxCount + 64) * sizeof(float));
-      if (backend->node == nullptr) return kInitFailed;
-    }
-    const test::HostDeviceBackend* used = backend.get();  // the communicator's until it ends
-    const Status s = (*comm)->use_device_backend(std::move(backend));
-    if (!s.is_ok() || !(*comm)->barrier().is_ok()) return kInitFailed;
-    const int rc = body(**comm, rank, np);
-    if (rc == kOk && node_nccl && used->node_calls == 0) return fail(rank, "the node's NCCL legs never ran");
-    return rc;
-  }, seconds(300));
+  auto codes = test::fork_with_unique_id(
+      ranks, seconds(30),
+      [&](int rank, const bootstrap::UniqueId& id) {
+        setenv("GW_HOST_ID", ("node" + std::to_string(node_of[static_cast<size_t>(rank)])).c_str(), 1);
+        setenv("GW_TUNE", "0", 1);  // the hierarchical path itself, not the tuner's trials
+        CommConfig cfg;
+        cfg.timeout = timeout;
+        cfg.chunk_bytes = 4096;  // many chunks in every leg
+        cfg.dense_threshold_bytes = 0;
+        cfg.inter_algo = inter;
+        auto comm = coll::init_communicator(
+            rank, np, [&](const std::string& blob) { return bootstrap::rendezvous(id, rank, np, blob, cfg.timeout); },
+            cfg);
+        if (!comm.is_ok()) {
+          fail(rank, "init failed: " + comm.status().to_string());
+          return kInitFailed;
+        }
+        auto backend = std::make_unique<test::HostDeviceBackend>(static_cast<uint64_t>(rank) + 5);
+        if (node_nccl) {
+          const int node = node_of[static_cast<size_t>(rank)];
+          int local_rank = 0, local_size = 0;
+          for (int r = 0; r < np; ++r) {
+            if (node_of[static_cast<size_t>(r)] != node) continue;
+            if (r < rank) ++local_rank;
+            ++local_size;
+          }
+          backend->node = test::ShmNodeNccl::open(shm_prefix + std::to_string(node), local_size, local_rank,
+                                                  (kMaxCount + 64) * sizeof(float));
+          if (backend->node == nullptr) return kInitFailed;
+        }
+        const test::HostDeviceBackend* used = backend.get();  // the communicator's until it ends
+        const Status s = (*comm)->use_device_backend(std::move(backend));
+        if (!s.is_ok() || !(*comm)->barrier().is_ok()) return kInitFailed;
+        const int rc = body(**comm, rank, np);
+        if (rc == kOk && node_nccl && used->node_calls == 0) return fail(rank, "the node's NCCL legs never ran");
+        return rc;
+      },
+      seconds(300));
   if (node_nccl) {
     for (int node : node_of) unlink((shm_prefix + std::to_string(node)).c_str());
   }
@@ -100,7 +104,6 @@ std::vector<int> layout(int nodes, int per_node) {
 void expect_all_ok(const std::vector<int>& codes) {
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], kOk) << "rank " << r;
 }
-
 
 std::string where(const char* spec, size_t n, ReduceOp op, int t) {
   return std::string(spec) + " n " + std::to_string(n) + " " + red_op_name(op) + " step " + std::to_string(t);
@@ -130,15 +133,16 @@ int run_codec(Communicator& c, int rank, int np, const CodecCase& cc, size_t n, 
   for (int t = 0; t < kSteps; ++t) {
     const auto g = grad(n, rank, t);
     std::vector<float> host_out(n, -99.0f);
-    CALL_OK(rank, c.allreduce(g.data(), host_out.data(), n, DType::kFloat32, op, codec->get(), ef_on ? &host_ef : nullptr,
-                              Algo::kAuto));
-    if (c.stats()->last_algo != Algo::kHierarchical) return fail(rank, "host ran " + std::string(algo_name(c.stats()->last_algo)));
+    CALL_OK(rank, c.allreduce(g.data(), host_out.data(), n, DType::kFloat32, op, codec->get(),
+                              ef_on ? &host_ef : nullptr, Algo::kAuto));
+    if (c.stats()->last_algo != Algo::kHierarchical)
+      return fail(rank, "host ran " + std::string(algo_name(c.stats()->last_algo)));
     x.upload(g);
     if (c.choose_algo(n, DType::kFloat32, codec->get(), Algo::kAuto, /*on_device=*/true) != Algo::kHierarchical) {
       return fail(rank, "the policy does not report hierarchical for the device call");
     }
-    CALL_OK(rank, c.allreduce_device(x.data(), x.data(), n, DType::kFloat32, op, codec->get(), ef_on ? &dev_ef : nullptr,
-                                     Algo::kAuto, nullptr));
+    CALL_OK(rank, c.allreduce_device(x.data(), x.data(), n, DType::kFloat32, op, codec->get(),
+                                     ef_on ? &dev_ef : nullptr, Algo::kAuto, nullptr));
     if (c.stats()->last_algo != Algo::kHierarchical) {
       return fail(rank, "device ran " + std::string(algo_name(c.stats()->last_algo)));
     }
@@ -162,7 +166,8 @@ int run_codec(Communicator& c, int rank, int np, const CodecCase& cc, size_t n, 
       const uint64_t lo = part.start(static_cast<uint64_t>(c.local_rank()));
       const uint64_t hi = lo + part.length(static_cast<uint64_t>(c.local_rank()));
       for (size_t i = 0; i < n; ++i) {
-        if ((i < lo || i >= hi) && res[i] != 0.0f) return fail(rank, "EF residual outside this rank's shard at " + std::to_string(i));
+        if ((i < lo || i >= hi) && res[i] != 0.0f)
+          return fail(rank, "EF residual outside this rank's shard at " + std::to_string(i));
       }
       if (dev_ef.step() != static_cast<uint64_t>(t + 1)) return fail(rank, "EF step " + std::to_string(dev_ef.step()));
     }
@@ -230,30 +235,34 @@ TEST(DeviceHierarchical, NcclLegsInsideNodesGiveTheHostBits) {
   };
   for (const auto& shape : shapes) {
     SCOPED_TRACE(std::to_string(shape[0]) + "x" + std::to_string(shape[1]));
-    expect_all_ok(run_nodes(layout(shape[0], shape[1]), Algo::kAuto, [&](Communicator& c, int rank, int np) {
-      for (const CodecCase& cc : cases) {
-        for (size_t n : {size_t{0}, size_t{1}, size_t{5}, size_t{997}, size_t{20011}}) {
-          if (int e = run_codec(c, rank, np, cc, n, ReduceOp::kSum)) return e;
-        }
-        if (int e = run_codec(c, rank, np, cc, 4099, ReduceOp::kAvg)) return e;
-      }
-      for (size_t n : {size_t{1}, size_t{7}, size_t{1009}, kMaxCount}) {
-        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
-          const auto g = grad(n, rank, 2);
-          std::vector<float> host_out(n);
-          CALL_OK(rank, c.allreduce(g.data(), host_out.data(), n, DType::kFloat32, op, nullptr, nullptr));
-          test::DeviceVector<float> x(n);
-          x.upload(g);
-          CALL_OK(rank, c.allreduce_device(x.data(), x.data(), n, DType::kFloat32, op, nullptr, nullptr, Algo::kAuto,
-                                           nullptr));
-          if (c.stats()->last_algo != Algo::kHierarchical) return fail(rank, "dense device call ran flat");
-          if (std::memcmp(x.download().data(), host_out.data(), n * sizeof(float)) != 0) {
-            return fail(rank, std::string("dense ") + red_op_name(op) + " n " + std::to_string(n) + " differs from the host");
+    expect_all_ok(run_nodes(
+        layout(shape[0], shape[1]), Algo::kAuto,
+        [&](Communicator& c, int rank, int np) {
+          for (const CodecCase& cc : cases) {
+            for (size_t n : {size_t{0}, size_t{1}, size_t{5}, size_t{997}, size_t{20011}}) {
+              if (int e = run_codec(c, rank, np, cc, n, ReduceOp::kSum)) return e;
+            }
+            if (int e = run_codec(c, rank, np, cc, 4099, ReduceOp::kAvg)) return e;
           }
-        }
-      }
-      return kOk;
-    }, /*node_nccl=*/true));
+          for (size_t n : {size_t{1}, size_t{7}, size_t{1009}, kMaxCount}) {
+            for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+              const auto g = grad(n, rank, 2);
+              std::vector<float> host_out(n);
+              CALL_OK(rank, c.allreduce(g.data(), host_out.data(), n, DType::kFloat32, op, nullptr, nullptr));
+              test::DeviceVector<float> x(n);
+              x.upload(g);
+              CALL_OK(rank, c.allreduce_device(x.data(), x.data(), n, DType::kFloat32, op, nullptr, nullptr,
+                                               Algo::kAuto, nullptr));
+              if (c.stats()->last_algo != Algo::kHierarchical) return fail(rank, "dense device call ran flat");
+              if (std::memcmp(x.download().data(), host_out.data(), n * sizeof(float)) != 0) {
+                return fail(rank, std::string("dense ") + red_op_name(op) + " n " + std::to_string(n) +
+                                      " differs from the host");
+              }
+            }
+          }
+          return kOk;
+        },
+        /*node_nccl=*/true));
   }
 }
 
@@ -270,7 +279,8 @@ TEST(DeviceHierarchical, DenseCallsAreExactOnEveryLayout) {
           x.upload(g);
           CALL_OK(rank, c.allreduce_device(x.data(), y.data(), n, DType::kFloat32, op, nullptr, nullptr, Algo::kAuto,
                                            nullptr));
-          if (c.stats()->last_algo != Algo::kHierarchical) return fail(rank, "ran " + std::string(algo_name(c.stats()->last_algo)));
+          if (c.stats()->last_algo != Algo::kHierarchical)
+            return fail(rank, "ran " + std::string(algo_name(c.stats()->last_algo)));
           const auto out = y.download();
           std::vector<std::vector<float>> all;
           for (int r = 0; r < np; ++r) all.push_back(grad(n, r, 1));
@@ -283,7 +293,8 @@ TEST(DeviceHierarchical, DenseCallsAreExactOnEveryLayout) {
             if (op == ReduceOp::kAvg) want /= static_cast<float>(np);
             if (std::fabs(out[i] - want) > 1e-6f * std::max(1.0f, std::fabs(want))) {
               return fail(rank, std::string("dense ") + red_op_name(op) + " n " + std::to_string(n) + " at " +
-                                    std::to_string(i) + ": " + std::to_string(out[i]) + " want " + std::to_string(want));
+                                    std::to_string(i) + ": " + std::to_string(out[i]) + " want " +
+                                    std::to_string(want));
             }
           }
         }
@@ -369,8 +380,8 @@ TEST(DeviceHierarchical, SwitchingBetweenFlatAndHierarchicalKeepsTheResidual) {
       test::DeviceVector<float> x(n);
       std::vector<double> got(n, 0.0), want(n, 0.0);
       const Algo other = std::strncmp(spec, "topk", 4) == 0 ? Algo::kSparseAllgather : Algo::kScatterReduce;
-      const Algo order[] = {Algo::kScatterReduce, Algo::kHierarchical, other, Algo::kHierarchical,
-                            Algo::kHierarchical, Algo::kScatterReduce, other, Algo::kHierarchical};
+      const Algo order[] = {Algo::kScatterReduce, Algo::kHierarchical,  other, Algo::kHierarchical,
+                            Algo::kHierarchical,  Algo::kScatterReduce, other, Algo::kHierarchical};
       int t = 0;
       for (int round = 0; round < 3; ++round) {
         for (Algo a : order) {
@@ -394,7 +405,8 @@ TEST(DeviceHierarchical, SwitchingBetweenFlatAndHierarchicalKeepsTheResidual) {
       const uint64_t lo = part.start(static_cast<uint64_t>(c.local_rank()));
       const uint64_t hi = lo + part.length(static_cast<uint64_t>(c.local_rank()));
       for (size_t i = 0; i < n; ++i) {
-        if ((i < lo || i >= hi) && rest[i] != 0.0f) return fail(rank, "residual outside the shard at " + std::to_string(i));
+        if ((i < lo || i >= hi) && rest[i] != 0.0f)
+          return fail(rank, "residual outside the shard at " + std::to_string(i));
       }
       CALL_OK(rank, c.allreduce(rest.data(), flushed.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr));
       for (size_t i = 0; i < n; ++i) got[i] += flushed[i];
@@ -420,8 +432,8 @@ TEST(DeviceHierarchical, MismatchedCallsFailOnEveryRank) {
       test::DeviceVector<float> x(n);
       x.upload(std::vector<float>(n, 1.0f));
       usleep(200000);  // every rank out of the first barrier: the mismatch breaks the communicator
-      const Status s = c.allreduce_device(x.data(), x.data(), n, DType::kFloat32, ReduceOp::kSum, codec, nullptr, a,
-                                          nullptr);
+      const Status s =
+          c.allreduce_device(x.data(), x.data(), n, DType::kFloat32, ReduceOp::kSum, codec, nullptr, a, nullptr);
       // Stay up a while: a rank that exits at once can reach a slower one as a lost
       // connection before that one has read the mismatching descriptor.
       sleep(2);
@@ -445,8 +457,8 @@ TEST(DeviceHierarchical, KilledPeerFailsEveryRankWithinSeconds) {
       test::DeviceVector<float> x(n);
       x.upload(grad(n, rank, 0));
       auto call = [&] {
-        return c.allreduce_device(x.data(), x.data(), n, DType::kFloat32, ReduceOp::kSum, codec->get(), &ef, Algo::kAuto,
-                                  nullptr);
+        return c.allreduce_device(x.data(), x.data(), n, DType::kFloat32, ReduceOp::kSum, codec->get(), &ef,
+                                  Algo::kAuto, nullptr);
       };
       CALL_OK(rank, call());
       if (c.stats()->last_algo != Algo::kHierarchical) return fail(rank, "not hierarchical");

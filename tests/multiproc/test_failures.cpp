@@ -1,12 +1,12 @@
 // What happens when things go wrong between real processes: a peer dies mid-collective, a
 // stranger without the token knocks, a rank never arrives. Nothing may hang.
 #include <arpa/inet.h>
-#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
@@ -36,9 +36,8 @@ std::vector<int> run_children(const std::vector<int>& ranks,
 Result<std::unique_ptr<Communicator>> join(const bootstrap::UniqueId& id, int rank, int n, milliseconds timeout) {
   CommConfig cfg;
   cfg.timeout = timeout;
-  return coll::init_communicator(rank, n, [&](const std::string& blob) {
-    return bootstrap::rendezvous(id, rank, n, blob, timeout);
-  }, cfg);
+  return coll::init_communicator(
+      rank, n, [&](const std::string& blob) { return bootstrap::rendezvous(id, rank, n, blob, timeout); }, cfg);
 }
 
 // Exit codes the children use.
@@ -54,7 +53,8 @@ TEST(Failures, KilledPeerFailsTheOthersWithinTheTimeout) {
     }
     if (rank == 2) raise(SIGKILL);  // dies before the second collective
     const auto start = std::chrono::steady_clock::now();
-    const Status s = (*comm)->allreduce(x.data(), x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, nullptr, nullptr);
+    const Status s =
+        (*comm)->allreduce(x.data(), x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, nullptr, nullptr);
     const auto took = std::chrono::steady_clock::now() - start;
     if (s.is_ok()) return kUnexpectedSuccess;
     if (s.code() != Code::kRemote && s.code() != Code::kTimeout && s.code() != Code::kAborted) return kWrongCode;

@@ -7,9 +7,9 @@
 // launcher hint that disagrees with the host identities is warned about; sparse all-gather
 // (raw and dense) goes hierarchical too. The dense path
 // (every op, dtype, size and layout) is in test_dense_collectives.
-#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
@@ -48,21 +48,24 @@ std::vector<int> run_layout(const Layout& l, const CommConfig& base, const Body&
                             const std::function<void(int)>& before_init = nullptr) {
   std::vector<int> ranks;
   for (int r = 0; r < l.np(); ++r) ranks.push_back(r);
-  return test::fork_with_unique_id(ranks, seconds(30), [&](int rank, const bootstrap::UniqueId& id) {
-    setenv("GW_HOST_ID", ("node" + std::to_string(rank / l.per_node)).c_str(), 1);
-    setenv("GW_TUNE", "0", 1);  // the hierarchical path itself, not the trials of flat ones
-    if (before_init) before_init(rank);
-    CommConfig cfg = base;
-    auto comm = coll::init_communicator(rank, l.np(), [&](const std::string& blob) {
-      return bootstrap::rendezvous(id, rank, l.np(), blob, cfg.timeout);
-    }, cfg);
-    if (!comm.is_ok()) {
-      fail(rank, "init failed: " + comm.status().to_string());
-      return kInitFailed;
-    }
-    if (!(*comm)->barrier().is_ok()) return kInitFailed;
-    return body(**comm, rank, l.np());
-  }, seconds(240));
+  return test::fork_with_unique_id(
+      ranks, seconds(30),
+      [&](int rank, const bootstrap::UniqueId& id) {
+        setenv("GW_HOST_ID", ("node" + std::to_string(rank / l.per_node)).c_str(), 1);
+        setenv("GW_TUNE", "0", 1);  // the hierarchical path itself, not the trials of flat ones
+        if (before_init) before_init(rank);
+        CommConfig cfg = base;
+        auto comm = coll::init_communicator(
+            rank, l.np(),
+            [&](const std::string& blob) { return bootstrap::rendezvous(id, rank, l.np(), blob, cfg.timeout); }, cfg);
+        if (!comm.is_ok()) {
+          fail(rank, "init failed: " + comm.status().to_string());
+          return kInitFailed;
+        }
+        if (!(*comm)->barrier().is_ok()) return kInitFailed;
+        return body(**comm, rank, l.np());
+      },
+      seconds(240));
 }
 
 CommConfig config(Algo inter = Algo::kAuto) {
@@ -78,11 +81,10 @@ void expect_all_ok(const std::vector<int>& codes) {
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], kOk) << "rank " << r;
 }
 
-
 struct CodecCase {
   const char* spec;
-  Algo inter;     // kAuto: the policy's
-  double bound;   // without EF: relative error of the running sum after kSteps calls
+  Algo inter;    // kAuto: the policy's
+  double bound;  // without EF: relative error of the running sum after kSteps calls
 };
 constexpr int kSteps = 12;
 
@@ -100,7 +102,8 @@ int run_codec(Communicator& c, int rank, int np, const CodecCase& cc, size_t n, 
     std::vector<float> out(n, -99.0f);
     CALL_OK(rank, c.allreduce(g.data(), out.data(), n, DType::kFloat32, op, codec->get(), ef_on ? &ef : nullptr,
                               Algo::kAuto));
-    if (c.stats()->last_algo != Algo::kHierarchical) return fail(rank, std::string("ran ") + algo_name(c.stats()->last_algo));
+    if (c.stats()->last_algo != Algo::kHierarchical)
+      return fail(rank, std::string("ran ") + algo_name(c.stats()->last_algo));
     if (int e = same_everywhere(c, rank, out)) return e;
     const auto s = true_sum(n, np, t);
     for (size_t i = 0; i < n; ++i) {
@@ -109,7 +112,8 @@ int run_codec(Communicator& c, int rank, int np, const CodecCase& cc, size_t n, 
     }
     if (ef_on) {
       const coll::Partition part{n, static_cast<uint64_t>(c.local_size())};
-      const uint64_t lo = part.start(static_cast<uint64_t>(c.local_rank())), hi = lo + part.length(static_cast<uint64_t>(c.local_rank()));
+      const uint64_t lo = part.start(static_cast<uint64_t>(c.local_rank())),
+                     hi = lo + part.length(static_cast<uint64_t>(c.local_rank()));
       for (size_t i = 0; i < n; ++i) {
         if ((i < lo || i >= hi) && ef.residual()[i] != 0.0f) {
           return fail(rank, "EF residual " + std::to_string(ef.residual()[i]) + " at " + std::to_string(i) +
@@ -158,8 +162,8 @@ TEST_P(HierarchicalCodecs, EveryCodecAndInterNodeAlgorithm) {
     SCOPED_TRACE(std::string(cc.spec) + " between nodes " + algo_name(cc.inter));
     expect_all_ok(run_layout(l, config(cc.inter), [&](Communicator& c, int rank, int np) {
       if (c.node_count() != l.nodes || c.local_size() != l.per_node || c.local_rank() != rank % l.per_node) {
-        return fail(rank, "topology " + std::to_string(c.node_count()) + " nodes, local " + std::to_string(c.local_rank()) +
-                              " of " + std::to_string(c.local_size()));
+        return fail(rank, "topology " + std::to_string(c.node_count()) + " nodes, local " +
+                              std::to_string(c.local_rank()) + " of " + std::to_string(c.local_size()));
       }
       for (size_t n : {size_t{1}, size_t{5}, size_t{997}, size_t{20000}}) {
         if (int e = run_codec(c, rank, np, cc, n, ReduceOp::kSum)) return e;
@@ -181,37 +185,38 @@ TEST(Hierarchical, SwitchingBetweenFlatAndHierarchicalKeepsTheResidual) {
   // flushed on the way into the node's segment).
   const std::pair<const char*, size_t> cases[] = {{"topk:ratio=0.1,ef=1", 5003}, {"qsgd:bits=4,ef=1", 1200007}};
   for (const auto& [spec, n] : cases) {
-  SCOPED_TRACE(spec);
-  expect_all_ok(run_layout({2, 2}, config(), [&, spec = spec, n = n](Communicator& c, int rank, int np) {
-    auto codec = Codec::create(spec);
-    if (!codec.is_ok()) return kFailed;
-    ErrorFeedback ef(n);
-    std::vector<double> got(n, 0.0), want(n, 0.0);
-    const Algo order[] = {Algo::kScatterReduce, Algo::kHierarchical, Algo::kCompressedRing, Algo::kHierarchical,
-                          Algo::kHierarchical, Algo::kSparseAllgather, Algo::kHierarchical};
-    int t = 0;
-    for (int round = 0; round < 4; ++round) {
-      for (Algo a : order) {
-        const auto g = grad(n, rank, t);
-        std::vector<float> out(n);
-        CALL_OK(rank, c.allreduce(g.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, codec->get(), &ef, a));
-        const auto s = true_sum(n, np, t++);
-        for (size_t i = 0; i < n; ++i) {
-          got[i] += out[i];
-          want[i] += s[i];
+    SCOPED_TRACE(spec);
+    expect_all_ok(run_layout({2, 2}, config(), [&, spec = spec, n = n](Communicator& c, int rank, int np) {
+      auto codec = Codec::create(spec);
+      if (!codec.is_ok()) return kFailed;
+      ErrorFeedback ef(n);
+      std::vector<double> got(n, 0.0), want(n, 0.0);
+      const Algo order[] = {Algo::kScatterReduce, Algo::kHierarchical,    Algo::kCompressedRing, Algo::kHierarchical,
+                            Algo::kHierarchical,  Algo::kSparseAllgather, Algo::kHierarchical};
+      int t = 0;
+      for (int round = 0; round < 4; ++round) {
+        for (Algo a : order) {
+          const auto g = grad(n, rank, t);
+          std::vector<float> out(n);
+          CALL_OK(rank, c.allreduce(g.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, codec->get(), &ef, a));
+          const auto s = true_sum(n, np, t++);
+          for (size_t i = 0; i < n; ++i) {
+            got[i] += out[i];
+            want[i] += s[i];
+          }
         }
       }
-    }
-    // The last call was hierarchical: the residual holds all that is left (the owner-side
-    // residuals were folded into it), so sending it dense completes the sum.
-    std::vector<float> rest(ef.residual(), ef.residual() + n), flushed(n);
-    CALL_OK(rank, c.allreduce(rest.data(), flushed.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr,
-                              Algo::kAuto));
-    for (size_t i = 0; i < n; ++i) got[i] += flushed[i];
-    const double err = rel_err(got, want);
-    if (err > 1e-5) return fail(rank, std::string(spec) + ": running sum plus residual off by " + std::to_string(err));
-    return kOk;
-  }));
+      // The last call was hierarchical: the residual holds all that is left (the owner-side
+      // residuals were folded into it), so sending it dense completes the sum.
+      std::vector<float> rest(ef.residual(), ef.residual() + n), flushed(n);
+      CALL_OK(rank, c.allreduce(rest.data(), flushed.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr,
+                                Algo::kAuto));
+      for (size_t i = 0; i < n; ++i) got[i] += flushed[i];
+      const double err = rel_err(got, want);
+      if (err > 1e-5)
+        return fail(rank, std::string(spec) + ": running sum plus residual off by " + std::to_string(err));
+      return kOk;
+    }));
   }
 }
 
@@ -267,10 +272,10 @@ TEST(Hierarchical, SparseResultsAreEachNodesCompressedShardSummed) {
                 }
                 std::vector<uint8_t> m((*fresh)->max_encoded_bytes(len, DType::kFloat32));
                 auto bytes = (*fresh)->encode(sum.data(), len, DType::kFloat32,
-                                              EncodeContext{0, static_cast<uint32_t>(node)},
-                                              m.data(), m.size());
+                                              EncodeContext{0, static_cast<uint32_t>(node)}, m.data(), m.size());
                 if (!bytes.is_ok()) return fail(rank, bytes.status().to_string());
-                CALL_OK(rank, decode(m.data(), *bytes, want.data() + lo, len, DType::kFloat32, DecodeMode::kAccumulate));
+                CALL_OK(rank,
+                        decode(m.data(), *bytes, want.data() + lo, len, DType::kFloat32, DecodeMode::kAccumulate));
               }
             }
             if (op == ReduceOp::kAvg) {
@@ -280,7 +285,8 @@ TEST(Hierarchical, SparseResultsAreEachNodesCompressedShardSummed) {
             for (size_t i = 0; i < n; ++i) {
               if (std::memcmp(&out[i], &want[i], sizeof(float)) != 0) {
                 return fail(rank, std::string(spec) + " n " + std::to_string(n) + " " + red_op_name(op) + ": element " +
-                                      std::to_string(i) + " is " + std::to_string(out[i]) + ", want " + std::to_string(want[i]));
+                                      std::to_string(i) + " is " + std::to_string(out[i]) + ", want " +
+                                      std::to_string(want[i]));
               }
             }
           }
@@ -310,9 +316,11 @@ TEST(Hierarchical, SparseAllgatherOnEveryLayout) {
       std::vector<uint8_t> out(want.size() + 5, 0xee);
       std::vector<size_t> lengths(static_cast<size_t>(np));
       CALL_OK(rank, c.sparse_allgather(mine.data(), mine.size(), out.data(), out.size(), lengths.data()));
-      if (!want.empty() && std::memcmp(out.data(), want.data(), want.size()) != 0) return fail(rank, "gathered bytes differ");
+      if (!want.empty() && std::memcmp(out.data(), want.data(), want.size()) != 0)
+        return fail(rank, "gathered bytes differ");
       for (int r = 0; r < np; ++r) {
-        if (lengths[static_cast<size_t>(r)] != msg_of(r).size()) return fail(rank, "length of rank " + std::to_string(r));
+        if (lengths[static_cast<size_t>(r)] != msg_of(r).size())
+          return fail(rank, "length of rank " + std::to_string(r));
       }
       // Dense: top-k messages of every rank's gradient.
       auto codec = Codec::create("topk:ratio=0.05");
@@ -321,7 +329,8 @@ TEST(Hierarchical, SparseAllgatherOnEveryLayout) {
       auto encode = [&](int r) {
         const auto g = grad(n, r, 3);
         std::vector<uint8_t> m((*codec)->max_encoded_bytes(n, DType::kFloat32));
-        auto len = (*codec)->encode(g.data(), n, DType::kFloat32, EncodeContext{7, static_cast<uint32_t>(r)}, m.data(), m.size());
+        auto len = (*codec)->encode(g.data(), n, DType::kFloat32, EncodeContext{7, static_cast<uint32_t>(r)}, m.data(),
+                                    m.size());
         m.resize(len.is_ok() ? *len : 0);
         return m;
       };
@@ -436,16 +445,19 @@ TEST(Hierarchical, LauncherHintThatDisagreesIsWarnedAbout) {
   char dir[] = "/tmp/gw_hint_XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string log = std::string(dir) + "/gw.%p.log";
-  const auto codes = run_layout({2, 2}, config(), [&](Communicator& c, int rank, int) {
-    if (c.local_size() != 2 || c.node_count() != 2) return fail(rank, "the hint won over the identities");
-    return kOk;
-  }, [&](int rank) {
-    setenv("GW_DEBUG_FILE", log.c_str(), 1);
-    setenv("GW_DEBUG", "WARN", 1);
-    setenv("GW_LOCAL_RANK", rank == 1 ? "1" : "0", 1);
-    setenv("GW_LOCAL_SIZE", rank == 1 ? "4" : "2", 1);
-    if (rank >= 2) setenv("GW_LOCAL_RANK", std::to_string(rank - 2).c_str(), 1);
-  });
+  const auto codes = run_layout(
+      {2, 2}, config(),
+      [&](Communicator& c, int rank, int) {
+        if (c.local_size() != 2 || c.node_count() != 2) return fail(rank, "the hint won over the identities");
+        return kOk;
+      },
+      [&](int rank) {
+        setenv("GW_DEBUG_FILE", log.c_str(), 1);
+        setenv("GW_DEBUG", "WARN", 1);
+        setenv("GW_LOCAL_RANK", rank == 1 ? "1" : "0", 1);
+        setenv("GW_LOCAL_SIZE", rank == 1 ? "4" : "2", 1);
+        if (rank >= 2) setenv("GW_LOCAL_RANK", std::to_string(rank - 2).c_str(), 1);
+      });
   expect_all_ok(codes);
   std::string all;
   FILE* p = popen((std::string("cat ") + dir + "/*.log 2>/dev/null").c_str(), "r");

@@ -9,11 +9,11 @@
 // sends the parent the list of its failed checks; the parent asserts that every list is empty
 // and that no child died (except a victim the test killed on purpose).
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
@@ -56,12 +56,13 @@ struct Child {
 
 #define CHECK_C(c, cond) (c).check((cond), #cond, __LINE__)
 // The call returns want; on a mismatch the failure shows what it returned and its message.
-#define EXPECT_CODE(c, call, want)                                                                           \
-  do {                                                                                                       \
-    const gw_result_t got_ = (call);                                                                         \
-    (c).check(got_ == (want), std::string(#call) + " returned " + name(got_) + ", want " + name(want) +     \
-                                  (got_ != GW_SUCCESS ? std::string(": ") + gw_get_last_error() : ""),       \
-              __LINE__);                                                                                     \
+#define EXPECT_CODE(c, call, want)                                                      \
+  do {                                                                                  \
+    const gw_result_t got_ = (call);                                                    \
+    (c).check(got_ == (want),                                                           \
+              std::string(#call) + " returned " + name(got_) + ", want " + name(want) + \
+                  (got_ != GW_SUCCESS ? std::string(": ") + gw_get_last_error() : ""),  \
+              __LINE__);                                                                \
   } while (0)
 
 struct RankResult {
@@ -122,7 +123,7 @@ using ParentAction = std::function<void(const std::vector<pid_t>&, int event_fd)
 struct JobOptions {
   int np = 2;
   std::string tls = "tcp";
-  int limit_s = 60;  // alarm() in every child; the runner kills what is left 10 s later
+  int limit_s = 60;    // alarm() in every child; the runner kills what is left 10 s later
   bool relay = false;  // the parent relays gw_comm_init_with_allgather's all-gathers
   ParentAction parent;
 };
@@ -283,7 +284,8 @@ gw_result_t async_error(gw_comm_t comm) {
 // Bytes that say who sent them and which message they are.
 std::vector<uint8_t> pattern(size_t n, int from, uint32_t salt) {
   std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>((i * 131 + static_cast<size_t>(from) * 7 + salt * 13) >> 2);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<uint8_t>((i * 131 + static_cast<size_t>(from) * 7 + salt * 13) >> 2);
   return v;
 }
 
@@ -382,15 +384,18 @@ TEST_P(P2p, OneTagRepeatedArrivesInOrder) {
       std::vector<std::vector<uint8_t>> out;
       for (uint32_t i = 0; i < kCount; ++i) out.push_back(pattern(size_of(i), 0, i));
       std::vector<gw_request_t> reqs(kCount);
-      for (uint32_t i = 0; i < kCount; ++i) EXPECT_CODE(c, gw_isend(comm, out[i].data(), out[i].size(), 1, 5, &reqs[i]), GW_SUCCESS);
+      for (uint32_t i = 0; i < kCount; ++i)
+        EXPECT_CODE(c, gw_isend(comm, out[i].data(), out[i].size(), 1, 5, &reqs[i]), GW_SUCCESS);
       for (gw_request_t q : reqs) EXPECT_CODE(c, gw_wait(q), GW_SUCCESS);
     } else {
       std::vector<std::vector<uint8_t>> in;
       for (uint32_t i = 0; i < kCount; ++i) in.emplace_back(size_of(i), 0);
       std::vector<gw_request_t> reqs(kCount);
-      for (uint32_t i = 0; i < kCount; ++i) EXPECT_CODE(c, gw_irecv(comm, in[i].data(), in[i].size(), 0, 5, &reqs[i]), GW_SUCCESS);
+      for (uint32_t i = 0; i < kCount; ++i)
+        EXPECT_CODE(c, gw_irecv(comm, in[i].data(), in[i].size(), 0, 5, &reqs[i]), GW_SUCCESS);
       for (gw_request_t q : reqs) EXPECT_CODE(c, gw_wait(q), GW_SUCCESS);
-      for (uint32_t i = 0; i < kCount; ++i) c.check(in[i] == pattern(size_of(i), 0, i), "message " + std::to_string(i), __LINE__);
+      for (uint32_t i = 0; i < kCount; ++i)
+        c.check(in[i] == pattern(size_of(i), 0, i), "message " + std::to_string(i), __LINE__);
     }
     CHECK_C(c, allreduce_ok(c, comm, 10));
     EXPECT_CODE(c, gw_comm_destroy(comm), GW_SUCCESS);
@@ -455,7 +460,8 @@ TEST_P(P2p, ReceiveWhosePeerNeverSendsTimesOutAndBreaksTheCommunicator) {
       const double secs = now_s() - t0;
       const std::string msg = gw_get_last_error();
       c.check(secs >= 1.9 && secs < 5.0, "timed out after " + std::to_string(secs) + " s", __LINE__);
-      c.check(contains(msg.c_str(), "rank 0") && contains(msg.c_str(), "tag 42"), "names peer and tag: " + msg, __LINE__);
+      c.check(contains(msg.c_str(), "rank 0") && contains(msg.c_str(), "tag 42"), "names peer and tag: " + msg,
+              __LINE__);
       EXPECT_CODE(c, async_error(comm), GW_ERR_TIMEOUT);
       gw_request_t r = nullptr;
       EXPECT_CODE(c, gw_irecv(comm, in.data(), in.size(), 0, 43, &r), GW_SUCCESS);
@@ -477,22 +483,24 @@ TEST_P(P2p, PeerKilledDuringAReceiveFailsItWithRemoteWithinSeconds) {
       kill(pids[0], SIGKILL);
     }
   };
-  expect_clean(run_job(opt, [](Child& c) {
-    gw_comm_t comm = init_rank(c, 60);
-    if (comm == nullptr) return;
-    EXPECT_CODE(c, gw_barrier(comm), GW_SUCCESS);
-    if (c.rank == 0) {
-      c.event('K');
-      for (;;) pause();
-    }
-    std::vector<uint8_t> in(kLarge);
-    const double t0 = now_s();
-    EXPECT_CODE(c, gw_recv(comm, in.data(), in.size(), 0, 1), GW_ERR_REMOTE);
-    const double secs = now_s() - t0;
-    c.check(secs < 10, "failed after " + std::to_string(secs) + " s", __LINE__);
-    EXPECT_CODE(c, async_error(comm), GW_ERR_REMOTE);
-    EXPECT_CODE(c, gw_comm_destroy(comm), GW_SUCCESS);
-  }), /*victim=*/0);
+  expect_clean(run_job(opt,
+                       [](Child& c) {
+                         gw_comm_t comm = init_rank(c, 60);
+                         if (comm == nullptr) return;
+                         EXPECT_CODE(c, gw_barrier(comm), GW_SUCCESS);
+                         if (c.rank == 0) {
+                           c.event('K');
+                           for (;;) pause();
+                         }
+                         std::vector<uint8_t> in(kLarge);
+                         const double t0 = now_s();
+                         EXPECT_CODE(c, gw_recv(comm, in.data(), in.size(), 0, 1), GW_ERR_REMOTE);
+                         const double secs = now_s() - t0;
+                         c.check(secs < 10, "failed after " + std::to_string(secs) + " s", __LINE__);
+                         EXPECT_CODE(c, async_error(comm), GW_ERR_REMOTE);
+                         EXPECT_CODE(c, gw_comm_destroy(comm), GW_SUCCESS);
+                       }),
+               /*victim=*/0);
 }
 
 TEST_P(P2p, MessagesMoveWhileACollectiveRuns) {
@@ -509,8 +517,9 @@ TEST_P(P2p, MessagesMoveWhileACollectiveRuns) {
       // The all-reduce waits for rank 1, which waits for this message first: the message
       // must not wait behind the all-reduce.
       gw_request_t a = nullptr, s = nullptr;
-      EXPECT_CODE(c, gw_iallreduce(comm, x.data(), y.data(), kCount, GW_FLOAT32, GW_SUM, nullptr, nullptr, GW_ALGO_AUTO, &a),
-                  GW_SUCCESS);
+      EXPECT_CODE(
+          c, gw_iallreduce(comm, x.data(), y.data(), kCount, GW_FLOAT32, GW_SUM, nullptr, nullptr, GW_ALGO_AUTO, &a),
+          GW_SUCCESS);
       usleep(100 * 1000);  // the all-reduce is running
       EXPECT_CODE(c, gw_isend(comm, out.data(), out.size(), 1, 3, &s), GW_SUCCESS);
       EXPECT_CODE(c, gw_wait(s), GW_SUCCESS);

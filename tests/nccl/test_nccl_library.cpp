@@ -4,11 +4,11 @@
 // finds it (GW_NCCL_LIBRARY unset): on the loader's path (LD_LIBRARY_PATH, e.g. PyTorch's
 // nvidia/nccl/lib, or the system's), else in the toolkit found at build time. Where it does
 // not load, the tests that need it skip, or fail under GW_REQUIRE_NCCL=1.
-#include <cuda_runtime_api.h>
 #include <dlfcn.h>
-#include <gtest/gtest.h>
 #include <link.h>
 #include <unistd.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -30,9 +30,7 @@ bool have_gpu() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 TEST(NcclLibrary, VersionString) {
   EXPECT_EQ(version_string(22809), "2.28.9");
@@ -41,9 +39,9 @@ TEST(NcclLibrary, VersionString) {
 }
 
 // Skips the test, or fails it under GW_REQUIRE_NCCL=1, when NCCL does not load.
-#define GW_NEEDS_NCCL()                                                             \
-  do {                                                                              \
-    const auto gw_lib_ = load_library();                                            \
+#define GW_NEEDS_NCCL()                                                               \
+  do {                                                                                \
+    const auto gw_lib_ = load_library();                                              \
     if (!gw_lib_.is_ok()) GW_SKIP_OR_FAIL_WITHOUT_NCCL(gw_lib_.status().to_string()); \
   } while (0)
 
@@ -85,8 +83,8 @@ class NcclLibraryEnv : public ::testing::Test {
   } else {
     std::fprintf(stderr, "failed %s\n", lib.status().to_string().c_str());
   }
-  const bool as_expected = expect_ok ? lib.is_ok() && (*lib)->path == value
-                                     : !lib.is_ok() && lib.status().code() == Code::kUnsupported;
+  const bool as_expected =
+      expect_ok ? lib.is_ok() && (*lib)->path == value : !lib.is_ok() && lib.status().code() == Code::kUnsupported;
   std::exit(as_expected ? 0 : 1);
 }
 
@@ -133,7 +131,8 @@ TEST_F(NcclLibraryEnv, TooOldIsUnsupportedWithItsVersion) {
 
 TEST_F(NcclLibraryEnv, ExplicitPathIsUsed) {
   const std::string path = nccl_file();
-  if (path.empty()) GW_SKIP_OR_FAIL_WITHOUT_NCCL("libnccl.so.2 is not on the loader's path nor in " GW_NCCL_FALLBACK_DIR);
+  if (path.empty())
+    GW_SKIP_OR_FAIL_WITHOUT_NCCL("libnccl.so.2 is not on the loader's path nor in " GW_NCCL_FALLBACK_DIR);
   EXPECT_EXIT(load_with_env(path, true), ::testing::ExitedWithCode(0), "loaded .*libnccl");
 }
 
@@ -142,8 +141,7 @@ TEST(NcclComm, RejectsBadArguments) {
   const auto deadline = Clock::now() + seconds(5);
   EXPECT_EQ(Comm::create(id, 0, 0, deadline, nullptr).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(Comm::create(id, 2, 2, deadline, nullptr).status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(Comm::create(nullptr, 1, 0, deadline, nullptr).status().code(),
-            Code::kInvalidArgument);
+  EXPECT_EQ(Comm::create(nullptr, 1, 0, deadline, nullptr).status().code(), Code::kInvalidArgument);
 }
 
 // No GPU: NCCL init must fail with a CUDA or remote error naming NCCL, not hang or crash.
@@ -211,8 +209,7 @@ void single_rank_collectives_on_gpu() {
   EXPECT_EQ(comm.broadcast(recv, 4, 1, stream).code(), Code::kInvalidArgument);
   comm.abort();
   comm.abort();
-  EXPECT_EQ(comm.allreduce(send, recv, n, DType::kFloat32, ReduceOp::kSum, stream).code(),
-            Code::kAborted);
+  EXPECT_EQ(comm.allreduce(send, recv, n, DType::kFloat32, ReduceOp::kSum, stream).code(), Code::kAborted);
   EXPECT_EQ(comm.wait(stream, deadline, progress).code(), Code::kAborted);
   EXPECT_EQ(comm.close(deadline, progress).code(), Code::kAborted) << "aborted: nothing to finalize";
 
@@ -226,8 +223,7 @@ void single_rank_collectives_on_gpu() {
   s = (*second)->close(deadline, progress);
   EXPECT_TRUE(s.is_ok()) << s.to_string();
   EXPECT_TRUE((*second)->close(deadline, progress).is_ok());
-  EXPECT_EQ((*second)->allreduce(send, recv, n, DType::kFloat32, ReduceOp::kSum, stream).code(),
-            Code::kAborted);
+  EXPECT_EQ((*second)->allreduce(send, recv, n, DType::kFloat32, ReduceOp::kSum, stream).code(), Code::kAborted);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaFree(send);
   cudaFree(recv);

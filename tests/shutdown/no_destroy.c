@@ -21,8 +21,7 @@ int main(int argc, char** argv) {
   }
   gw_comm_rank(comm, &rank);
   for (i = 0; i < 1000; ++i) x[i] = (float)i;
-  if (gw_allreduce(comm, x, x, 1000, GW_FLOAT32, GW_SUM, NULL, NULL) != GW_SUCCESS ||
-      gw_barrier(comm) != GW_SUCCESS) {
+  if (gw_allreduce(comm, x, x, 1000, GW_FLOAT32, GW_SUM, NULL, NULL) != GW_SUCCESS || gw_barrier(comm) != GW_SUCCESS) {
     fprintf(stderr, "collective: %s\n", gw_get_last_error());
     return 3;
   }

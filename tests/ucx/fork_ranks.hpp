@@ -114,9 +114,11 @@ inline std::vector<int> run_ranks(int n, const std::string& tls, const RankBody&
   // Address exchange: gather all, then give every rank the whole table.
   std::vector<std::string> addresses(static_cast<size_t>(n));
   bool ok = true;
-  for (int r = 0; r < n && ok; ++r) ok = detail::read_blob(up[static_cast<size_t>(2 * r)], addresses[static_cast<size_t>(r)]);
+  for (int r = 0; r < n && ok; ++r)
+    ok = detail::read_blob(up[static_cast<size_t>(2 * r)], addresses[static_cast<size_t>(r)]);
   for (int r = 0; r < n && ok; ++r) {
-    for (int i = 0; i < n && ok; ++i) ok = detail::write_blob(down[static_cast<size_t>(2 * r + 1)], addresses[static_cast<size_t>(i)]);
+    for (int i = 0; i < n && ok; ++i)
+      ok = detail::write_blob(down[static_cast<size_t>(2 * r + 1)], addresses[static_cast<size_t>(i)]);
   }
   for (int r = 0; r < n; ++r) {
     close(up[static_cast<size_t>(2 * r)]);

@@ -13,14 +13,14 @@
 // children, stderr discarded) and counts how many of those crash UCX (informative only),
 // GW_UCX_ADDRESS_CORPUS_DIR=dir writes the real addresses there as fuzzing seeds.
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <ucp/api/ucp.h>
 #include <unistd.h>
+#include <gtest/gtest.h>
+#include <ucp/api/ucp.h>
 
 #include <chrono>
 #include <cstdint>
@@ -49,7 +49,7 @@ using bootstrap::write_all;
 
 struct Variant {
   const char* name;
-  const char* tls;  // UCX_TLS, nullptr for UCX's default
+  const char* tls;                                          // UCX_TLS, nullptr for UCX's default
   std::vector<std::pair<const char*, const char*>> config;  // more ucp_config_modify pairs
 };
 
@@ -204,8 +204,10 @@ const std::map<std::string, std::string>& real_addresses() {
     for (const Variant& v : variants()) {
       Source s = start_source(v);
       const int rc = stop_source(&s);
-      if (rc == 0 && !s.address.empty()) m[v.name] = s.address;
-      else std::printf("variant %s: no address (source exit %d)\n", v.name, rc);
+      if (rc == 0 && !s.address.empty())
+        m[v.name] = s.address;
+      else
+        std::printf("variant %s: no address (source exit %d)\n", v.name, rc);
     }
     if (const char* dir = std::getenv("GW_UCX_ADDRESS_CORPUS_DIR")) {
       for (const auto& [name, a] : m) {
@@ -241,9 +243,9 @@ bool linked_full_check() { return !validate_ucx_address("\x07", 1).is_ok(); }
 TEST(UcxAddress, ChecksumIsUcxCrc16) {
   // CRC-16/X-25 check value, then the transports' checksums must be distinct.
   EXPECT_EQ(detail::ucx_tl_name_csum("123456789"), 0x906e);
-  const char* names[] = {"self",     "tcp",       "posix",    "sysv",      "xpmem",    "cma",      "knem",
-                         "rc_verbs", "rc_mlx5",   "dc_mlx5",  "ud_verbs",  "ud_mlx5",  "cuda_copy", "cuda_ipc",
-                         "gdr_copy", "rocm_copy", "rocm_ipc", "rocm_gdr", "ugni_rdma", "ugni_udt", "ugni_smsg"};
+  const char* names[] = {"self",     "tcp",       "posix",    "sysv",     "xpmem",     "cma",       "knem",
+                         "rc_verbs", "rc_mlx5",   "dc_mlx5",  "ud_verbs", "ud_mlx5",   "cuda_copy", "cuda_ipc",
+                         "gdr_copy", "rocm_copy", "rocm_ipc", "rocm_gdr", "ugni_rdma", "ugni_udt",  "ugni_smsg"};
   std::set<uint16_t> seen;
   for (const char* n : names) EXPECT_TRUE(seen.insert(detail::ucx_tl_name_csum(n)).second) << n;
 }
@@ -598,8 +600,8 @@ void ignore_ep_error(void*, ucp_ep_h, ucs_status_t) {}
   Ucx u;
   if (addr == nullptr || !ucx_open(receiver, &u)) _exit(kNoUcx);
   ucp_ep_params_t ep{};
-  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.field_mask =
+      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   ep.address = static_cast<const ucp_address_t*>(addr);
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = &ignore_ep_error;
@@ -817,9 +819,10 @@ TEST(UcxAddress, MutationsAreRejectedOrSurviveUcpEpCreate) {
   }
 
   const size_t mutations = work.size() - controls;
-  std::printf("%zu mutations (+%zu controls) in %.1f s: %zu rejected by the validator, %zu accepted "
-              "(ucp_ep_create succeeded %zu, failed cleanly %zu), %zu accepted ones crashed\n",
-              mutations, controls, secs, rejected, accepted, created, create_failed, crashed);
+  std::printf(
+      "%zu mutations (+%zu controls) in %.1f s: %zu rejected by the validator, %zu accepted "
+      "(ucp_ep_create succeeded %zu, failed cleanly %zu), %zu accepted ones crashed\n",
+      mutations, controls, secs, rejected, accepted, created, create_failed, crashed);
   if (probe) std::printf("probe: %zu rejected mutations crashed UCX when given to it anyway\n", probe_crashed);
   std::string codes;
   for (const auto& [code, n] : outcomes) codes += " " + std::to_string(code) + ":" + std::to_string(n);

@@ -1,8 +1,8 @@
 // The UCX transport between real processes: forked ranks, over TCP and over shared memory.
 // Each child checks what it sees and reports through its exit status; the parent asserts.
-#include <gtest/gtest.h>
 #include <signal.h>
 #include <time.h>
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdint>
@@ -17,32 +17,31 @@
 namespace gw {
 namespace {
 
+using std::chrono::milliseconds;
+using std::chrono::seconds;
 using transport::Clock;
 using transport::kTagMask;
 using transport::Op;
 using transport::OpState;
 using transport::UcxTransport;
-using std::chrono::milliseconds;
-using std::chrono::seconds;
 
 int g_rank = -1;  // this child's rank, for messages
 
-#define CHILD_CHECK(cond)                                                                          \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
+#define CHILD_CHECK(cond)                                                                            \
+  do {                                                                                               \
+    if (!(cond)) {                                                                                   \
       std::fprintf(stderr, "rank %d: %s:%d: check failed: %s\n", g_rank, __FILE__, __LINE__, #cond); \
-      return 1;                                                                                    \
-    }                                                                                              \
+      return 1;                                                                                      \
+    }                                                                                                \
   } while (0)
 
-#define CHILD_OK(expr)                                                                             \
-  do {                                                                                             \
-    const ::gw::Status s_ = (expr);                                                                \
-    if (!s_.is_ok()) {                                                                             \
-      std::fprintf(stderr, "rank %d: %s:%d: %s: %s\n", g_rank, __FILE__, __LINE__, #expr,          \
-                   s_.to_string().c_str());                                                        \
-      return 1;                                                                                    \
-    }                                                                                              \
+#define CHILD_OK(expr)                                                                                             \
+  do {                                                                                                             \
+    const ::gw::Status s_ = (expr);                                                                                \
+    if (!s_.is_ok()) {                                                                                             \
+      std::fprintf(stderr, "rank %d: %s:%d: %s: %s\n", g_rank, __FILE__, __LINE__, #expr, s_.to_string().c_str()); \
+      return 1;                                                                                                    \
+    }                                                                                                              \
   } while (0)
 
 Clock::time_point in(Clock::duration d) { return Clock::now() + d; }
@@ -96,10 +95,13 @@ std::string describe(const std::vector<int>& codes) {
 class Ucx : public ::testing::TestWithParam<const char*> {
  protected:
   std::vector<int> run(int n, const test::RankBody& body, seconds limit = seconds(40)) {
-    return test::run_ranks(n, GetParam(), [&](std::unique_ptr<UcxTransport>& t, int rank, int size) {
-      g_rank = rank;
-      return body(t, rank, size);
-    }, limit);
+    return test::run_ranks(
+        n, GetParam(),
+        [&](std::unique_ptr<UcxTransport>& t, int rank, int size) {
+          g_rank = rank;
+          return body(t, rank, size);
+        },
+        limit);
   }
   void expect_all_ok(const std::vector<int>& codes) {
     for (size_t i = 0; i < codes.size(); ++i) EXPECT_EQ(codes[i], 0) << describe(codes);
@@ -148,7 +150,9 @@ TEST_P(Ucx, ManyTagsPostedOutOfOrder) {
     if (k == 1) return kTagMask;  // the largest user tag
     return (static_cast<uint64_t>(k) * 0x9E3779B97Full) & kTagMask;
   };
-  auto size_of = [](int k) -> size_t { return k % 16 == 5 ? 300000 + static_cast<size_t>(k) : static_cast<size_t>(k * 37 % 5000); };
+  auto size_of = [](int k) -> size_t {
+    return k % 16 == 5 ? 300000 + static_cast<size_t>(k) : static_cast<size_t>(k * 37 % 5000);
+  };
   expect_all_ok(run(2, [&](std::unique_ptr<UcxTransport>& t, int rank, int) {
     std::vector<std::vector<uint8_t>> bufs(kMessages);
     std::vector<Op> ops(kMessages);

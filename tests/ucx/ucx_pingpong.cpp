@@ -86,8 +86,7 @@ int bench(UcxTransport& t, size_t min_bytes, size_t max_bytes) {
     if (rank == 0) {
       const double rtt = pp / iters;
       std::printf("%12zu %7d %12.1f %12.3f %12.3f\n", size, iters, rtt * 1e6,
-                  static_cast<double>(size) / (rtt / 2) / 1e9,
-                  static_cast<double>(size) * stream_iters / ss / 1e9);
+                  static_cast<double>(size) / (rtt / 2) / 1e9, static_cast<double>(size) * stream_iters / ss / 1e9);
       std::fflush(stdout);
     }
     if (size == max_bytes) break;

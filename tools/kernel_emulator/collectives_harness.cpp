@@ -26,10 +26,10 @@
 
 #include "collectives/algorithms/device/device_algorithms.hpp"
 #include "collectives/algorithms/host/algorithms.hpp"
+#include "compressors/wire_header.hpp"
 #include "gradwire/codec.hpp"
 #include "gradwire/communicator.hpp"
 #include "gradwire/ef_state.hpp"
-#include "compressors/wire_header.hpp"
 #include "kernels/device_codec.hpp"
 #include "kernels/testing_hooks.hpp"
 #include "transport/local/local_transport.hpp"
@@ -62,16 +62,16 @@ void fail(const std::string& what) {
   abort_group(what);
 }
 
-#define OK_OR_FAIL(label, expr)                                          \
-  do {                                                                   \
-    const Status s_ = (expr);                                            \
-    if (!s_.is_ok()) {                                                   \
-      if (s_.code() != Code::kAborted) {                                 \
-        fail(std::string(label) + ": " #expr " -> " + s_.to_string());   \
-      }                                                                  \
-      abort_group(std::string(label) + ": a rank failed");               \
-      return;                                                            \
-    }                                                                    \
+#define OK_OR_FAIL(label, expr)                                        \
+  do {                                                                 \
+    const Status s_ = (expr);                                          \
+    if (!s_.is_ok()) {                                                 \
+      if (s_.code() != Code::kAborted) {                               \
+        fail(std::string(label) + ": " #expr " -> " + s_.to_string()); \
+      }                                                                \
+      abort_group(std::string(label) + ": a rank failed");             \
+      return;                                                          \
+    }                                                                  \
   } while (0)
 
 // Device buffer of the emulated runtime (cudaMalloc: tracked, filled with 0xA5).
@@ -140,8 +140,10 @@ std::vector<float> gradient(size_t n, uint64_t seed, int kind) {
     if (t == 0.0f) t = 1e-7f;
     if (kind == 1) {
       const uint64_t r = rng() % 8;
-      if (r == 0) t = 0.0f;
-      else if (r < 4) t = static_cast<float>(static_cast<int>(rng() % 5) - 2) * 0.25f;
+      if (r == 0)
+        t = 0.0f;
+      else if (r < 4)
+        t = static_cast<float>(static_cast<int>(rng() % 5) - 2) * 0.25f;
     }
     x[i] = t;
   }
@@ -277,7 +279,9 @@ void compare_allreduce(int p, size_t n, const Case& k, const Options& o) {
   std::vector<std::vector<float>> host_res(P), dev_res(P), host_owner(P), dev_owner(P);
   std::vector<uint64_t> host_step(P), dev_step(P);
   const long failures_before = g_failures.load();
-  auto grad = [&](int step, int r) { return gradient(n, static_cast<uint64_t>(1000 * step + r + 1) * (n + 1), o.kind); };
+  auto grad = [&](int step, int r) {
+    return gradient(n, static_cast<uint64_t>(1000 * step + r + 1) * (n + 1), o.kind);
+  };
   {
     Comms comms = make_group(p, o.chunk_bytes, o.node_of, o.inter);
     on_ranks(comms, [&](Communicator& c, int r) {
@@ -323,9 +327,9 @@ void compare_allreduce(int p, size_t n, const Case& k, const Options& o) {
         }
         out.fill(0x7F);
         float* dst = o.in_place ? g.data() : out.data();
-        OK_OR_FAIL(label, c.allreduce_device(g.data(), dst, n, DType::kFloat32, o.op, codec.value().get(),
-                                             o.with_ef ? ef.value().get() : nullptr, k.algo,
-                                             step == 1 ? stream.s : nullptr));
+        OK_OR_FAIL(label,
+                   c.allreduce_device(g.data(), dst, n, DType::kFloat32, o.op, codec.value().get(),
+                                      o.with_ef ? ef.value().get() : nullptr, k.algo, step == 1 ? stream.s : nullptr));
         dev_out[step][r] = o.in_place ? g.download() : out.download();
         if (!o.node_of.empty() && c.stats()->last_algo != Algo::kHierarchical) {
           return fail(std::string(label) + ": the device call ran " + algo_name(c.stats()->last_algo));
@@ -385,7 +389,9 @@ void compare_dense(int p, size_t n, size_t chunk_bytes) {
   std::vector<std::vector<float>> host_f(P), dev_f(P), dev_f_inplace(P);
   std::vector<std::vector<uint16_t>> host_h(P), dev_h(P);
   const long failures_before = g_failures.load();
-  auto in_f = [&](int r, int step) { return gradient(n, 77 + static_cast<uint64_t>(r) * 5 + static_cast<uint64_t>(step), 0); };
+  auto in_f = [&](int r, int step) {
+    return gradient(n, 77 + static_cast<uint64_t>(r) * 5 + static_cast<uint64_t>(step), 0);
+  };
   {
     Comms comms = make_group(p, chunk_bytes);
     on_ranks(comms, [&](Communicator& c, int r) {
@@ -396,8 +402,8 @@ void compare_dense(int p, size_t n, size_t chunk_bytes) {
                                     Algo::kScatterReduce));
       host_f[r] = out;
       std::vector<uint16_t> h = halves(n, 5 + static_cast<uint64_t>(r));
-      OK_OR_FAIL(label, c.allreduce(h.data(), h.data(), n, DType::kFloat16, ReduceOp::kSum, nullptr, nullptr,
-                                    Algo::kAuto));
+      OK_OR_FAIL(label,
+                 c.allreduce(h.data(), h.data(), n, DType::kFloat16, ReduceOp::kSum, nullptr, nullptr, Algo::kAuto));
       host_h[r] = h;
     });
   }
@@ -463,7 +469,8 @@ void check_allgather_broadcast(int p, size_t bytes) {
     for (int root = 0; root < p; ++root) {
       DevBuf<uint8_t> buf(bytes);
       std::vector<uint8_t> w(bytes, 0);
-      if (r == root) for (size_t i = 0; i < bytes; ++i) w[i] = pattern(i, 1000 + root);
+      if (r == root)
+        for (size_t i = 0; i < bytes; ++i) w[i] = pattern(i, 1000 + root);
       buf.upload(w);
       OK_OR_FAIL(label, c.broadcast_device(buf.data(), bytes, root, root % 2 == 0 ? nullptr : stream.s));
       const std::vector<uint8_t> b = buf.download();
@@ -540,7 +547,8 @@ void check_codec_api(const char* spec, size_t n) {
       {
         // One round trip: a copy of the verdict into pageable memory, then the stream's sync.
         emu::HotPath hot("decode_device", 2);
-        OK_OR_FAIL(at.c_str(), kern::decode_device(msg.data(), dmsg.size(), dst.data(), n, DType::kFloat32, mode, stream.s));
+        OK_OR_FAIL(at.c_str(),
+                   kern::decode_device(msg.data(), dmsg.size(), dst.data(), n, DType::kFloat32, mode, stream.s));
       }
       finish(stream.s);
       compare_floats(at + " decode mode " + std::to_string(static_cast<int>(mode)), dst.download(), want);
@@ -567,10 +575,10 @@ void check_codec_api(const char* spec, size_t n) {
       m.upload(b);
       dst.upload(prior);
       ++g_checks;
-      const bool host_ok = decode(b.data(), b.size(), std::vector<float>(n).data(), n, DType::kFloat32,
-                                  DecodeMode::kOverwrite).is_ok();
-      const Status st = kern::decode_device(m.data(), b.size(), dst.data(), n, DType::kFloat32, DecodeMode::kAccumulate,
-                                            stream.s);
+      const bool host_ok =
+          decode(b.data(), b.size(), std::vector<float>(n).data(), n, DType::kFloat32, DecodeMode::kOverwrite).is_ok();
+      const Status st =
+          kern::decode_device(m.data(), b.size(), dst.data(), n, DType::kFloat32, DecodeMode::kAccumulate, stream.s);
       if (host_ok) {
         fail(at + ": the host decodes a forged message (" + std::to_string(b.size()) + " bytes): harness error");
       } else if (st.is_ok()) {
@@ -602,8 +610,8 @@ void check_concurrent_streams() {
         DevBuf<float> src(kN);
         DevBuf<uint8_t> msg(cap);
         for (int i = 0; i < 3; ++i) {
-          const std::string at = std::string("concurrent ") + spec + " thread " + std::to_string(t) + " call " +
-                                 std::to_string(i);
+          const std::string at =
+              std::string("concurrent ") + spec + " thread " + std::to_string(t) + " call " + std::to_string(i);
           const std::vector<float> g = gradient(kN, 77 + 10 * static_cast<uint64_t>(t) + static_cast<uint64_t>(i), t);
           const EncodeContext ctx{static_cast<uint64_t>(i), static_cast<uint32_t>(t)};
           std::vector<uint8_t> want(cap);
@@ -679,7 +687,8 @@ void check_refusals() {
       const char* what;
       const void* send;
       void* recv;
-    } bad[] = {{"host sendbuf", host.data(), x.data()}, {"host recvbuf", x.data(), host.data()},
+    } bad[] = {{"host sendbuf", host.data(), x.data()},
+               {"host recvbuf", x.data(), host.data()},
                {"pinned sendbuf", pinned, x.data()}};
     for (const auto& b : bad) {
       ++g_checks;
@@ -743,8 +752,13 @@ void compare_piece(int p, size_t n, const char* spec, Algo algo, uint32_t piece,
     for (auto& t : threads) t.join();
   };
   auto context = [&](transport::Transport& tp, coll::Scratch& scratch, int call) {
-    coll::Context c{tp, tp.rank(), tp.size(), transport::Clock::now() + std::chrono::seconds(60),
-                    40 + static_cast<uint64_t>(call), 4096, scratch};
+    coll::Context c{tp,
+                    tp.rank(),
+                    tp.size(),
+                    transport::Clock::now() + std::chrono::seconds(60),
+                    40 + static_cast<uint64_t>(call),
+                    4096,
+                    scratch};
     c.piece = piece;
     return c;
   };
@@ -759,9 +773,10 @@ void compare_piece(int p, size_t n, const char* spec, Algo algo, uint32_t piece,
       coll::Context c = context(tp, scratch, call);
       std::vector<float> g = grad(call, r), out(n, -7.0f);
       ErrorFeedback* e = with_ef ? &ef : nullptr;
-      const Status s = algo == Algo::kSparseAllgather
-                           ? coll::sparse_allgather_allreduce(c, g.data(), out.data(), n, ReduceOp::kAvg, *codec.value(), e)
-                           : coll::scatter_reduce_allreduce(c, g.data(), out.data(), n, ReduceOp::kAvg, *codec.value(), e);
+      const Status s =
+          algo == Algo::kSparseAllgather
+              ? coll::sparse_allgather_allreduce(c, g.data(), out.data(), n, ReduceOp::kAvg, *codec.value(), e)
+              : coll::scatter_reduce_allreduce(c, g.data(), out.data(), n, ReduceOp::kAvg, *codec.value(), e);
       if (!s.is_ok()) {
         tp.abort(s);
         return fail(std::string(label) + ": host: " + s.to_string());
@@ -851,7 +866,8 @@ void check_missing_caller_wait_is_caught() {
   const long seen = g_failures.load() - before;
   g_failures.store(before);
   ++g_checks;
-  if (seen == 0) fail("with the caller-stream wait skipped the device results still matched: the harness cannot see it");
+  if (seen == 0)
+    fail("with the caller-stream wait skipped the device results still matched: the harness cannot see it");
   std::fprintf(stderr, "missing caller-stream wait: caught (%ld expected failures)\n", seen);
 }
 
@@ -938,7 +954,8 @@ int main(int argc, char** argv) {
   progress("dense, allgather, broadcast, codec api, refusals, concurrent streams, steady-state waits");
 
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%ld all-reduce comparisons, %ld checks, %ld failures, %ld kernel launches, %ld device allocations, %.0f s\n",
-              runs, g_checks.load(), g_failures.load(), emu::g_launches, emu::g_allocs, s);
+  std::printf(
+      "%ld all-reduce comparisons, %ld checks, %ld failures, %ld kernel launches, %ld device allocations, %.0f s\n",
+      runs, g_checks.load(), g_failures.load(), emu::g_launches, emu::g_allocs, s);
   return g_failures.load() == 0 ? 0 : 1;
 }

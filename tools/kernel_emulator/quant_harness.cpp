@@ -18,17 +18,17 @@
 using namespace gw;
 
 static uint64_t failures = 0, checks = 0;
-#define CHECK(cond, ...)                                    \
-  do {                                                      \
-    ++checks;                                               \
-    if (!(cond)) {                                          \
-      ++failures;                                           \
-      if (failures < 40) {                                  \
+#define CHECK(cond, ...)                                          \
+  do {                                                            \
+    ++checks;                                                     \
+    if (!(cond)) {                                                \
+      ++failures;                                                 \
+      if (failures < 40) {                                        \
         std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-        std::fprintf(stderr, __VA_ARGS__);                  \
-        std::fprintf(stderr, "\n");                         \
-      }                                                     \
-    }                                                       \
+        std::fprintf(stderr, __VA_ARGS__);                        \
+        std::fprintf(stderr, "\n");                               \
+      }                                                           \
+    }                                                             \
   } while (0)
 
 // Memory whose end sits right before a PROT_NONE page (reads or writes past it fault); the
@@ -52,13 +52,22 @@ struct Fenced {
   }
   ~Fenced() { munmap(base, map); }
   bool slack_ok() const {
-    for (uint8_t* q = p + bytes; q < base + map - 4096; ++q) if (*q != 0xA5) return false;
+    for (uint8_t* q = p + bytes; q < base + map - 4096; ++q)
+      if (*q != 0xA5) return false;
     return true;
   }
 };
 
-static uint32_t fbits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-static float bfloat(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+static uint32_t fbits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+static float bfloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 static std::mt19937_64 rng(12345);
 
@@ -85,8 +94,8 @@ static float random_float(int kind) {
     }
     case 2: return (r % 3 == 0) ? 0.0f : ((r % 3 == 1) ? -0.0f : 1.5f);  // ties
     case 3: return (r % 4 == 0) ? -2.0f : 2.0f;                          // sign ties
-    case 4: return u(rng) * 3.0e38f;                                      // wide buckets
-    default: return u(rng) * 1e-40f;                                      // subnormals
+    case 4: return u(rng) * 3.0e38f;                                     // wide buckets
+    default: return u(rng) * 1e-40f;                                     // subnormals
   }
 }
 
@@ -95,8 +104,16 @@ struct Msg {
   wire::Header header() const {
     wire::Header h;
     const uint8_t* b = bytes.data();
-    auto u32 = [&](int o) { uint32_t v; std::memcpy(&v, b + o, 4); return v; };
-    auto u64 = [&](int o) { uint64_t v; std::memcpy(&v, b + o, 8); return v; };
+    auto u32 = [&](int o) {
+      uint32_t v;
+      std::memcpy(&v, b + o, 4);
+      return v;
+    };
+    auto u64 = [&](int o) {
+      uint64_t v;
+      std::memcpy(&v, b + o, 8);
+      return v;
+    };
     h.codec = static_cast<CodecId>(b[5]);
     h.dtype = static_cast<DType>(b[6]);
     h.flags = b[7];
@@ -118,7 +135,10 @@ static kern::DeviceScratch scratch;
 static void run_quant(const std::string& spec_text, const std::vector<float>& g, const std::vector<float>& r0,
                       int ef_mode /*0 none, 1 src+res, 2 res only*/, const std::string& what, size_t in_off = 0) {
   auto codec_r = Codec::create(spec_text);
-  if (!codec_r) { std::fprintf(stderr, "spec %s: %s\n", spec_text.c_str(), codec_r.status().message().c_str()); std::abort(); }
+  if (!codec_r) {
+    std::fprintf(stderr, "spec %s: %s\n", spec_text.c_str(), codec_r.status().message().c_str());
+    std::abort();
+  }
   auto& codec = *codec_r;
   const size_t n = g.size();
   const EncodeContext ctx{7, 3};
@@ -128,7 +148,10 @@ static void run_quant(const std::string& spec_text, const std::vector<float>& g,
   Msg host;
   host.bytes.resize(codec->max_encoded_bytes(n, DType::kFloat32));
   auto w = codec->encode(acc.data(), n, DType::kFloat32, ctx, host.bytes.data(), host.bytes.size());
-  if (!w) { std::fprintf(stderr, "host encode: %s\n", w.status().message().c_str()); std::abort(); }
+  if (!w) {
+    std::fprintf(stderr, "host encode: %s\n", w.status().message().c_str());
+    std::abort();
+  }
   host.bytes.resize(*w);
   if (ef_mode != 0) {
     Status s = decode(host.bytes.data(), host.bytes.size(), acc.data(), n, DType::kFloat32, DecodeMode::kSubtract);
@@ -158,13 +181,21 @@ static void run_quant(const std::string& spec_text, const std::vector<float>& g,
   CHECK(dh.bits == hh.bits && dh.bucket == hh.bucket && dh.flags == hh.flags, "%s: header fields", what.c_str());
   CHECK(payload.slack_ok(), "%s: payload slack written", what.c_str());
   size_t bad = 0, first_bad = 0;
-  for (size_t i = 0; i < hh.payload_bytes; ++i) if (payload.p[i] != host.bytes[56 + i]) { if (!bad) first_bad = i; ++bad; }
+  for (size_t i = 0; i < hh.payload_bytes; ++i)
+    if (payload.p[i] != host.bytes[56 + i]) {
+      if (!bad) first_bad = i;
+      ++bad;
+    }
   CHECK(bad == 0, "%s: %zu payload bytes differ, first at %zu (dev %02x host %02x)", what.c_str(), bad, first_bad,
         bad ? payload.p[first_bad] : 0, bad ? host.bytes[56 + first_bad] : 0);
   if (ef_mode != 0) {
     size_t rb = 0, fr = 0;
     const float* dr = reinterpret_cast<const float*>(res.p);
-    for (size_t i = 0; i < n; ++i) if (fbits(dr[i]) != fbits(acc[i])) { if (!rb) fr = i; ++rb; }
+    for (size_t i = 0; i < n; ++i)
+      if (fbits(dr[i]) != fbits(acc[i])) {
+        if (!rb) fr = i;
+        ++rb;
+      }
     CHECK(rb == 0, "%s: %zu residuals differ, first at %zu (dev %08x host %08x)", what.c_str(), rb, fr,
           rb ? fbits(dr[fr]) : 0, rb ? fbits(acc[fr]) : 0);
   } else {
@@ -178,7 +209,8 @@ static void run_quant(const std::string& spec_text, const std::vector<float>& g,
         std::vector<float> d0(n);
         for (auto& v : d0) v = random_float(0);
         std::vector<float> hd = d0;
-        Status s = decode(host.bytes.data(), host.bytes.size(), hd.data(), n, DType::kFloat32, static_cast<DecodeMode>(mode));
+        Status s =
+            decode(host.bytes.data(), host.bytes.size(), hd.data(), n, DType::kFloat32, static_cast<DecodeMode>(mode));
         if (!s) std::abort();
         Fenced pl(hh.payload_bytes, 8, off);
         std::memcpy(pl.p, host.bytes.data() + 56, hh.payload_bytes);
@@ -189,9 +221,13 @@ static void run_quant(const std::string& spec_text, const std::vector<float>& g,
         CHECK(ds.is_ok(), "%s: decode failed", what.c_str());
         size_t db = 0, fd = 0;
         const float* dd = reinterpret_cast<const float*>(dst.p);
-        for (size_t i = 0; i < n; ++i) if (fbits(dd[i]) != fbits(hd[i])) { if (!db) fd = i; ++db; }
-        CHECK(db == 0, "%s: decode mode %d off %zu doff %zu: %zu differ, first %zu (dev %08x host %08x)", what.c_str(), mode, off, doff, db, fd,
-              db ? fbits(dd[fd]) : 0, db ? fbits(hd[fd]) : 0);
+        for (size_t i = 0; i < n; ++i)
+          if (fbits(dd[i]) != fbits(hd[i])) {
+            if (!db) fd = i;
+            ++db;
+          }
+        CHECK(db == 0, "%s: decode mode %d off %zu doff %zu: %zu differ, first %zu (dev %08x host %08x)", what.c_str(),
+              mode, off, doff, db, fd, db ? fbits(dd[fd]) : 0, db ? fbits(hd[fd]) : 0);
         CHECK(dst.slack_ok(), "%s: dst slack", what.c_str());
       }
       if (n > 300) break;
@@ -223,7 +259,10 @@ static void run_dense(const std::string& spec_text, DType in_type, const std::ve
       if (!s) std::abort();
     }
   }
-  if (!w) { std::fprintf(stderr, "host encode: %s\n", w.status().message().c_str()); std::abort(); }
+  if (!w) {
+    std::fprintf(stderr, "host encode: %s\n", w.status().message().c_str());
+    std::abort();
+  }
   host.bytes.resize(*w);
   const wire::Header hh = host.header();
   for (size_t soff : {size_t{0}, size_t{4}}) {
@@ -244,7 +283,8 @@ static void run_dense(const std::string& spec_text, DType in_type, const std::ve
     wire::Header dh;
     Result<uint64_t> pb = kern::encode_dense(job, dh);
     CHECK(pb.is_ok() && *pb == hh.payload_bytes, "%s: dense payload size", what.c_str());
-    CHECK(std::memcmp(payload.p, host.bytes.data() + 56, hh.payload_bytes) == 0, "%s: dense payload differs", what.c_str());
+    CHECK(std::memcmp(payload.p, host.bytes.data() + 56, hh.payload_bytes) == 0, "%s: dense payload differs",
+          what.c_str());
     CHECK(payload.slack_ok(), "%s: slack", what.c_str());
     if (ef_mode != 0) {
       size_t rb = 0;
@@ -263,7 +303,10 @@ static void run_dense(const std::string& spec_text, DType in_type, const std::ve
         // keep dst values sane-ish: random bytes are fine (any bits)
         std::vector<uint8_t> hd = d0;
         Status s = decode(host.bytes.data(), host.bytes.size(), hd.data(), n, dt, static_cast<DecodeMode>(mode));
-        if (!s) { std::fprintf(stderr, "host decode: %s\n", s.message().c_str()); std::abort(); }
+        if (!s) {
+          std::fprintf(stderr, "host decode: %s\n", s.message().c_str());
+          std::abort();
+        }
         Fenced pl(hh.payload_bytes, 8, off);
         std::memcpy(pl.p, host.bytes.data() + 56, hh.payload_bytes);
         Fenced dst(n * dsz, 16, off == 1 ? dsz : 0);
@@ -272,7 +315,10 @@ static void run_dense(const std::string& spec_text, DType in_type, const std::ve
         Status ds = kern::decode_dense(dj);
         CHECK(ds.is_ok(), "%s: dense decode failed", what.c_str());
         size_t fi = n;
-        auto is_nan = [&](uint32_t b) { return dsz == 4 ? (b & 0x7fffffffu) > 0x7f800000u : (dt == DType::kFloat16 ? (b & 0x7fffu) > 0x7c00u : (b & 0x7fffu) > 0x7f80u); };
+        auto is_nan = [&](uint32_t b) {
+          return dsz == 4 ? (b & 0x7fffffffu) > 0x7f800000u
+                          : (dt == DType::kFloat16 ? (b & 0x7fffu) > 0x7c00u : (b & 0x7fffu) > 0x7f80u);
+        };
         for (size_t i = 0; i < n && fi == n; ++i) {
           uint32_t a = 0, b = 0;
           std::memcpy(&a, dst.p + i * dsz, dsz);
@@ -280,9 +326,15 @@ static void run_dense(const std::string& spec_text, DType in_type, const std::ve
           if (a != b && !(is_nan(a) && is_nan(b))) fi = i;
         }
         uint32_t dv = 0, hv = 0, ov = 0, pv = 0;
-        if (fi < n) { std::memcpy(&dv, dst.p + fi * dsz, dsz); std::memcpy(&hv, hd.data() + fi * dsz, dsz); std::memcpy(&ov, d0.data() + fi * dsz, dsz);
-          const size_t psz = hh.payload_bytes / n; std::memcpy(&pv, host.bytes.data() + 56 + fi * psz, psz); }
-        CHECK(fi == n, "%s: dense decode dt %d mode %d off %zu differs at %zu: dev %x host %x dst0 %x payload %x", what.c_str(), int(dt), mode, off, fi, dv, hv, ov, pv);
+        if (fi < n) {
+          std::memcpy(&dv, dst.p + fi * dsz, dsz);
+          std::memcpy(&hv, hd.data() + fi * dsz, dsz);
+          std::memcpy(&ov, d0.data() + fi * dsz, dsz);
+          const size_t psz = hh.payload_bytes / n;
+          std::memcpy(&pv, host.bytes.data() + 56 + fi * psz, psz);
+        }
+        CHECK(fi == n, "%s: dense decode dt %d mode %d off %zu differs at %zu: dev %x host %x dst0 %x payload %x",
+              what.c_str(), int(dt), mode, off, fi, dv, hv, ov, pv);
         CHECK(dst.slack_ok(), "%s: dense dst slack", what.c_str());
       }
     }
@@ -298,14 +350,18 @@ int main(int argc, char** argv) {
         for (int kind = 0; kind < 3; ++kind) {
           std::vector<uint32_t> raw(n);
           for (auto& v : raw) {
-            if (in == DType::kFloat32) v = fbits(random_float(kind == 0 ? 0 : (kind == 1 ? 1 : 5)));
-            else v = static_cast<uint32_t>(rng()) & 0xffffu;
+            if (in == DType::kFloat32)
+              v = fbits(random_float(kind == 0 ? 0 : (kind == 1 ? 1 : 5)));
+            else
+              v = static_cast<uint32_t>(rng()) & 0xffffu;
           }
           std::vector<float> r0(n);
           for (auto& v : r0) v = random_float(0);
           for (int ef = 0; ef < 3; ++ef) {
             if (ef != 0 && in != DType::kFloat32) continue;
-            run_dense(spec, in, raw, r0, ef, std::string(spec) + " in" + std::to_string(int(in)) + " n" + std::to_string(n) + " kind" + std::to_string(kind) + " ef" + std::to_string(ef));
+            run_dense(spec, in, raw, r0, ef,
+                      std::string(spec) + " in" + std::to_string(int(in)) + " n" + std::to_string(n) + " kind" +
+                          std::to_string(kind) + " ef" + std::to_string(ef));
           }
         }
       }
@@ -313,9 +369,13 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "dense done: %" PRIu64 " checks, %" PRIu64 " failures\n", checks, failures);
 
-  std::vector<uint32_t> buckets = {1, 2, 3, 4, 5, 7, 8, 13, 31, 32, 33, 64, 100, 128, 500, 512, 513, 1000, 2048, 2049, 3000, 5000};
+  std::vector<uint32_t> buckets = {1,  2,   3,   4,   5,   7,   8,    13,   31,   32,   33,
+                                   64, 100, 128, 500, 512, 513, 1000, 2048, 2049, 3000, 5000};
   std::vector<size_t> ns = {1, 2, 3, 4, 5, 7, 8, 9, 31, 32, 33, 100, 127, 128, 129, 500, 513, 1000, 2049, 4097, 7000};
-  if (quick) { buckets = {1, 3, 32, 33, 512, 513, 3000}; ns = {1, 7, 33, 129, 1000, 7000}; }
+  if (quick) {
+    buckets = {1, 3, 32, 33, 512, 513, 3000};
+    ns = {1, 7, 33, 129, 1000, 7000};
+  }
   std::vector<std::string> codecs;
   for (int bits : {1, 2, 4, 8})
     for (const char* r : {"stochastic", "nearest"})
@@ -336,19 +396,27 @@ int main(int argc, char** argv) {
         const int ef = iter % 3;
         const size_t in_off = iter % 5 == 0 ? 4 : (iter % 5 == 1 ? 8 : 0);
         run_quant(c + std::to_string(bucket), g, r0, ef,
-                  c + std::to_string(bucket) + " n=" + std::to_string(n) + " kind=" + std::to_string(kind) + " ef=" + std::to_string(ef) + " off=" + std::to_string(in_off), in_off);
+                  c + std::to_string(bucket) + " n=" + std::to_string(n) + " kind=" + std::to_string(kind) +
+                      " ef=" + std::to_string(ef) + " off=" + std::to_string(in_off),
+                  in_off);
       }
     }
-    std::fprintf(stderr, "bucket %u done: %" PRIu64 " checks, %" PRIu64 " failures, %ld launches\n", bucket, checks, failures, emu::g_launches);
+    std::fprintf(stderr, "bucket %u done: %" PRIu64 " checks, %" PRIu64 " failures, %ld launches\n", bucket, checks,
+                 failures, emu::g_launches);
   }
   // Large buckets (above 1024 elements, a multiple of 128): qsgd spreads them over the
   // device when they are too few for a warp each (many SMs here), and keeps a warp per
   // bucket when they fill it (one SM, 40 buckets); sign always keeps a warp per bucket. Both
   // against the host, with NaN first elements and every EF mode.
-  struct Large { uint32_t bucket; size_t n; int sms; };
-  std::vector<Large> large = {{1152, 1152 * 3 + 5, 64}, {1152, 1152 * 40 + 5, 1}, {4096, 4096, 64},
-                              {4096, 4096 * 2 + 4097, 64}, {65536, 65536 * 2 + 1001, 64},
-                              {1u << 18, (1u << 18) + 77, 64}, {1u << 18, 1u << 19, 2}};
+  struct Large {
+    uint32_t bucket;
+    size_t n;
+    int sms;
+  };
+  std::vector<Large> large = {
+      {1152, 1152 * 3 + 5, 64},    {1152, 1152 * 40 + 5, 1},      {4096, 4096, 64},
+      {4096, 4096 * 2 + 4097, 64}, {65536, 65536 * 2 + 1001, 64}, {1u << 18, (1u << 18) + 77, 64},
+      {1u << 18, 1u << 19, 2}};
   if (quick) large = {{1152, 1152 * 3 + 5, 64}, {1152, 1152 * 40 + 5, 1}, {65536, 65536 + 1001, 64}};
   for (const Large& l : large) {
     for (const auto& c : codecs) {
@@ -358,17 +426,18 @@ int main(int argc, char** argv) {
       std::vector<float> g(l.n), r0(l.n);
       for (auto& v : g) v = random_float(kind);
       for (auto& v : r0) v = random_float(kind == 4 ? 4 : 0) * 0.5f;
-      if (iter % 2 == 0) g[0] = bfloat(0x7fc00000u), r0[0] = 0.0f;  // NaN first element
+      if (iter % 2 == 0) g[0] = bfloat(0x7fc00000u), r0[0] = 0.0f;    // NaN first element
       if (l.n > l.bucket + 9) g[l.bucket + 9] = bfloat(0xffc00001u);  // a NaN inside a bucket
       const int ef = iter % 3;
       const size_t in_off = iter % 5 == 0 ? 4 : 0;
       const std::string spec = c + std::to_string(l.bucket);
-      run_quant(spec, g, r0, ef, spec + " n=" + std::to_string(l.n) + " sms=" + std::to_string(l.sms) + " kind=" +
-                                     std::to_string(kind) + " ef=" + std::to_string(ef) + " off=" + std::to_string(in_off),
+      run_quant(spec, g, r0, ef,
+                spec + " n=" + std::to_string(l.n) + " sms=" + std::to_string(l.sms) + " kind=" + std::to_string(kind) +
+                    " ef=" + std::to_string(ef) + " off=" + std::to_string(in_off),
                 in_off);
     }
-    std::fprintf(stderr, "large bucket %u n=%zu done: %" PRIu64 " checks, %" PRIu64 " failures, %ld launches\n", l.bucket,
-                 l.n, checks, failures, emu::g_launches);
+    std::fprintf(stderr, "large bucket %u n=%zu done: %" PRIu64 " checks, %" PRIu64 " failures, %ld launches\n",
+                 l.bucket, l.n, checks, failures, emu::g_launches);
   }
   std::printf("%" PRIu64 " checks, %" PRIu64 " failures\n", checks, failures);
   return failures != 0;

@@ -28,23 +28,38 @@ std::vector<float> make_data(size_t n, int kind, uint64_t seed) {
   for (size_t i = 0; i < n; ++i) {
     float t = normal(rng) / std::sqrt(chi(rng) / 3.0f) * 1e-3f;
     switch (kind) {
-      case 0: break;                                                    // heavy tailed
-      case 1: t = 0.0f; break;                                          // all zero
-      case 2: t = (rng() & 1) ? 0.5f : -0.5f; break;                    // all the same magnitude
+      case 0: break;                                                           // heavy tailed
+      case 1: t = 0.0f; break;                                                 // all zero
+      case 2: t = (rng() & 1) ? 0.5f : -0.5f; break;                           // all the same magnitude
       case 3: t = static_cast<float>(static_cast<int>(rng() % 7) - 3); break;  // few values, -0/+0 via ...
-      case 4: {                                                         // specials
+      case 4: {                                                                // specials
         const uint64_t r = rng() % 40;
-        if (r == 0) t = std::numeric_limits<float>::infinity();
-        else if (r == 1) t = -std::numeric_limits<float>::infinity();
-        else if (r == 2) t = std::numeric_limits<float>::quiet_NaN();
-        else if (r == 3) t = -0.0f;
-        else if (r == 4) t = 0.0f;
-        else if (r == 5) { uint32_t u = 0x7fa00001u + static_cast<uint32_t>(rng() % 5); std::memcpy(&t, &u, 4); }
+        if (r == 0)
+          t = std::numeric_limits<float>::infinity();
+        else if (r == 1)
+          t = -std::numeric_limits<float>::infinity();
+        else if (r == 2)
+          t = std::numeric_limits<float>::quiet_NaN();
+        else if (r == 3)
+          t = -0.0f;
+        else if (r == 4)
+          t = 0.0f;
+        else if (r == 5) {
+          uint32_t u = 0x7fa00001u + static_cast<uint32_t>(rng() % 5);
+          std::memcpy(&t, &u, 4);
+        }
         break;
       }
       case 5: t = 1.0f + static_cast<float>(rng() % 1000) * 1e-4f; break;  // one top bin, many dups
-      case 6: t = (rng() % 2) ? -0.0f : 0.0f; if (rng() % 50 == 0) t = normal(rng); break;  // mostly +-0
-      case 7: { const float v = 1.0f + static_cast<float>(rng() % (1u << 20)) * std::ldexp(1.0f, -23); t = (rng() & 1) ? v : -v; break; }  // one top bin, spread mid/low
+      case 6:
+        t = (rng() % 2) ? -0.0f : 0.0f;
+        if (rng() % 50 == 0) t = normal(rng);
+        break;  // mostly +-0
+      case 7: {
+        const float v = 1.0f + static_cast<float>(rng() % (1u << 20)) * std::ldexp(1.0f, -23);
+        t = (rng() & 1) ? v : -v;
+        break;
+      }  // one top bin, spread mid/low
     }
     x[i] = t;
   }
@@ -52,7 +67,11 @@ std::vector<float> make_data(size_t n, int kind, uint64_t seed) {
 }
 
 bool same_bits(const float* a, const float* b, size_t n, size_t* where) {
-  for (size_t i = 0; i < n; ++i) if (std::memcmp(a + i, b + i, 4) != 0) { *where = i; return false; }
+  for (size_t i = 0; i < n; ++i)
+    if (std::memcmp(a + i, b + i, 4) != 0) {
+      *where = i;
+      return false;
+    }
   return true;
 }
 
@@ -67,7 +86,11 @@ bool same_or_nan(const void* a, const void* b) {
 }
 
 bool same_bits_or_nan(const float* a, const float* b, size_t n, size_t* where) {
-  for (size_t i = 0; i < n; ++i) if (!same_or_nan(a + i, b + i)) { *where = i; return false; }
+  for (size_t i = 0; i < n; ++i)
+    if (!same_or_nan(a + i, b + i)) {
+      *where = i;
+      return false;
+    }
   return true;
 }
 
@@ -106,13 +129,18 @@ Result<uint64_t> device_encode(const kern::EncodeJob& job, wire::Header& h) {
 }
 
 // ef: 0 none, 1 src + residual, 2 accumulated (src null).
-void check(const std::string& spec_text, size_t n, int kind, int ef, uint64_t step, uint32_t rank, kern::DeviceScratch& scratch) {
+void check(const std::string& spec_text, size_t n, int kind, int ef, uint64_t step, uint32_t rank,
+           kern::DeviceScratch& scratch) {
   ++checks;
   char label[256];
   std::snprintf(label, sizeof label, "%s n=%zu kind=%d ef=%d step=%llu rank=%u", spec_text.c_str(), n, kind, ef,
                 (unsigned long long)step, rank);
   auto spec = CodecSpec::parse(spec_text);
-  if (!spec) { std::printf("bad spec %s\n", spec_text.c_str()); ++failures; return; }
+  if (!spec) {
+    std::printf("bad spec %s\n", spec_text.c_str());
+    ++failures;
+    return;
+  }
   auto codec = Codec::create(*spec).value();
   std::vector<float> g = make_data(n, kind, n * 31 + kind * 7 + step);
   std::vector<float> r0 = make_data(n, kind == 1 ? 0 : kind, n * 17 + 3 + step);
@@ -123,21 +151,34 @@ void check(const std::string& spec_text, size_t n, int kind, int ef, uint64_t st
   size_t host_len = 0;
   if (ef == 0) {
     auto r = codec->encode(g.data(), n, DType::kFloat32, ctx, host.data(), cap);
-    if (!r) { std::printf("host encode failed %s: %s\n", label, r.status().to_string().c_str()); ++failures; return; }
+    if (!r) {
+      std::printf("host encode failed %s: %s\n", label, r.status().to_string().c_str());
+      ++failures;
+      return;
+    }
     host_len = *r;
   } else {
     host_res = r0;
-    if (ef == 1) for (size_t i = 0; i < n; ++i) host_res[i] += g[i];
-    else for (size_t i = 0; i < n; ++i) host_res[i] = r0[i] + g[i];
+    if (ef == 1)
+      for (size_t i = 0; i < n; ++i) host_res[i] += g[i];
+    else
+      for (size_t i = 0; i < n; ++i) host_res[i] = r0[i] + g[i];
     auto r = codec->encode_accumulated(host_res.data(), n, ctx, host.data(), cap);
-    if (!r) { std::printf("host encode failed %s\n", label); ++failures; return; }
+    if (!r) {
+      std::printf("host encode failed %s\n", label);
+      ++failures;
+      return;
+    }
     host_len = *r;
   }
   // device
   std::vector<float> dsrc = g;
   std::vector<float> dres;
   if (ef == 1) dres = r0;
-  if (ef == 2) { dres.resize(n); for (size_t i = 0; i < n; ++i) dres[i] = r0[i] + g[i]; }
+  if (ef == 2) {
+    dres.resize(n);
+    for (size_t i = 0; i < n; ++i) dres[i] = r0[i] + g[i];
+  }
 #ifdef WIDE_TEST
   std::vector<uint8_t> dev(2 * cap + 64, 0xCD);
 #else
@@ -157,7 +198,11 @@ void check(const std::string& spec_text, size_t n, int kind, int ef, uint64_t st
   h.codec = spec->id;
   h.count = n;
   auto pr = device_encode(job, h);
-  if (!pr) { std::printf("FAIL %s: device encode: %s\n", label, pr.status().to_string().c_str()); ++failures; return; }
+  if (!pr) {
+    std::printf("FAIL %s: device encode: %s\n", label, pr.status().to_string().c_str());
+    ++failures;
+    return;
+  }
   h.payload_bytes = *pr;
 #ifdef WIDE_TEST
   if (spec->id != CodecId::kRandomk) {
@@ -175,7 +220,11 @@ void check(const std::string& spec_text, size_t n, int kind, int ef, uint64_t st
   }
   const size_t dev_len = wire::kHeaderBytes + h.payload_bytes;
   wire::write_header(h, dev.data());
-  if (dev_len > cap) { std::printf("FAIL %s: too long\n", label); ++failures; return; }
+  if (dev_len > cap) {
+    std::printf("FAIL %s: too long\n", label);
+    ++failures;
+    return;
+  }
 #else
   wire::write_header(h, dev.data());
   const size_t dev_len = wire::kHeaderBytes + *pr;
@@ -187,7 +236,12 @@ void check(const std::string& spec_text, size_t n, int kind, int ef, uint64_t st
                 differs);
     ok = false;
   }
-  for (size_t i = dev_len; i < dev.size(); ++i) if (dev[i] != 0xCD) { std::printf("FAIL %s: wrote past the message at %zu\n", label, i); ok = false; break; }
+  for (size_t i = dev_len; i < dev.size(); ++i)
+    if (dev[i] != 0xCD) {
+      std::printf("FAIL %s: wrote past the message at %zu\n", label, i);
+      ok = false;
+      break;
+    }
   if (ef != 0) {
     size_t at = 0;
     if (!same_bits_or_nan(host_res.data(), dres.data(), n, &at)) {
@@ -197,9 +251,15 @@ void check(const std::string& spec_text, size_t n, int kind, int ef, uint64_t st
   }
   if (ef != 1) {
     size_t at = 0;
-    if (!same_bits(g.data(), dsrc.data(), n, &at)) { std::printf("FAIL %s: src modified\n", label); ok = false; }
+    if (!same_bits(g.data(), dsrc.data(), n, &at)) {
+      std::printf("FAIL %s: src modified\n", label);
+      ok = false;
+    }
   }
-  if (!ok) { ++failures; return; }
+  if (!ok) {
+    ++failures;
+    return;
+  }
 
   // Decoding the same message on both sides, every mode.
 #ifdef WIDE_TEST
@@ -208,17 +268,29 @@ void check(const std::string& spec_text, size_t n, int kind, int ef, uint64_t st
   if (spec->id == CodecId::kTopk || spec->id == CodecId::kDgc || spec->id == CodecId::kRandomk) {
 #endif
     auto hdr = wire::read_header(host.data(), host_len);
-    if (!hdr) { std::printf("FAIL %s: read_header\n", label); ++failures; return; }
+    if (!hdr) {
+      std::printf("FAIL %s: read_header\n", label);
+      ++failures;
+      return;
+    }
     for (int mode = 0; mode < 3; ++mode) {
       std::vector<float> hd = make_data(n, 0, 99 + n), dd = hd;
       auto st = gw::decode(host.data(), host_len, hd.data(), n, DType::kFloat32, static_cast<DecodeMode>(mode));
-      if (!st.is_ok()) { std::printf("FAIL %s: host decode\n", label); ++failures; return; }
+      if (!st.is_ok()) {
+        std::printf("FAIL %s: host decode\n", label);
+        ++failures;
+        return;
+      }
       // misaligned copy of the message too
       std::vector<uint8_t> shifted(host_len + 8);
       const int shift = mode == 2 ? 1 : (mode == 1 ? 4 : 0);
       std::memcpy(shifted.data() + shift, host.data(), host_len);
-      kern::DecodeJob dj{&*hdr, shifted.data() + shift + wire::kHeaderBytes, dd.data(), DType::kFloat32,
-                         static_cast<DecodeMode>(mode), nullptr};
+      kern::DecodeJob dj{&*hdr,
+                         shifted.data() + shift + wire::kHeaderBytes,
+                         dd.data(),
+                         DType::kFloat32,
+                         static_cast<DecodeMode>(mode),
+                         nullptr};
       Status ds = spec->id == CodecId::kRandomk ? kern::decode_randomk(dj) : kern::decode_sparse(dj);
       size_t at = 0;
       if (!ds.is_ok() || !same_bits_or_nan(hd.data(), dd.data(), n, &at)) {
@@ -229,7 +301,11 @@ void check(const std::string& spec_text, size_t n, int kind, int ef, uint64_t st
       if (spec->id != CodecId::kRandomk) {
         uint32_t bad = 0;
         Status cs = kern::check_sparse_indices(*hdr, shifted.data() + shift + wire::kHeaderBytes, &bad, nullptr);
-        if (!cs.is_ok() || bad != 0) { std::printf("FAIL %s: check flags a valid message\n", label); ++failures; return; }
+        if (!cs.is_ok() || bad != 0) {
+          std::printf("FAIL %s: check flags a valid message\n", label);
+          ++failures;
+          return;
+        }
       }
     }
   }
@@ -251,14 +327,24 @@ void check_index_checker() {
       return st.is_ok() ? bad : 99u;
     };
     ++checks;
-    if (run(good, 0) != 0 || run(good, 4) != 0 || run(good, 3) != 0) { std::printf("FAIL checker flags good (w%d)\n", width); ++failures; }
-    auto b1 = good; b1[4] = h.count;
-    auto b2 = good; b2[2] = b2[1];
-    auto b3 = good; b3[0] = b3[1] + 1;
-    auto b4 = good; b4[3] = ~uint64_t{0} >> (width == 4 ? 32 : 0);
+    if (run(good, 0) != 0 || run(good, 4) != 0 || run(good, 3) != 0) {
+      std::printf("FAIL checker flags good (w%d)\n", width);
+      ++failures;
+    }
+    auto b1 = good;
+    b1[4] = h.count;
+    auto b2 = good;
+    b2[2] = b2[1];
+    auto b3 = good;
+    b3[0] = b3[1] + 1;
+    auto b4 = good;
+    b4[3] = ~uint64_t{0} >> (width == 4 ? 32 : 0);
     for (auto& b : {b1, b2, b3, b4}) {
       ++checks;
-      if (run(b, 0) != 1 || run(b, 1) != 1) { std::printf("FAIL checker misses a bad index (w%d)\n", width); ++failures; }
+      if (run(b, 0) != 1 || run(b, 1) != 1) {
+        std::printf("FAIL checker misses a bad index (w%d)\n", width);
+        ++failures;
+      }
     }
   }
 }
@@ -300,11 +386,16 @@ void check_wide_index(kern::DeviceScratch& scratch) {
       std::vector<uint64_t> i64(k);
       std::vector<float> v32(k), v64(k);
       kern::SelectArray in{x.data(), nullptr, n};
-      auto s1 = kern::select_topk<uint32_t>(in, k, kern::SparseOut<uint32_t>{i32.data(), v32.data(), nullptr}, scratch, nullptr);
-      auto s2 = kern::select_topk<uint64_t>(in, k, kern::SparseOut<uint64_t>{i64.data(), v64.data(), nullptr}, scratch, nullptr);
+      auto s1 = kern::select_topk<uint32_t>(in, k, kern::SparseOut<uint32_t>{i32.data(), v32.data(), nullptr}, scratch,
+                                            nullptr);
+      auto s2 = kern::select_topk<uint64_t>(in, k, kern::SparseOut<uint64_t>{i64.data(), v64.data(), nullptr}, scratch,
+                                            nullptr);
       bool ok = s1.is_ok() && s2.is_ok();
       for (size_t i = 0; ok && i < k; ++i) ok = i32[i] == i64[i] && std::memcmp(&v32[i], &v64[i], 4) == 0;
-      if (!ok) { std::printf("FAIL wide index n=%zu kind=%d\n", n, kind); ++failures; }
+      if (!ok) {
+        std::printf("FAIL wide index n=%zu kind=%d\n", n, kind);
+        ++failures;
+      }
     }
   }
 }
@@ -325,7 +416,8 @@ void check_loop(const std::string& spec_text, size_t n, kern::DeviceScratch& scr
     std::vector<uint8_t> host(cap), dev(cap);
     EncodeContext ctx{step, 2};
     const size_t hl = codec->encode_accumulated(hres.data(), n, ctx, host.data(), cap).value();
-    kern::EncodeJob job{g.data(), dres.data(), n, DType::kFloat32, &spec, ctx, dev.data() + wire::kHeaderBytes, &scratch, nullptr};
+    kern::EncodeJob job{g.data(), dres.data(), n, DType::kFloat32, &spec, ctx, dev.data() + wire::kHeaderBytes,
+                        &scratch, nullptr};
     wire::Header h;
     h.codec = spec.id;
     h.count = n;
@@ -333,7 +425,8 @@ void check_loop(const std::string& spec_text, size_t n, kern::DeviceScratch& scr
     h.payload_bytes = pr.value();
     wire::write_header(h, dev.data());
     size_t at = 0;
-    if (hl != wire::kHeaderBytes + *pr || std::memcmp(host.data(), dev.data(), hl) != 0 || !same_bits(hres.data(), dres.data(), n, &at)) {
+    if (hl != wire::kHeaderBytes + *pr || std::memcmp(host.data(), dev.data(), hl) != 0 ||
+        !same_bits(hres.data(), dres.data(), n, &at)) {
       std::printf("FAIL loop %s n=%zu step %llu\n", spec_text.c_str(), n, (unsigned long long)step);
       ++failures;
       return;
@@ -348,15 +441,28 @@ int main(int argc, char** argv) {
   check_index_checker();
   check_wide_decode();
   check_wide_index(scratch);
-  for (const char* sp : {"topk:ratio=0.01", "dgc:ratio=0.01", "dgc:ratio=0.001,sample=0.05", "randomk:ratio=0.05,seed=9", "topk:k=7"})
+  for (const char* sp :
+       {"topk:ratio=0.01", "dgc:ratio=0.01", "dgc:ratio=0.001,sample=0.05", "randomk:ratio=0.05,seed=9", "topk:k=7"})
     for (size_t n : {100ul, 5000ul, 20000ul}) check_loop(sp, n, scratch);
   std::printf("loops done, %d checks, %d failures\n", checks, failures);
   std::vector<size_t> sizes = {1, 2, 7, 31, 32, 33, 100, 1000, 1023, 1024, 1025, 4095, 4096, 4097, 10000, 33333};
-  if (!quick) { sizes.push_back(70001); sizes.push_back(140000); }
-  const std::vector<std::string> specs = {"topk:k=1", "topk:ratio=0.01", "topk:ratio=0.3", "topk:k=1000000000",
-                                          "dgc:ratio=0.001", "dgc:ratio=0.01,seed=5", "dgc:k=1", "dgc:ratio=0.2,sample=0.001",
-                                          "dgc:ratio=0.05,sample=1", "dgc:ratio=0.24",
-                                          "randomk:ratio=0.01,seed=3", "randomk:k=1", "randomk:ratio=1"};
+  if (!quick) {
+    sizes.push_back(70001);
+    sizes.push_back(140000);
+  }
+  const std::vector<std::string> specs = {"topk:k=1",
+                                          "topk:ratio=0.01",
+                                          "topk:ratio=0.3",
+                                          "topk:k=1000000000",
+                                          "dgc:ratio=0.001",
+                                          "dgc:ratio=0.01,seed=5",
+                                          "dgc:k=1",
+                                          "dgc:ratio=0.2,sample=0.001",
+                                          "dgc:ratio=0.05,sample=1",
+                                          "dgc:ratio=0.24",
+                                          "randomk:ratio=0.01,seed=3",
+                                          "randomk:k=1",
+                                          "randomk:ratio=1"};
   for (size_t n : sizes) {
     for (const auto& s : specs) {
       for (int kind = 0; kind < 8; ++kind) {

@@ -37,8 +37,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <gradwire/gradwire.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -63,8 +63,7 @@ static void sleep_us(long us) {
   struct timespec ts;
   ts.tv_sec = us / 1000000;
   ts.tv_nsec = (us % 1000000) * 1000;
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 /* splitmix64: one stream per run, from the run's seed. */
@@ -124,9 +123,9 @@ typedef struct {
 
 /* What a rank reports through its pipe: first this, then a double (teardown seconds). */
 typedef struct {
-  int result;   /* gw_result_t of the failed call (GW_SUCCESS in mode none) */
-  int in_init;  /* the failure came from gw_comm_init_rank */
-  double at;    /* CLOCK_MONOTONIC when the call returned */
+  int result;  /* gw_result_t of the failed call (GW_SUCCESS in mode none) */
+  int in_init; /* the failure came from gw_comm_init_rank */
+  double at;   /* CLOCK_MONOTONIC when the call returned */
   int calls_ok;
   char msg[240];
 } report_t;
@@ -282,9 +281,9 @@ static void child(const opts_t* o, const plan_t* p, int rank, int idp[2], int go
 }
 
 /* Lines of a survivor's log that mean it went wrong however it exited. */
-static const char* const kBadPatterns[] = {"AddressSanitizer", "LeakSanitizer", "runtime error:", "Assertion",
-                                           "Caught signal", "Segmentation fault", "Fatal:", "==ERROR",
-                                           "terminate called"};
+static const char* const kBadPatterns[] = {
+    "AddressSanitizer",   "LeakSanitizer", "runtime error:", "Assertion",       "Caught signal",
+    "Segmentation fault", "Fatal:",        "==ERROR",        "terminate called"};
 
 /* Prints the lines of path that match a bad pattern (and, with tail, the last lines); returns
  * how many matched. */
@@ -316,8 +315,8 @@ static int scan_log(const char* path, const char* who, int tail) {
 
 static void gdb_backtrace(pid_t pid) {
   char cmd[256];
-  snprintf(cmd, sizeof cmd, "gdb -p %d -batch -ex 'thread apply all bt' 2>/dev/null | grep -E '^(#|Thread)' | head -120",
-           (int)pid);
+  snprintf(cmd, sizeof cmd,
+           "gdb -p %d -batch -ex 'thread apply all bt' 2>/dev/null | grep -E '^(#|Thread)' | head -120", (int)pid);
   fflush(stdout);
   if (system(cmd) != 0) { /* gdb missing: nothing to add */
   }
@@ -508,8 +507,9 @@ static int run_once(const opts_t* o, int run, stats_t* st) {
   close(go[0]);
   close(idp[0]);
   close(idp[1]);
-  if (bad) printf("run %d: FAILED the goals (logs kept: %s/kill_peer.%d.run%d.rank*.log)\n", run, o->log_dir,
-                  (int)getpid(), run);
+  if (bad)
+    printf("run %d: FAILED the goals (logs kept: %s/kill_peer.%d.run%d.rank*.log)\n", run, o->log_dir, (int)getpid(),
+           run);
   fflush(stdout);
   return bad;
 }
@@ -556,38 +556,61 @@ int main(int argc, char** argv) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
 #define ARG(name) (!strcmp(a, name) && v != NULL && ++i)
-    if (ARG("--runs")) o.runs = atoi(v);
-    else if (ARG("--first")) o.first = atoi(v);
-    else if (ARG("--seed")) o.seed = strtoull(v, NULL, 0);
+    if (ARG("--runs"))
+      o.runs = atoi(v);
+    else if (ARG("--first"))
+      o.first = atoi(v);
+    else if (ARG("--seed"))
+      o.seed = strtoull(v, NULL, 0);
     else if (!strcmp(a, "--mix")) {
-      o.modes = (1u << M_MID) | (1u << M_BETWEEN) | (1u << M_IDLE) | (1u << M_INIT) | (1u << M_IWAIT) |
-                (1u << M_IDESTROY);
+      o.modes =
+          (1u << M_MID) | (1u << M_BETWEEN) | (1u << M_IDLE) | (1u << M_INIT) | (1u << M_IWAIT) | (1u << M_IDESTROY);
       o.np_min = 2;
       o.np_max = 6;
       o.victim = -1;
       o.count_min = 1024;
       o.count_max = 1 << 24;
       o.combo = -1;
-    } else if (ARG("--modes") || ARG("--when")) o.modes = parse_modes(v);
-    else if (ARG("--np")) o.np_min = o.np_max = atoi(v);
-    else if (ARG("--np-min")) o.np_min = atoi(v);
-    else if (ARG("--np-max")) o.np_max = atoi(v);
-    else if (ARG("--victim")) o.victim = strcmp(v, "random") == 0 ? -1 : atoi(v);
-    else if (ARG("--count")) o.count_min = o.count_max = atoi(v);
-    else if (ARG("--count-min")) o.count_min = atoi(v);
-    else if (ARG("--count-max")) o.count_max = atoi(v);
-    else if (ARG("--combo")) o.combo = strcmp(v, "mix") == 0 ? -1 : atoi(v);
-    else if (ARG("--delay-us-max")) o.delay_us_max = atoi(v);
-    else if (ARG("--init-delay-us-max")) o.init_delay_us_max = atoi(v);
-    else if (ARG("--signal")) o.sig = strcmp(v, "STOP") == 0 ? SIGSTOP : SIGKILL;
-    else if (ARG("--timeout")) o.timeout_s = atof(v);
-    else if (ARG("--limit")) o.limit_s = atof(v);
-    else if (ARG("--teardown-limit")) o.teardown_limit_s = atof(v);
-    else if (ARG("--run-limit")) o.run_limit_s = atof(v);
-    else if (ARG("--log-dir")) o.log_dir = v;
-    else if (!strcmp(a, "--keep-logs")) o.keep_logs = 1;
-    else if (!strcmp(a, "--gdb-on-hang")) o.gdb_on_hang = 1;
-    else if (!strcmp(a, "--quiet")) o.quiet = 1;
+    } else if (ARG("--modes") || ARG("--when"))
+      o.modes = parse_modes(v);
+    else if (ARG("--np"))
+      o.np_min = o.np_max = atoi(v);
+    else if (ARG("--np-min"))
+      o.np_min = atoi(v);
+    else if (ARG("--np-max"))
+      o.np_max = atoi(v);
+    else if (ARG("--victim"))
+      o.victim = strcmp(v, "random") == 0 ? -1 : atoi(v);
+    else if (ARG("--count"))
+      o.count_min = o.count_max = atoi(v);
+    else if (ARG("--count-min"))
+      o.count_min = atoi(v);
+    else if (ARG("--count-max"))
+      o.count_max = atoi(v);
+    else if (ARG("--combo"))
+      o.combo = strcmp(v, "mix") == 0 ? -1 : atoi(v);
+    else if (ARG("--delay-us-max"))
+      o.delay_us_max = atoi(v);
+    else if (ARG("--init-delay-us-max"))
+      o.init_delay_us_max = atoi(v);
+    else if (ARG("--signal"))
+      o.sig = strcmp(v, "STOP") == 0 ? SIGSTOP : SIGKILL;
+    else if (ARG("--timeout"))
+      o.timeout_s = atof(v);
+    else if (ARG("--limit"))
+      o.limit_s = atof(v);
+    else if (ARG("--teardown-limit"))
+      o.teardown_limit_s = atof(v);
+    else if (ARG("--run-limit"))
+      o.run_limit_s = atof(v);
+    else if (ARG("--log-dir"))
+      o.log_dir = v;
+    else if (!strcmp(a, "--keep-logs"))
+      o.keep_logs = 1;
+    else if (!strcmp(a, "--gdb-on-hang"))
+      o.gdb_on_hang = 1;
+    else if (!strcmp(a, "--quiet"))
+      o.quiet = 1;
     else if (!strcmp(a, "--list-combos")) {
       for (int c = 0; c < NUM_COMBOS; ++c) printf("%d %s\n", c, kCombos[c].name);
       return 0;
@@ -621,8 +644,8 @@ int main(int argc, char** argv) {
     st->bad += bad;
     failures += bad;
   }
-  printf("\n%-9s %5s %5s %7s %5s %9s %6s %5s %8s %8s %11s %11s\n", "mode", "runs", "bad", "crashed", "hung",
-         "bad-log", "wrong", "slow", "slow-td", "init-to", "worst-det", "worst-td");
+  printf("\n%-9s %5s %5s %7s %5s %9s %6s %5s %8s %8s %11s %11s\n", "mode", "runs", "bad", "crashed", "hung", "bad-log",
+         "wrong", "slow", "slow-td", "init-to", "worst-det", "worst-td");
   for (int m = 0; m < M_COUNT; ++m) {
     const stats_t* s = &per[m];
     if (s->runs == 0) continue;

@@ -49,8 +49,7 @@ Status validate_unique_id(const UniqueId& id);
 // returns every rank's blob, indexed by rank. Fails with kTimeout if the job is not complete
 // by the deadline, kInvalidArgument for a bad rank or size, kRemote if the root rejects us
 // (another process already joined with this rank, or nranks disagree).
-Result<std::vector<std::string>> rendezvous(const UniqueId& id, int rank, int nranks,
-                                            const std::string& blob,
+Result<std::vector<std::string>> rendezvous(const UniqueId& id, int rank, int nranks, const std::string& blob,
                                             std::chrono::milliseconds timeout);
 
 // What a launcher told this process.

@@ -175,24 +175,19 @@ HeaderProblem check_reply_header(const ReplyHeader& h, uint32_t nranks, std::str
     return HeaderProblem::kBadLength;
   };
   switch (h.kind) {
-    case kChallenge:
-      return len == kNonceBytes ? HeaderProblem::kNone : bad_length("a challenge");
-    case kProof:
-      return len == kMacBytes ? HeaderProblem::kNone : bad_length("a proof");
-    case kProgress:
-      return len == kProgressPayload ? HeaderProblem::kNone : bad_length("a progress frame");
+    case kChallenge: return len == kNonceBytes ? HeaderProblem::kNone : bad_length("a challenge");
+    case kProof: return len == kMacBytes ? HeaderProblem::kNone : bad_length("a proof");
+    case kProgress: return len == kProgressPayload ? HeaderProblem::kNone : bad_length("a progress frame");
     case kError:
       return len >= kErrorPayloadFixed && len <= kErrorPayloadFixed + kMaxErrorText ? HeaderProblem::kNone
-                                                                                     : bad_length("an error frame");
+                                                                                    : bad_length("an error frame");
     case kTable:
       if (nranks == 0 || nranks > kMaxRanks || len < min_table_payload(nranks) || len > max_table_payload(nranks)) {
         fail(why, "a table of " + std::to_string(len) + " bytes, impossible for " + std::to_string(nranks) + " ranks");
         return HeaderProblem::kBadLength;
       }
       return HeaderProblem::kNone;
-    default:
-      fail(why, "a reply of unknown kind " + std::to_string(h.kind));
-      return HeaderProblem::kUnknownKind;
+    default: fail(why, "a reply of unknown kind " + std::to_string(h.kind)); return HeaderProblem::kUnknownKind;
   }
 }
 
@@ -203,7 +198,8 @@ std::string encode_challenge(const uint8_t root_nonce[kNonceBytes]) {
 }
 
 void root_proof(const uint8_t token[kTokenBytes], const uint8_t rank_nonce[kNonceBytes],
-                const uint8_t root_nonce[kNonceBytes], const uint8_t rank_mac_bytes[kMacBytes], uint8_t out[kMacBytes]) {
+                const uint8_t root_nonce[kNonceBytes], const uint8_t rank_mac_bytes[kMacBytes],
+                uint8_t out[kMacBytes]) {
   HmacSha256 h(token, kTokenBytes);
   label(h, kRootLabel);
   h.update(rank_nonce, kNonceBytes);
@@ -306,7 +302,8 @@ bool parse_error(const uint8_t* p, uint64_t len, Error* out, std::string* why) {
   out->code = get_u32(p);
   out->arrived = get_u32(p + 4);
   out->nranks = get_u32(p + 8);
-  out->text.assign(reinterpret_cast<const char*>(p) + kErrorPayloadFixed, static_cast<size_t>(len) - kErrorPayloadFixed);
+  out->text.assign(reinterpret_cast<const char*>(p) + kErrorPayloadFixed,
+                   static_cast<size_t>(len) - kErrorPayloadFixed);
   for (char& ch : out->text) {
     const auto c = static_cast<unsigned char>(ch);
     if (c < 0x20 || c == 0x7f) ch = ' ';  // no control characters into logs
@@ -325,7 +322,8 @@ bool verify_table(const uint8_t key[kMacBytes], const uint8_t* p, uint64_t len) 
 
 bool parse_table(const uint8_t* p, uint64_t len, uint32_t nranks, std::vector<std::string>* out, std::string* why) {
   if (nranks == 0 || nranks > kMaxRanks || len < min_table_payload(nranks) || len > max_table_payload(nranks)) {
-    return fail(why, "a table of " + std::to_string(len) + " bytes, impossible for " + std::to_string(nranks) + " ranks");
+    return fail(why,
+                "a table of " + std::to_string(len) + " bytes, impossible for " + std::to_string(nranks) + " ranks");
   }
   const uint64_t body = len - kMacBytes;
   const uint32_t count = get_u32(p);

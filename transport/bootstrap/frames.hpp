@@ -93,8 +93,7 @@ Hello parse_hello(const uint8_t* p, size_t n);
 
 // auth: rank, nranks, blob, and the MAC over them that proves the rank holds the token.
 std::string encode_auth(const uint8_t token[kTokenBytes], const uint8_t root_nonce[kNonceBytes],
-                        const uint8_t rank_nonce[kNonceBytes], uint32_t rank, uint32_t nranks,
-                        const std::string& blob);
+                        const uint8_t rank_nonce[kNonceBytes], uint32_t rank, uint32_t nranks, const std::string& blob);
 
 struct Auth {
   Verdict verdict = Verdict::kNeedMore;
@@ -152,7 +151,8 @@ std::string encode_progress(uint32_t arrived, uint32_t nranks);
 
 // Payload parsers; `len` bytes at p, a length check_reply_header() accepted for that kind (they
 // check it again). Each returns false with `why` set when the payload is not acceptable.
-bool parse_nonce_payload(const uint8_t* p, uint64_t len, uint8_t out[kNonceBytes], std::string* why);  // challenge, proof
+bool parse_nonce_payload(const uint8_t* p, uint64_t len, uint8_t out[kNonceBytes],
+                         std::string* why);  // challenge, proof
 
 struct Progress {
   uint32_t arrived = 0, nranks = 0;

@@ -25,10 +25,10 @@
 #include <string>
 #include <vector>
 
+#include "common/log.hpp"
 #include "transport/bootstrap/bootstrap.hpp"
 #include "transport/bootstrap/frames.hpp"
 #include "transport/bootstrap/socket.hpp"
-#include "common/log.hpp"
 
 namespace gw::bootstrap {
 namespace {
@@ -85,7 +85,8 @@ struct Launcher {
 const Launcher kLaunchers[] = {
     {"gradwire", "GW_RANK", "GW_SIZE", "GW_LOCAL_RANK", "GW_LOCAL_SIZE"},
     {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
-    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
     {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
     {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
 };
@@ -145,8 +146,8 @@ bool job_key(const Launcher& l, long size, std::string& key) {
   }
   if (!found) {
     // A launcher nested in another (GW_* set by a script under srun, say): use the outer id.
-    found = add_first(key, {"TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}) || add_slurm_step(key) ||
-            add_first(key, {"PMI_JOBID"});
+    found = add_first(key, {"TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}) ||
+            add_slurm_step(key) || add_first(key, {"PMI_JOBID"});
   }
   return found;
 }
@@ -176,10 +177,14 @@ Status parse_token(const char* hex, uint8_t out[16]) {
   bool ok = n == 32;
   for (size_t i = 0; ok && i < 16; ++i) {
     const int hi = digit(hex[2 * i]), lo = digit(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) ok = false;
-    else out[i] = static_cast<uint8_t>(hi * 16 + lo);
+    if (hi < 0 || lo < 0)
+      ok = false;
+    else
+      out[i] = static_cast<uint8_t>(hi * 16 + lo);
   }
-  if (!ok) return invalid_argument("GW_TOKEN must be exactly 32 hex digits (16 random bytes), got " + std::to_string(n) + " characters");
+  if (!ok)
+    return invalid_argument("GW_TOKEN must be exactly 32 hex digits (16 random bytes), got " + std::to_string(n) +
+                            " characters");
   return Status::ok();
 }
 
@@ -192,7 +197,8 @@ Status parse_root(const char* text, LaunchEnv& e) {
   std::string host, port;
   if (!s.empty() && s.front() == '[') {
     const size_t close = s.find(']');
-    if (close == std::string::npos || close + 1 >= s.size() || s[close + 1] != ':') return bad("write IPv6 as [addr]:port");
+    if (close == std::string::npos || close + 1 >= s.size() || s[close + 1] != ':')
+      return bad("write IPv6 as [addr]:port");
     host = s.substr(1, close - 1);
     port = s.substr(close + 2);
   } else {
@@ -206,8 +212,10 @@ Status parse_root(const char* text, LaunchEnv& e) {
   long p = 0;
   bool ok = !port.empty() && port.size() <= 5;
   for (char c : port) {
-    if (c < '0' || c > '9') ok = false;
-    else p = p * 10 + (c - '0');
+    if (c < '0' || c > '9')
+      ok = false;
+    else
+      p = p * 10 + (c - '0');
   }
   if (!ok || p < 1 || p > 65535) return bad("the port must be in [1, 65535]");
   e.root_address = host;
@@ -255,8 +263,8 @@ Result<LaunchEnv> read_launch_env() {
   // taken to mean yes: they are set by hand or by a script, and a job on several hosts has to
   // say where rank 0 is anyway (GW_ROOT), as torchrun's own default of localhost does.
   bool single_host = size == 1 || local_size == size;
-  const bool assumed_single_host = std::string(l->name) == "gradwire" && local_size < 0 &&
-                                   env("GW_ROOT") == nullptr && env("MASTER_ADDR") == nullptr;
+  const bool assumed_single_host = std::string(l->name) == "gradwire" && local_size < 0 && env("GW_ROOT") == nullptr &&
+                                   env("MASTER_ADDR") == nullptr;
   single_host = single_host || assumed_single_host;
   if (e.launcher == "slurm") {
     const char* nodes_var = env("SLURM_STEP_NUM_NODES") != nullptr ? "SLURM_STEP_NUM_NODES" : "SLURM_NNODES";
@@ -276,11 +284,13 @@ Result<LaunchEnv> read_launch_env() {
   if (const char* root = env("GW_ROOT")) {
     GW_RETURN_IF_ERROR(parse_root(root, e));
   } else if (const char* master = env("MASTER_ADDR")) {
-    if (!plausible_host(master)) return invalid_argument(std::string("MASTER_ADDR=") + shown(master) + " is not a host name or address");
+    if (!plausible_host(master))
+      return invalid_argument(std::string("MASTER_ADDR=") + shown(master) + " is not a host name or address");
     e.root_address = master;
     if (port < 0) {
       if (env("MASTER_PORT") == nullptr) {
-        return invalid_argument("MASTER_ADDR is set but neither GW_PORT nor MASTER_PORT is (the root listens on MASTER_PORT + 1)");
+        return invalid_argument(
+            "MASTER_ADDR is set but neither GW_PORT nor MASTER_PORT is (the root listens on MASTER_PORT + 1)");
       }
       GW_ASSIGN_OR_RETURN(const long mp, env_int("MASTER_PORT", 1, 65534));
       port = mp + 1;  // MASTER_PORT itself belongs to torch.distributed's store
@@ -290,15 +300,17 @@ Result<LaunchEnv> read_launch_env() {
     e.root_address = "127.0.0.1";
     e.root_port = static_cast<uint16_t>(port > 0 ? port : kPortBase + static_cast<long>(hash64(key, 3) % kPortSpan));
     if (assumed_single_host && size > 1) {
-      GW_INFO(kBootstrap, "bootstrap: GW_RANK/GW_SIZE without GW_ROOT or GW_LOCAL_SIZE: all %ld ranks are taken to be on "
-              "this host (rendezvous on 127.0.0.1:%u); a job on several hosts sets GW_ROOT=host:port", size,
-              static_cast<unsigned>(e.root_port));
+      GW_INFO(kBootstrap,
+              "bootstrap: GW_RANK/GW_SIZE without GW_ROOT or GW_LOCAL_SIZE: all %ld ranks are taken to be on "
+              "this host (rendezvous on 127.0.0.1:%u); a job on several hosts sets GW_ROOT=host:port",
+              size, static_cast<unsigned>(e.root_port));
     }
   } else {
-    return invalid_argument(std::string("the ") + l->name +
-                            " ranks may span several hosts: set GW_ROOT=host:port (a port on rank 0's host) or MASTER_ADDR"
-                            " (with MASTER_PORT or GW_PORT)" +
-                            (std::string(l->name) == "gradwire" ? ", or GW_LOCAL_SIZE=GW_SIZE when all ranks share this host" : ""));
+    return invalid_argument(
+        std::string("the ") + l->name +
+        " ranks may span several hosts: set GW_ROOT=host:port (a port on rank 0's host) or MASTER_ADDR"
+        " (with MASTER_PORT or GW_PORT)" +
+        (std::string(l->name) == "gradwire" ? ", or GW_LOCAL_SIZE=GW_SIZE when all ranks share this host" : ""));
   }
 
   bool insecure = false;
@@ -320,7 +332,8 @@ Result<LaunchEnv> read_launch_env() {
             "-hex 16) in the job script), or run under a launcher that sets a job id (torchrun, mpirun, srun), or set "
             "GW_INSECURE_LOCAL=1 to accept any local process that knows the port");
       }
-      GW_WARN(kBootstrap, "bootstrap: GW_INSECURE_LOCAL=1 and no GW_TOKEN or job id: any process that can reach the rendezvous "
+      GW_WARN(kBootstrap,
+              "bootstrap: GW_INSECURE_LOCAL=1 and no GW_TOKEN or job id: any process that can reach the rendezvous "
               "port %u can join this job of %ld ranks as a rank (set GW_TOKEN to authenticate)",
               static_cast<unsigned>(e.root_port), size);
     }

@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "common/log.hpp"
 #include "transport/bootstrap/bootstrap.hpp"
 #include "transport/bootstrap/frames.hpp"
 #include "transport/bootstrap/hmac_sha256.hpp"
 #include "transport/bootstrap/root_server.hpp"
 #include "transport/bootstrap/socket.hpp"
 #include "transport/bootstrap/unique_id.hpp"
-#include "common/log.hpp"
 
 namespace gw::bootstrap {
 namespace {
@@ -32,7 +32,8 @@ std::string secs(Clock::duration d) {
 
 Status check_job(int rank, int nranks, const std::string& blob, milliseconds timeout) {
   if (nranks < 1 || static_cast<uint32_t>(nranks) > frames::kMaxRanks) {
-    return invalid_argument("nranks " + std::to_string(nranks) + " is not in [1, " + std::to_string(frames::kMaxRanks) + "]");
+    return invalid_argument("nranks " + std::to_string(nranks) + " is not in [1, " + std::to_string(frames::kMaxRanks) +
+                            "]");
   }
   if (rank < 0 || rank >= nranks) {
     return invalid_argument("rank " + std::to_string(rank) + " is not in [0, " + std::to_string(nranks) + ")");
@@ -50,7 +51,10 @@ Status check_job(int rank, int nranks, const std::string& blob, milliseconds tim
 class Join {
  public:
   Join(const Endpoint& root, const uint8_t token[16], int rank, int nranks, milliseconds timeout)
-      : root_(root), rank_(rank), nranks_(static_cast<uint32_t>(nranks)), start_(Clock::now()),
+      : root_(root),
+        rank_(rank),
+        nranks_(static_cast<uint32_t>(nranks)),
+        start_(Clock::now()),
         deadline_(start_ + timeout) {
     std::memcpy(token_, token, 16);
   }
@@ -72,7 +76,8 @@ class Join {
 
     Frame f;
     GW_RETURN_IF_ERROR(read_frame(&f, "waiting for the root's challenge"));
-    if (f.kind != frames::kChallenge) return unproven("it answered the hello with " + kind_name(f.kind) + ", not a challenge");
+    if (f.kind != frames::kChallenge)
+      return unproven("it answered the hello with " + kind_name(f.kind) + ", not a challenge");
     uint8_t root_nonce[frames::kNonceBytes];
     std::string why;
     if (!frames::parse_nonce_payload(bytes(f), f.payload.size(), root_nonce, &why)) return malformed(why);
@@ -95,15 +100,10 @@ class Join {
     while (true) {
       GW_RETURN_IF_ERROR(read_frame(&f, "waiting for the root"));
       switch (f.kind) {
-        case frames::kProgress:
-          GW_RETURN_IF_ERROR(on_progress(f));
-          break;
-        case frames::kError:
-          return on_error(f);
-        case frames::kTable:
-          return on_table(f, blob);
-        default:
-          return malformed(kind_name(f.kind) + " after the handshake");
+        case frames::kProgress: GW_RETURN_IF_ERROR(on_progress(f)); break;
+        case frames::kError: return on_error(f);
+        case frames::kTable: return on_table(f, blob);
+        default: return malformed(kind_name(f.kind) + " after the handshake");
       }
     }
   }
@@ -128,32 +128,34 @@ class Join {
   }
 
   std::string prefix() const {
-    return "rendezvous of rank " + std::to_string(rank_) + " of " + std::to_string(nranks_) + " with " + root_.to_string() + ": ";
+    return "rendezvous of rank " + std::to_string(rank_) + " of " + std::to_string(nranks_) + " with " +
+           root_.to_string() + ": ";
   }
 
   std::string progress() const {
-    if (!challenged_) return "the root never acknowledged this rank's hello (is another program listening on that port?)";
+    if (!challenged_)
+      return "the root never acknowledged this rank's hello (is another program listening on that port?)";
     if (!proven_) return "the root sent a challenge but never proved it holds the job's token";
     if (!acked_) return "the root proved itself but never acknowledged this rank";
-    return std::to_string(arrived_) + " of " + std::to_string(nranks_) + " ranks had arrived at the root's last report (" +
-           secs(Clock::now() - report_at_) + " ago)";
+    return std::to_string(arrived_) + " of " + std::to_string(nranks_) +
+           " ranks had arrived at the root's last report (" + secs(Clock::now() - report_at_) + " ago)";
   }
 
-  Status malformed(const std::string& what) const {
-    return Status(Code::kRemote, prefix() + "the root sent " + what);
-  }
+  Status malformed(const std::string& what) const { return Status(Code::kRemote, prefix() + "the root sent " + what); }
 
   Status unproven(const std::string& detail) const {
     return Status(Code::kRemote, prefix() + "the root at " + root_.to_string() +
                                      " did not prove it holds the job's token (another job's root, or a stranger on "
-                                     "the port): " + detail);
+                                     "the port): " +
+                                     detail);
   }
 
   // Turns a socket error into what it means for the rendezvous.
   Status io(const Status& s, const char* doing) const {
     if (s.is_ok()) return s;
     if (s.code() == Code::kTimeout) {
-      return Status(Code::kTimeout, prefix() + "timed out after " + secs(Clock::now() - start_) + " " + doing + ": " + progress());
+      return Status(Code::kTimeout,
+                    prefix() + "timed out after " + secs(Clock::now() - start_) + " " + doing + ": " + progress());
     }
     if (s.code() == Code::kRemote) {
       if (!proven_) {
@@ -179,7 +181,8 @@ class Join {
     const frames::HeaderProblem problem = frames::check_reply_header(h, nranks_, &why);
     if (problem == frames::HeaderProblem::kBadVersion) {
       return Status(Code::kRemote, prefix() + "the root at " + root_.to_string() + " speaks protocol version " +
-                                       std::to_string(h.version) + ", this library speaks " + std::to_string(frames::kVersion));
+                                       std::to_string(h.version) + ", this library speaks " +
+                                       std::to_string(frames::kVersion));
     }
     if (problem != frames::HeaderProblem::kNone) return malformed(why);
     f->kind = h.kind;
@@ -220,9 +223,10 @@ class Join {
     std::vector<std::string> table;
     std::string why;
     if (!frames::parse_table(bytes(f), f.payload.size(), nranks_, &table, &why)) return malformed(why);
-    if (table[static_cast<size_t>(rank_)] != own) return malformed("a table whose entry for this rank is not the blob it sent");
-    GW_TRACE(kBootstrap, "bootstrap: rank %d joined a job of %u through %s in %s", rank_, nranks_, root_.to_string().c_str(),
-             secs(Clock::now() - start_).c_str());
+    if (table[static_cast<size_t>(rank_)] != own)
+      return malformed("a table whose entry for this rank is not the blob it sent");
+    GW_TRACE(kBootstrap, "bootstrap: rank %d joined a job of %u through %s in %s", rank_, nranks_,
+             root_.to_string().c_str(), secs(Clock::now() - start_).c_str());
     return table;
   }
 
@@ -277,11 +281,14 @@ Result<std::vector<std::string>> rendezvous_from_env(const LaunchEnv& env, const
       listener = listen_on(bind_ep, 4096, &err);
     }
     if (!listener.is_ok()) {
-      return Status(Code::kSystem, "rank 0 cannot serve the rendezvous root on port " + std::to_string(root.port) + " (" +
-                                       listener.status().message() + "): another job or program may hold it; choose a free port with GW_PORT=<port> (or GW_ROOT=host:port)");
+      return Status(
+          Code::kSystem,
+          "rank 0 cannot serve the rendezvous root on port " + std::to_string(root.port) + " (" +
+              listener.status().message() +
+              "): another job or program may hold it; choose a free port with GW_PORT=<port> (or GW_ROOT=host:port)");
     }
-    GW_INFO(kBootstrap, "bootstrap: rank 0 serves the %s rendezvous root on %s (advertised as %s)", env.launcher.c_str(),
-            bind_ep.to_string().c_str(), root.to_string().c_str());
+    GW_INFO(kBootstrap, "bootstrap: rank 0 serves the %s rendezvous root on %s (advertised as %s)",
+            env.launcher.c_str(), bind_ep.to_string().c_str(), root.to_string().c_str());
     GW_RETURN_IF_ERROR(start_root_server(std::move(listener).value(), root, env.token, timeout));
   }
   return Join(root, env.token, env.rank, env.size, timeout).run(blob);

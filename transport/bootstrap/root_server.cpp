@@ -104,19 +104,19 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/log.hpp"
 #include "transport/bootstrap/frames.hpp"
 #include "transport/bootstrap/unique_id.hpp"
-#include "common/log.hpp"
 
 namespace gw::bootstrap {
 namespace {
 
 using std::chrono::milliseconds;
 
-constexpr auto kHelloTimeout = std::chrono::seconds(10);     // a connection must authenticate by then
-constexpr auto kDeliverTimeout = std::chrono::seconds(30);   // to hand out the tables
-constexpr auto kErrorLinger = std::chrono::seconds(2);       // after an error reply to one connection
-constexpr auto kTimeoutFlush = std::chrono::seconds(5);      // to hand out the timeout errors
+constexpr auto kHelloTimeout = std::chrono::seconds(10);    // a connection must authenticate by then
+constexpr auto kDeliverTimeout = std::chrono::seconds(30);  // to hand out the tables
+constexpr auto kErrorLinger = std::chrono::seconds(2);      // after an error reply to one connection
+constexpr auto kTimeoutFlush = std::chrono::seconds(5);     // to hand out the timeout errors
 constexpr auto kProgressEvery = milliseconds(500);
 constexpr auto kPauseOnFdExhaustion = milliseconds(100);
 constexpr int kTickMs = 50;  // deadlines are checked at least this often
@@ -204,7 +204,8 @@ class Root {
       }
       const int n = epoll_wait(epoll_.fd(), events.data(), static_cast<int>(events.size()), kTickMs);
       if (n < 0 && errno != EINTR) {
-        GW_WARN(kBootstrap, "bootstrap root %s: epoll_wait failed (%s); giving up on the job", where_.c_str(), std::strerror(errno));
+        GW_WARN(kBootstrap, "bootstrap root %s: epoll_wait failed (%s); giving up on the job", where_.c_str(),
+                std::strerror(errno));
         finish();
         return;
       }
@@ -294,9 +295,7 @@ class Root {
     accepting_ = true;
   }
 
-  size_t& count(St s) {
-    return s == St::kHello || s == St::kAuth ? pending_ : s == St::kJoined ? joined_ : closing_;
-  }
+  size_t& count(St s) { return s == St::kHello || s == St::kAuth ? pending_ : s == St::kJoined ? joined_ : closing_; }
 
   void set_state(Conn& c, St st) {
     --count(c.st);
@@ -317,10 +316,11 @@ class Root {
 
   void reject(Conn& c, const std::string& why) {
     if (++rejected_ <= kRejectionsLogged) {
-      GW_WARN(kBootstrap, "bootstrap root %s: rejected connection from %s: %s%s", where_.c_str(), c.peer.c_str(), why.c_str(),
-              rejected_ == kRejectionsLogged ? " (further rejections are logged at TRACE level)" : "");
+      GW_WARN(kBootstrap, "bootstrap root %s: rejected connection from %s: %s%s", where_.c_str(), c.peer.c_str(),
+              why.c_str(), rejected_ == kRejectionsLogged ? " (further rejections are logged at TRACE level)" : "");
     } else {
-      GW_TRACE(kBootstrap, "bootstrap root %s: rejected connection from %s: %s", where_.c_str(), c.peer.c_str(), why.c_str());
+      GW_TRACE(kBootstrap, "bootstrap root %s: rejected connection from %s: %s", where_.c_str(), c.peer.c_str(),
+               why.c_str());
     }
     close_conn(c);
   }
@@ -343,14 +343,17 @@ class Root {
   void flush(Conn& c) {
     while (!c.out.empty()) {
       const std::string& front = *c.out.front();
-      const ssize_t w = ::send(c.sock.fd(), front.data() + c.out_off, front.size() - c.out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t w =
+          ::send(c.sock.fd(), front.data() + c.out_off, front.size() - c.out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (w < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;  // EPOLLOUT comes back
         if (c.st == St::kJoined) {
-          GW_WARN(kBootstrap, "bootstrap root %s: rank %u (%s) went away: %s", where_.c_str(), c.rank, c.peer.c_str(), std::strerror(errno));
+          GW_WARN(kBootstrap, "bootstrap root %s: rank %u (%s) went away: %s", where_.c_str(), c.rank, c.peer.c_str(),
+                  std::strerror(errno));
         } else {
-          GW_WARN(kBootstrap, "bootstrap root %s: could not reply to %s: %s", where_.c_str(), c.peer.c_str(), std::strerror(errno));
+          GW_WARN(kBootstrap, "bootstrap root %s: could not reply to %s: %s", where_.c_str(), c.peer.c_str(),
+                  std::strerror(errno));
         }
         close_conn(c);
         return;
@@ -382,11 +385,8 @@ class Root {
             c.in.append(buf, n);
             on_auth(c);
             break;
-          case St::kJoined:
-            reject(c, "rank " + std::to_string(c.rank) + " sent bytes after its auth frame");
-            return;
-          case St::kClosing:
-            break;  // draining: whatever it sends is ignored
+          case St::kJoined: reject(c, "rank " + std::to_string(c.rank) + " sent bytes after its auth frame"); return;
+          case St::kClosing: break;  // draining: whatever it sends is ignored
         }
         continue;
       }
@@ -407,7 +407,8 @@ class Root {
           return;
         case St::kClosing:
           if (!c.out.empty()) {
-            GW_WARN(kBootstrap, "bootstrap root %s: %s %s before it had its reply", where_.c_str(), c.peer.c_str(), why.c_str());
+            GW_WARN(kBootstrap, "bootstrap root %s: %s %s before it had its reply", where_.c_str(), c.peer.c_str(),
+                    why.c_str());
           }
           close_conn(c);
           return;
@@ -450,16 +451,16 @@ class Root {
     }
     if (a.verdict == frames::Verdict::kNeedMore) return;
     if (!frames::verify_auth(token_, c.root_nonce, c.rank_nonce, p, a.size)) {
-      reject(c, "wrong token: its MAC does not match (another job's rank, a stray, or a hello replayed from another "
-                "connection)");
+      reject(c,
+             "wrong token: its MAC does not match (another job's rank, a stray, or a hello replayed from another "
+             "connection)");
       return;
     }
     enqueue(c, std::make_shared<const std::string>(
                    frames::encode_proof(token_, c.rank_nonce, c.root_nonce, frames::auth_mac(p, a.size))));
     frames::session_key(token_, c.root_nonce, c.rank_nonce, c.key);
     if (a.nranks == 0 || a.nranks > frames::kMaxRanks || a.rank >= a.nranks) {
-      refuse(c, frames::kErrRejected,
-             "bad hello: rank " + std::to_string(a.rank) + " of " + std::to_string(a.nranks));
+      refuse(c, frames::kErrRejected, "bad hello: rank " + std::to_string(a.rank) + " of " + std::to_string(a.nranks));
       return;
     }
     admit(c, a);
@@ -485,8 +486,9 @@ class Root {
     }
     if (holder_[h.rank] != 0) {
       auto other = conns_.find(holder_[h.rank]);
-      refuse(c, frames::kErrRejected,
-             who + " has already joined" + (other != conns_.end() ? " (from " + other->second.peer + ")" : std::string()));
+      refuse(
+          c, frames::kErrRejected,
+          who + " has already joined" + (other != conns_.end() ? " (from " + other->second.peer + ")" : std::string()));
       return;
     }
     holder_[h.rank] = c.id;
@@ -534,8 +536,8 @@ class Root {
       c.out.push_back(std::make_shared<const std::string>(frames::table_mac(c.key, digest)));
       flush(c);
     }
-    GW_INFO(kBootstrap, "bootstrap root %s: all %u ranks arrived in %.3f s; sending the %zu-byte table", where_.c_str(), nranks_,
-            seconds_between(start_, now), table->size());
+    GW_INFO(kBootstrap, "bootstrap root %s: all %u ranks arrived in %.3f s; sending the %zu-byte table", where_.c_str(),
+            nranks_, seconds_between(start_, now), table->size());
   }
 
   std::string missing_ranks() const {
@@ -554,7 +556,8 @@ class Root {
     if (nranks_ == 0) {
       what = "no rank arrived";
     } else {
-      what = std::to_string(arrived_) + " of " + std::to_string(nranks_) + " ranks arrived (missing: " + missing_ranks() + ")";
+      what = std::to_string(arrived_) + " of " + std::to_string(nranks_) +
+             " ranks arrived (missing: " + missing_ranks() + ")";
     }
     char took[32];
     std::snprintf(took, sizeof took, "%.1f", seconds_between(start_, now));
@@ -562,7 +565,8 @@ class Root {
     GW_WARN(kBootstrap, "bootstrap root %s: %s", where_.c_str(), text.c_str());
     flushing_ = true;
     flush_deadline_ = now + kTimeoutFlush;
-    const Frame f = std::make_shared<const std::string>(frames::encode_error(frames::kErrTimeout, arrived_, nranks_, text));
+    const Frame f =
+        std::make_shared<const std::string>(frames::encode_error(frames::kErrTimeout, arrived_, nranks_, text));
     for (auto& [id, c] : conns_) {
       if (!c.sock.valid() || c.st != St::kJoined) continue;
       set_state(c, St::kClosing);  // keeps its slot: the count in the error stays right
@@ -608,7 +612,8 @@ class Root {
     reap();
     listener_.shutdown_and_close();
     if (rejected_ > kRejectionsLogged) {
-      GW_WARN(kBootstrap, "bootstrap root %s: rejected %llu connections in all", where_.c_str(), static_cast<unsigned long long>(rejected_));
+      GW_WARN(kBootstrap, "bootstrap root %s: rejected %llu connections in all", where_.c_str(),
+              static_cast<unsigned long long>(rejected_));
     }
     GW_INFO(kBootstrap, "bootstrap root %s: done (%s)", where_.c_str(), complete_ ? "job complete" : "job incomplete");
   }
@@ -636,13 +641,14 @@ class Root {
     rlimit want = rl;
     want.rlim_cur = (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need) ? need : rl.rlim_max;
     if (want.rlim_cur > rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &want) == 0) {
-      GW_INFO(kBootstrap, "bootstrap root %s: raised the open-file limit from %llu to %llu for %u ranks", where_.c_str(),
-              static_cast<unsigned long long>(rl.rlim_cur), static_cast<unsigned long long>(want.rlim_cur), nranks_);
+      GW_INFO(kBootstrap, "bootstrap root %s: raised the open-file limit from %llu to %llu for %u ranks",
+              where_.c_str(), static_cast<unsigned long long>(rl.rlim_cur),
+              static_cast<unsigned long long>(want.rlim_cur), nranks_);
       rl = want;
     }
     if (rl.rlim_cur < need) {
-      GW_WARN(kBootstrap, "bootstrap root %s: the open-file limit (%llu) is low for %u ranks; raise it (ulimit -n)", where_.c_str(),
-              static_cast<unsigned long long>(rl.rlim_cur), nranks_);
+      GW_WARN(kBootstrap, "bootstrap root %s: the open-file limit (%llu) is low for %u ranks; raise it (ulimit -n)",
+              where_.c_str(), static_cast<unsigned long long>(rl.rlim_cur), nranks_);
     }
   }
 
@@ -698,7 +704,8 @@ Status start_root_server(Socket listener, const Endpoint& where, const uint8_t t
   // application's own threads.
   sigset_t block, old;
   sigemptyset(&block);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGCHLD, SIGPIPE, SIGUSR1, SIGUSR2}) sigaddset(&block, sig);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGCHLD, SIGPIPE, SIGUSR1, SIGUSR2})
+    sigaddset(&block, sig);
   pthread_sigmask(SIG_BLOCK, &block, &old);
   g_running.fetch_add(1);
   Status status;

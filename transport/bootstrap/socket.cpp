@@ -19,9 +19,7 @@
 namespace gw::bootstrap {
 namespace {
 
-Status sys_error(const std::string& what, int err) {
-  return Status(Code::kSystem, what + ": " + std::strerror(err));
-}
+Status sys_error(const std::string& what, int err) { return Status(Code::kSystem, what + ": " + std::strerror(err)); }
 
 // Waits for `events` on fd. Returns false at the deadline; an error or hang-up counts as
 // ready (the following recv/send reports it).
@@ -49,10 +47,8 @@ bool retryable_connect_error(int err) {
     case ENETDOWN:
     case EHOSTDOWN:
     case EADDRNOTAVAIL:
-    case EAGAIN:
-      return true;
-    default:
-      return false;
+    case EAGAIN: return true;
+    default: return false;
   }
 }
 
@@ -342,7 +338,8 @@ Status write_exact(int fd, const void* buf, size_t n, Clock::time_point deadline
       continue;
     }
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && peer_gone(errno)) return Status(Code::kRemote, std::string("connection lost: ") + std::strerror(errno));
+    if (w < 0 && peer_gone(errno))
+      return Status(Code::kRemote, std::string("connection lost: ") + std::strerror(errno));
     if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return sys_error("send", errno);
     GW_ASSIGN_OR_RETURN(const bool ready, wait_ready(fd, POLLOUT, deadline));
     if (!ready) return Status(Code::kTimeout, "timed out sending");

@@ -11,9 +11,9 @@
 #include <cstring>
 #include <string>
 
+#include "common/log.hpp"
 #include "transport/bootstrap/frames.hpp"
 #include "transport/bootstrap/root_server.hpp"
-#include "common/log.hpp"
 
 namespace gw::bootstrap {
 namespace {
@@ -27,7 +27,8 @@ Status urandom_bytes(uint8_t* out, size_t n) {
   while (n > 0) {
     const ssize_t r = ::read(fd, out, n);
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return Status(Code::kSystem, std::string("cannot read /dev/urandom: ") + std::strerror(r < 0 ? errno : EIO));
+    if (r <= 0)
+      return Status(Code::kSystem, std::string("cannot read /dev/urandom: ") + std::strerror(r < 0 ? errno : EIO));
     out += r;
     n -= static_cast<size_t>(r);
   }
@@ -104,7 +105,8 @@ Endpoint unique_id_endpoint(const UniqueId& id) {
 
 Result<UniqueId> create_unique_id(const RootOptions& options) {
   if (options.timeout.count() <= 0) {
-    return invalid_argument("RootOptions::timeout must be positive, not " + std::to_string(options.timeout.count()) + " ms");
+    return invalid_argument("RootOptions::timeout must be positive, not " + std::to_string(options.timeout.count()) +
+                            " ms");
   }
   GW_ASSIGN_OR_RETURN(Endpoint ep, root_address(options));
   if (ep.is_wildcard()) {
@@ -126,8 +128,8 @@ Status validate_unique_id(const UniqueId& id) {
     return invalid_argument("unique id has a bad magic: it did not come from create_unique_id/gw_get_unique_id");
   }
   if (b[id_layout::kVersion] != id_layout::kVersionValue) {
-    return invalid_argument("unique id version " + std::to_string(b[id_layout::kVersion]) + " is not supported (expected " +
-                            std::to_string(id_layout::kVersionValue) + ")");
+    return invalid_argument("unique id version " + std::to_string(b[id_layout::kVersion]) +
+                            " is not supported (expected " + std::to_string(id_layout::kVersionValue) + ")");
   }
   const uint8_t family = b[id_layout::kFamily];
   if (family != 4 && family != 6) {
@@ -137,7 +139,8 @@ Status validate_unique_id(const UniqueId& id) {
   const size_t addr_len = family == 6 ? 16 : 4;
   auto zero = [](const uint8_t* p, size_t n) { return std::all_of(p, p + n, [](uint8_t x) { return x == 0; }); };
   if (zero(b + id_layout::kAddress, addr_len)) return invalid_argument("unique id has no root address");
-  if (!zero(b + id_layout::kAddress + addr_len, 16 - addr_len) || !zero(b + id_layout::kEnd, kUniqueIdBytes - id_layout::kEnd)) {
+  if (!zero(b + id_layout::kAddress + addr_len, 16 - addr_len) ||
+      !zero(b + id_layout::kEnd, kUniqueIdBytes - id_layout::kEnd)) {
     return invalid_argument("unique id has non-zero bytes where the layout has none (a corrupted id?)");
   }
   if (zero(b + id_layout::kToken, 16)) return invalid_argument("unique id has an all-zero token");

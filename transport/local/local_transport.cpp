@@ -23,8 +23,8 @@ struct Posted {
 // One mutex guards every queue; tests are not about the fabric's speed.
 class LocalFabric {
  public:
-  explicit LocalFabric(int size) : size_(size), sends_(static_cast<size_t>(size * size)),
-                                   recvs_(static_cast<size_t>(size * size)) {}
+  explicit LocalFabric(int size)
+      : size_(size), sends_(static_cast<size_t>(size * size)), recvs_(static_cast<size_t>(size * size)) {}
 
   Status post(int src, int dst, bool is_recv, const Posted& p) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -73,8 +73,7 @@ class LocalFabric {
 
   static void finish(Op& op, const Status& s) {
     op.status = s;
-    op.state.store(static_cast<int>(s.is_ok() ? OpState::kDone : OpState::kFailed),
-                   std::memory_order_release);
+    op.state.store(static_cast<int>(s.is_ok() ? OpState::kDone : OpState::kFailed), std::memory_order_release);
   }
 
   static void complete(const Posted& send, const Posted& recv) {

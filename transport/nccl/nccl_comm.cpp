@@ -40,13 +40,10 @@ class Backoff {
 
 Code code_for(ncclResult_t r) {
   switch (r) {
-    case ncclUnhandledCudaError:
-      return Code::kCuda;
+    case ncclUnhandledCudaError: return Code::kCuda;
     case ncclInvalidArgument:
-    case ncclInvalidUsage:
-      return Code::kInvalidArgument;
-    default:
-      return Code::kRemote;  // system, internal, remote: the group is broken
+    case ncclInvalidUsage: return Code::kInvalidArgument;
+    default: return Code::kRemote;  // system, internal, remote: the group is broken
   }
 }
 
@@ -63,8 +60,7 @@ Status nccl_error(const Library& lib, ncclComm_t comm, ncclResult_t r, const std
 // Polls comm's state until it leaves ncclInProgress; ncclInProgress if the deadline came first.
 // Also returns ncclInProgress as soon as *stop is set.
 ncclResult_t poll_state(const Library& lib, ncclComm_t comm, Clock::time_point deadline,
-                        const std::function<void()>& progress, Backoff backoff,
-                        const std::atomic<bool>* stop) {
+                        const std::function<void()>& progress, Backoff backoff, const std::atomic<bool>* stop) {
   for (;;) {
     if (stop != nullptr && stop->load(std::memory_order_acquire)) return ncclInProgress;
     ncclResult_t state = ncclInProgress;
@@ -77,9 +73,7 @@ ncclResult_t poll_state(const Library& lib, ncclComm_t comm, Clock::time_point d
   }
 }
 
-std::string who(int rank, int nranks) {
-  return "rank " + std::to_string(rank) + " of " + std::to_string(nranks);
-}
+std::string who(int rank, int nranks) { return "rank " + std::to_string(rank) + " of " + std::to_string(nranks); }
 
 }  // namespace
 
@@ -94,8 +88,7 @@ Status get_unique_id(uint8_t out[kUniqueIdBytes]) {
 }
 
 Result<std::unique_ptr<Comm>> Comm::create(const uint8_t id[kUniqueIdBytes], int nranks, int rank,
-                                           Clock::time_point deadline,
-                                           const std::function<void()>& progress) {
+                                           Clock::time_point deadline, const std::function<void()>& progress) {
   if (id == nullptr || nranks < 1 || rank < 0 || rank >= nranks) {
     return invalid_argument("NCCL init: bad arguments (" + who(rank, nranks) + ")");
   }
@@ -112,8 +105,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const uint8_t id[kUniqueIdBytes], int
   }
   if (r != ncclSuccess) {
     Status why = r == ncclInProgress
-                     ? Status(Code::kTimeout, "NCCL init (" + who(rank, nranks) +
-                                                  ") did not finish by the deadline")
+                     ? Status(Code::kTimeout, "NCCL init (" + who(rank, nranks) + ") did not finish by the deadline")
                      : nccl_error(*lib, comm, r, "init (" + who(rank, nranks) + ")");
     if (comm != nullptr) lib->comm_abort(comm);
     return why;
@@ -143,8 +135,9 @@ Status Comm::close(Clock::time_point deadline, const std::function<void()>& prog
   }
   if (r != ncclSuccess) {
     if (stop_.load(std::memory_order_acquire)) return fail(Status(Code::kAborted, "NCCL: communicator aborted"));
-    return fail(r == ncclInProgress ? Status(Code::kTimeout, "NCCL: ncclCommFinalize did not finish by the "
-                                                             "deadline; communicator aborted")
+    return fail(r == ncclInProgress ? Status(Code::kTimeout,
+                                             "NCCL: ncclCommFinalize did not finish by the "
+                                             "deadline; communicator aborted")
                                     : nccl_error(*lib_, comm_, r, "ncclCommFinalize"));
   }
   // Finalized: the destroy frees local resources only and does not block.
@@ -193,15 +186,13 @@ Status Comm::after_call(int result, const char* what, Clock::time_point deadline
   return is_fatal(r) ? fail(std::move(why)) : why;
 }
 
-Status Comm::settle(const char* what, Clock::time_point deadline,
-                    const std::function<void()>& progress) {
+Status Comm::settle(const char* what, Clock::time_point deadline, const std::function<void()>& progress) {
   const ncclResult_t r = poll_state(*lib_, comm_, deadline, progress, Backoff(kSpins, kNap), &stop_);
   if (r == ncclSuccess) return Status::ok();
   if (stop_.load(std::memory_order_acquire)) return fail(Status(Code::kAborted, "NCCL: communicator aborted"));
   if (r == ncclInProgress) {
-    return fail(Status(
-        Code::kTimeout,
-        std::string("NCCL: ") + what + " still enqueuing at the deadline; communicator aborted"));
+    return fail(Status(Code::kTimeout,
+                       std::string("NCCL: ") + what + " still enqueuing at the deadline; communicator aborted"));
   }
   return fail(nccl_error(*lib_, comm_, r, what));
 }
@@ -222,7 +213,8 @@ Status nccl_reduction(DType dtype, ReduceOp op, const char* what, ncclDataType_t
     default:
       return unsupported(std::string("NCCL ") + what + ": dtype " + std::to_string(int(dtype)) + " has no NCCL type");
   }
-  const bool integer = dtype == DType::kInt8 || dtype == DType::kUInt8 || dtype == DType::kInt32 || dtype == DType::kInt64;
+  const bool integer =
+      dtype == DType::kInt8 || dtype == DType::kUInt8 || dtype == DType::kInt32 || dtype == DType::kInt64;
   switch (op) {
     case ReduceOp::kSum: *red = ncclSum; break;
     case ReduceOp::kProd: *red = ncclProd; break;
@@ -234,28 +226,24 @@ Status nccl_reduction(DType dtype, ReduceOp op, const char* what, ncclDataType_t
       if (integer) return unsupported(std::string("NCCL ") + what + ": avg of " + dtype_name(dtype) + " is not NCCL's");
       *red = ncclAvg;
       break;
-    default:
-      return unsupported(std::string("NCCL ") + what + ": op " + std::to_string(int(op)) + " has no NCCL op");
+    default: return unsupported(std::string("NCCL ") + what + ": op " + std::to_string(int(op)) + " has no NCCL op");
   }
   return Status::ok();
 }
 
 }  // namespace
 
-Status Comm::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                       cudaStream_t stream, Clock::time_point deadline,
-                       const std::function<void()>& progress) {
+Status Comm::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, cudaStream_t stream,
+                       Clock::time_point deadline, const std::function<void()>& progress) {
   GW_RETURN_IF_ERROR(check_usable());
   ncclDataType_t type;
   ncclRedOp_t red;
   GW_RETURN_IF_ERROR(nccl_reduction(dtype, op, "allreduce", &type, &red));
-  return after_call(lib_->all_reduce(send, recv, count, type, red, comm_, stream), "ncclAllReduce",
-                    deadline, progress);
+  return after_call(lib_->all_reduce(send, recv, count, type, red, comm_, stream), "ncclAllReduce", deadline, progress);
 }
 
 Status Comm::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
-                            cudaStream_t stream, Clock::time_point deadline,
-                            const std::function<void()>& progress) {
+                            cudaStream_t stream, Clock::time_point deadline, const std::function<void()>& progress) {
   GW_RETURN_IF_ERROR(check_usable());
   ncclDataType_t type;
   ncclRedOp_t red;
@@ -264,29 +252,25 @@ Status Comm::reduce_scatter(const void* send, void* recv, size_t recv_count, DTy
                     deadline, progress);
 }
 
-Status Comm::allgather(const void* send, void* recv, size_t bytes, cudaStream_t stream,
-                       Clock::time_point deadline, const std::function<void()>& progress) {
+Status Comm::allgather(const void* send, void* recv, size_t bytes, cudaStream_t stream, Clock::time_point deadline,
+                       const std::function<void()>& progress) {
   GW_RETURN_IF_ERROR(check_usable());
-  return after_call(lib_->all_gather(send, recv, bytes, ncclUint8, comm_, stream), "ncclAllGather",
-                    deadline, progress);
+  return after_call(lib_->all_gather(send, recv, bytes, ncclUint8, comm_, stream), "ncclAllGather", deadline, progress);
 }
 
-Status Comm::broadcast(void* buf, size_t bytes, int root, cudaStream_t stream,
-                       Clock::time_point deadline, const std::function<void()>& progress) {
+Status Comm::broadcast(void* buf, size_t bytes, int root, cudaStream_t stream, Clock::time_point deadline,
+                       const std::function<void()>& progress) {
   GW_RETURN_IF_ERROR(check_usable());
   if (root < 0 || root >= nranks_) {
-    return invalid_argument("NCCL broadcast: root " + std::to_string(root) + " not in " +
-                            who(rank_, nranks_));
+    return invalid_argument("NCCL broadcast: root " + std::to_string(root) + " not in " + who(rank_, nranks_));
   }
-  return after_call(lib_->broadcast(buf, buf, bytes, ncclUint8, root, comm_, stream),
-                    "ncclBroadcast", deadline, progress);
+  return after_call(lib_->broadcast(buf, buf, bytes, ncclUint8, root, comm_, stream), "ncclBroadcast", deadline,
+                    progress);
 }
 
-Status Comm::wait(cudaStream_t stream, Clock::time_point deadline,
-                  const std::function<void()>& progress) {
+Status Comm::wait(cudaStream_t stream, Clock::time_point deadline, const std::function<void()>& progress) {
   GW_RETURN_IF_ERROR(check_usable());
-  GW_RETURN_IF_ERROR(
-      kern::cuda_status(cudaEventRecord(event_, stream), "NCCL wait: cudaEventRecord"));
+  GW_RETURN_IF_ERROR(kern::cuda_status(cudaEventRecord(event_, stream), "NCCL wait: cudaEventRecord"));
   Backoff backoff(kSpins, kNap);
   for (;;) {
     if (stop_.load(std::memory_order_acquire)) return fail(Status(Code::kAborted, "NCCL: communicator aborted"));
@@ -298,12 +282,10 @@ Status Comm::wait(cudaStream_t stream, Clock::time_point deadline,
       return fail(nccl_error(*lib_, comm_, state, "asynchronous error"));
     }
     if (done == cudaSuccess) return Status::ok();
-    if (done != cudaErrorNotReady)
-      return fail(kern::cuda_status(done, "NCCL wait: cudaEventQuery"));
+    if (done != cudaErrorNotReady) return fail(kern::cuda_status(done, "NCCL wait: cudaEventQuery"));
     if (Clock::now() >= deadline) {
       return fail(
-          Status(Code::kTimeout,
-                 "NCCL: work on the stream not finished at the deadline; communicator aborted"));
+          Status(Code::kTimeout, "NCCL: work on the stream not finished at the deadline; communicator aborted"));
     }
     if (progress) progress();
     backoff.pause();

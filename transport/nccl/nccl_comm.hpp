@@ -34,9 +34,8 @@ class Comm {
  public:
   // Joins the communicator of nranks ranks named by id, on the current CUDA device. Polls the
   // nonblocking init, calling progress() between polls; past deadline aborts it (kTimeout).
-  static Result<std::unique_ptr<Comm>> create(const uint8_t id[kUniqueIdBytes], int nranks,
-                                              int rank, Clock::time_point deadline,
-                                              const std::function<void()>& progress);
+  static Result<std::unique_ptr<Comm>> create(const uint8_t id[kUniqueIdBytes], int nranks, int rank,
+                                              Clock::time_point deadline, const std::function<void()>& progress);
   // close() with a deadline kCloseTimeout away and no progress callback, unless close() or
   // abort() already ran. NCCL's teardown is an intra-node collective: every rank on this node
   // should close (or destroy) its Comm.
@@ -54,13 +53,13 @@ class Comm {
   // Enqueue on stream. When NCCL answers ncclInProgress the call polls (with deadline and
   // progress, as wait does) until the work is on the stream, so on OK the caller may put its
   // own kernels on the stream next. f32, f16 and bf16; kSum and kAvg.
-  Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                   cudaStream_t stream, Clock::time_point deadline = Clock::time_point::max(),
+  Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, cudaStream_t stream,
+                   Clock::time_point deadline = Clock::time_point::max(),
                    const std::function<void()>& progress = nullptr);
   // recv (recv_count elements) = op over the ranks of block `rank` of send (nranks *
   // recv_count elements); recv may be that block of send. The dtypes and ops of allreduce.
-  Status reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
-                        cudaStream_t stream, Clock::time_point deadline = Clock::time_point::max(),
+  Status reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op, cudaStream_t stream,
+                        Clock::time_point deadline = Clock::time_point::max(),
                         const std::function<void()>& progress = nullptr);
   // recv (nranks * bytes) = every rank's send block, in rank order.
   Status allgather(const void* send, void* recv, size_t bytes, cudaStream_t stream,
@@ -73,8 +72,7 @@ class Comm {
   // Waits for the work enqueued so far on stream without blocking in CUDA: polls an event
   // and NCCL's async error, calling progress() between polls. An NCCL error aborts the
   // communicator and is returned; past deadline the communicator is aborted (kTimeout).
-  Status wait(cudaStream_t stream, Clock::time_point deadline,
-              const std::function<void()>& progress);
+  Status wait(cudaStream_t stream, Clock::time_point deadline, const std::function<void()>& progress);
 
   // ncclCommAbort; idempotent. Later calls return kAborted (or the earlier error).
   void abort();
@@ -93,15 +91,13 @@ class Comm {
 
   Status check_usable();
   // Turns an NCCL return code into a Status; fatal ones abort the communicator first.
-  Status after_call(int result, const char* what, Clock::time_point deadline,
-                    const std::function<void()>& progress);
+  Status after_call(int result, const char* what, Clock::time_point deadline, const std::function<void()>& progress);
   // Polls until the communicator leaves ncclInProgress.
-  Status settle(const char* what, Clock::time_point deadline,
-                const std::function<void()>& progress);
+  Status settle(const char* what, Clock::time_point deadline, const std::function<void()>& progress);
   Status fail(Status why);
 
   const Library* lib_;
-  ncclComm* comm_;  // null once closed or aborted
+  ncclComm* comm_;       // null once closed or aborted
   bool closed_ = false;  // by a close() that finalized and destroyed it
   cudaEvent_t event_;
   int nranks_;

@@ -36,24 +36,22 @@ bool try_open(const std::string& path, Library& lib, std::string& why) {
   if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name[0] != '\0') {
     l.path = map->l_name;
   }
-  const bool ok = resolve(handle, "ncclGetVersion", l.get_version, why) &&
-                  resolve(handle, "ncclGetUniqueId", l.get_unique_id, why) &&
-                  resolve(handle, "ncclCommInitRankConfig", l.comm_init_rank_config, why) &&
-                  resolve(handle, "ncclCommGetAsyncError", l.comm_get_async_error, why) &&
-                  resolve(handle, "ncclCommFinalize", l.comm_finalize, why) &&
-                  resolve(handle, "ncclCommDestroy", l.comm_destroy, why) &&
-                  resolve(handle, "ncclCommAbort", l.comm_abort, why) &&
-                  resolve(handle, "ncclGetErrorString", l.get_error_string, why) &&
-                  resolve(handle, "ncclGetLastError", l.get_last_error, why) &&
-                  resolve(handle, "ncclAllReduce", l.all_reduce, why) &&
-                  resolve(handle, "ncclAllGather", l.all_gather, why) &&
-                  resolve(handle, "ncclReduceScatter", l.reduce_scatter, why) &&
-                  resolve(handle, "ncclBroadcast", l.broadcast, why);
+  const bool ok =
+      resolve(handle, "ncclGetVersion", l.get_version, why) &&
+      resolve(handle, "ncclGetUniqueId", l.get_unique_id, why) &&
+      resolve(handle, "ncclCommInitRankConfig", l.comm_init_rank_config, why) &&
+      resolve(handle, "ncclCommGetAsyncError", l.comm_get_async_error, why) &&
+      resolve(handle, "ncclCommFinalize", l.comm_finalize, why) &&
+      resolve(handle, "ncclCommDestroy", l.comm_destroy, why) && resolve(handle, "ncclCommAbort", l.comm_abort, why) &&
+      resolve(handle, "ncclGetErrorString", l.get_error_string, why) &&
+      resolve(handle, "ncclGetLastError", l.get_last_error, why) &&
+      resolve(handle, "ncclAllReduce", l.all_reduce, why) && resolve(handle, "ncclAllGather", l.all_gather, why) &&
+      resolve(handle, "ncclReduceScatter", l.reduce_scatter, why) && resolve(handle, "ncclBroadcast", l.broadcast, why);
   if (ok && l.get_version(&l.version) != ncclSuccess) {
     why = "ncclGetVersion failed";
   } else if (ok && l.version < kMinVersion) {
-    why = "NCCL " + version_string(l.version) + " is too old: gradwire needs " +
-          version_string(kMinVersion) + " or newer (nonblocking communicators)";
+    why = "NCCL " + version_string(l.version) + " is too old: gradwire needs " + version_string(kMinVersion) +
+          " or newer (nonblocking communicators)";
   } else if (ok) {
     lib = std::move(l);  // the handle stays open for the life of the process
     return true;
@@ -81,8 +79,7 @@ Status open_first(Library& lib) {
     if (try_open(path, lib, why)) return Status::ok();
     tried += (tried.empty() ? "" : "; ") + path + ": " + why;
   }
-  return unsupported(std::string("NCCL not loaded") +
-                     (from_env ? " (from GW_NCCL_LIBRARY)" : "") + ": tried " + tried);
+  return unsupported(std::string("NCCL not loaded") + (from_env ? " (from GW_NCCL_LIBRARY)" : "") + ": tried " + tried);
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ std::string first_line(const char* path) {
 }
 
 std::string ns_inode(const char* path) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path, &st) != 0) return "?";
   return std::to_string(static_cast<unsigned long long>(st.st_ino));
 }
@@ -64,10 +64,8 @@ HostInfo local_host_info() {
   h.id = host_identity();
   if (h.id.size() > kMaxId) h.id.resize(kMaxId);
   static const char* const kHints[][2] = {
-      {"GW_LOCAL_RANK", "GW_LOCAL_SIZE"},
-      {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
-      {"LOCAL_RANK", "LOCAL_WORLD_SIZE"},
-      {"MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+      {"GW_LOCAL_RANK", "GW_LOCAL_SIZE"},         {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      {"LOCAL_RANK", "LOCAL_WORLD_SIZE"},         {"MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
       {"SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
   };
   for (const auto& pair : kHints) {
@@ -99,7 +97,8 @@ std::string encode_host_info(const HostInfo& h) {
 Result<HostInfo> parse_host_info(const std::string& blob, int rank, size_t* consumed) {
   // The record leads the rank's address blob: a bad one is a malformed address from a peer.
   auto bad = [&](const char* why) {
-    return Status(Code::kRemote, "rank " + std::to_string(rank) + " sent a malformed address (its host record: " + why + ")");
+    return Status(Code::kRemote,
+                  "rank " + std::to_string(rank) + " sent a malformed address (its host record: " + why + ")");
   };
   if (blob.size() < 8 || blob.compare(0, 4, kMagic, 4) != 0) return bad("no magic");
   size_t at = 4;
@@ -116,7 +115,8 @@ Result<HostInfo> parse_host_info(const std::string& blob, int rank, size_t* cons
   if (src_len > 255 || blob.size() - at < src_len) return bad("hint source length");
   h.hint_source = blob.substr(at, src_len);
   at += src_len;
-  if (h.hint_local_size < -1 || h.hint_local_rank < -1 || (h.hint_local_size > 0 && h.hint_local_rank >= h.hint_local_size)) {
+  if (h.hint_local_size < -1 || h.hint_local_rank < -1 ||
+      (h.hint_local_size > 0 && h.hint_local_rank >= h.hint_local_size)) {
     return bad("local rank hint");
   }
   *consumed = at;

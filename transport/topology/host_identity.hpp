@@ -10,7 +10,7 @@
 namespace gw::topo {
 
 struct HostInfo {
-  std::string id;           // equal on ranks that share a node (host_identity())
+  std::string id;            // equal on ranks that share a node (host_identity())
   int hint_local_rank = -1;  // the launcher's, or -1
   int hint_local_size = -1;
   std::string hint_source;  // the variables the hint came from ("" when none)

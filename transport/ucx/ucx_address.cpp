@@ -168,10 +168,27 @@ T load(const uint8_t* p) {
 // ---- transport-specific address checks -----------------------------------------------------
 
 enum class Tl {
-  kSelf, kTcp, kPosix, kSysv, kXpmem, kCma, kKnem,
-  kRcVerbs, kRcMlx5, kDcMlx5, kUdVerbs, kUdMlx5,
-  kCudaCopy, kCudaIpc, kGdrCopy, kRocmCopy, kRocmIpc, kRocmGdr,
-  kUgniRdma, kUgniUdt, kUgniSmsg,
+  kSelf,
+  kTcp,
+  kPosix,
+  kSysv,
+  kXpmem,
+  kCma,
+  kKnem,
+  kRcVerbs,
+  kRcMlx5,
+  kDcMlx5,
+  kUdVerbs,
+  kUdMlx5,
+  kCudaCopy,
+  kCudaIpc,
+  kGdrCopy,
+  kRocmCopy,
+  kRocmIpc,
+  kRocmGdr,
+  kUgniRdma,
+  kUgniUdt,
+  kUgniSmsg,
 };
 
 struct KnownTl {
@@ -183,10 +200,10 @@ struct KnownTl {
 const std::vector<KnownTl>& known_tls() {
   static const std::vector<KnownTl> tls = [] {
     const std::pair<const char*, Tl> names[] = {
-        {"self", Tl::kSelf},         {"tcp", Tl::kTcp},           {"posix", Tl::kPosix},
-        {"sysv", Tl::kSysv},         {"xpmem", Tl::kXpmem},       {"cma", Tl::kCma},
-        {"knem", Tl::kKnem},         {"rc_verbs", Tl::kRcVerbs},  {"rc_mlx5", Tl::kRcMlx5},
-        {"dc_mlx5", Tl::kDcMlx5},    {"ud_verbs", Tl::kUdVerbs},  {"ud_mlx5", Tl::kUdMlx5},
+        {"self", Tl::kSelf},          {"tcp", Tl::kTcp},          {"posix", Tl::kPosix},
+        {"sysv", Tl::kSysv},          {"xpmem", Tl::kXpmem},      {"cma", Tl::kCma},
+        {"knem", Tl::kKnem},          {"rc_verbs", Tl::kRcVerbs}, {"rc_mlx5", Tl::kRcMlx5},
+        {"dc_mlx5", Tl::kDcMlx5},     {"ud_verbs", Tl::kUdVerbs}, {"ud_mlx5", Tl::kUdMlx5},
         {"cuda_copy", Tl::kCudaCopy}, {"cuda_ipc", Tl::kCudaIpc}, {"gdr_copy", Tl::kGdrCopy},
         {"rocm_copy", Tl::kRocmCopy}, {"rocm_ipc", Tl::kRocmIpc}, {"rocm_gdr", Tl::kRocmGdr},
         {"ugni_rdma", Tl::kUgniRdma}, {"ugni_udt", Tl::kUgniUdt}, {"ugni_smsg", Tl::kUgniSmsg},
@@ -222,8 +239,8 @@ std::string check_host_id(const char* what, const uint8_t* p, size_t n) {
 std::string check_ib_device(const uint8_t* p, size_t n) {
   if (n < 1) return too_short("device", n, 1, "IB address flags");
   const uint8_t f = p[0];
-  constexpr uint8_t kGidIndex = 0x01, kPathMtu = 0x02, kPkey = 0x04, kEth = 0x08, kSubnet16 = 0x10,
-                    kSubnet64 = 0x20, kIfId = 0x40;
+  constexpr uint8_t kGidIndex = 0x01, kPathMtu = 0x02, kPkey = 0x04, kEth = 0x08, kSubnet16 = 0x10, kSubnet64 = 0x20,
+                    kIfId = 0x40;
   size_t need = 1;
   if (f & kEth) {
     need += 16;  // raw GID
@@ -252,8 +269,7 @@ std::string check_posix_iface(const uint8_t* p, size_t n) {
   return {};
 }
 
-std::string check_tl_addresses(Tl tl, const uint8_t* dev, size_t dev_len, const uint8_t* iface,
-                               size_t iface_len) {
+std::string check_tl_addresses(Tl tl, const uint8_t* dev, size_t dev_len, const uint8_t* iface, size_t iface_len) {
   std::string e;
   auto min_iface = [&](size_t need, const char* reason) {
     return iface_len < need ? too_short("interface", iface_len, need, reason) : std::string();
@@ -262,8 +278,7 @@ std::string check_tl_addresses(Tl tl, const uint8_t* dev, size_t dev_len, const 
     return dev_len < need ? too_short("device", dev_len, need, reason) : std::string();
   };
   switch (tl) {
-    case Tl::kSelf:
-      return min_iface(8, "self id");
+    case Tl::kSelf: return min_iface(8, "self id");
     case Tl::kTcp: {
       if (dev_len < 2) return too_short("device", dev_len, 2, "TCP flags and address family");
       constexpr uint8_t kLoopback = 0x01;
@@ -280,9 +295,7 @@ std::string check_tl_addresses(Tl tl, const uint8_t* dev, size_t dev_len, const 
     case Tl::kPosix:
       e = check_host_id("device", dev, dev_len);
       return e.empty() ? check_posix_iface(iface, iface_len) : e;
-    case Tl::kSysv:
-      e = check_host_id("device", dev, dev_len);
-      return e.empty() ? min_iface(8, "segment id") : e;
+    case Tl::kSysv: e = check_host_id("device", dev, dev_len); return e.empty() ? min_iface(8, "segment id") : e;
     case Tl::kXpmem:
       e = check_host_id("device", dev, dev_len);
       return e.empty() ? min_iface(16, "segment id and xpmem segment") : e;
@@ -292,32 +305,23 @@ std::string check_tl_addresses(Tl tl, const uint8_t* dev, size_t dev_len, const 
       if (iface_len < 4) return too_short("interface", iface_len, 4, "pid");
       if ((load<uint32_t>(iface) >> 31) != 0) return min_iface(16, "pid and PID namespace");
       return {};
-    case Tl::kKnem:
-      return check_host_id("device", dev, dev_len);
+    case Tl::kKnem: return check_host_id("device", dev, dev_len);
     case Tl::kRcVerbs:
-    case Tl::kRcMlx5:
-      return check_ib_device(dev, dev_len);
+    case Tl::kRcMlx5: return check_ib_device(dev, dev_len);
     case Tl::kDcMlx5:
       e = check_ib_device(dev, dev_len);
       return e.empty() ? min_iface(5, "DC QP number, MR id and flags") : e;
     case Tl::kUdVerbs:
-    case Tl::kUdMlx5:
-      e = check_ib_device(dev, dev_len);
-      return e.empty() ? min_iface(3, "UD QP number") : e;
+    case Tl::kUdMlx5: e = check_ib_device(dev, dev_len); return e.empty() ? min_iface(3, "UD QP number") : e;
     case Tl::kCudaCopy:
     case Tl::kGdrCopy:
     case Tl::kRocmCopy:
-    case Tl::kRocmGdr:
-      return min_iface(8, "interface id");
+    case Tl::kRocmGdr: return min_iface(8, "interface id");
     case Tl::kCudaIpc:
-    case Tl::kRocmIpc:
-      e = min_dev(8, "host id");
-      return e.empty() ? min_iface(4, "pid") : e;
+    case Tl::kRocmIpc: e = min_dev(8, "host id"); return e.empty() ? min_iface(4, "pid") : e;
     case Tl::kUgniRdma:
     case Tl::kUgniUdt:
-    case Tl::kUgniSmsg:
-      e = min_dev(4, "NIC address");
-      return e.empty() ? min_iface(4, "domain id") : e;
+    case Tl::kUgniSmsg: e = min_dev(4, "NIC address"); return e.empty() ? min_iface(4, "domain id") : e;
   }
   return {};
 }
@@ -339,8 +343,8 @@ class Walker {
     while (!last_device) GW_RETURN_IF_ERROR(device(&last_device));
     if (entries_ == 0) return fail("lists no transports (UCX could not connect to it)");
     if (pos_ != len_) {
-      return fail(std::to_string(len_ - pos_) + " bytes follow the last device (at offset " +
-                  std::to_string(pos_) + ")");
+      return fail(std::to_string(len_ - pos_) + " bytes follow the last device (at offset " + std::to_string(pos_) +
+                  ")");
     }
     if (info_ != nullptr) {
       info_->version = version_ + 1;
@@ -402,8 +406,8 @@ class Walker {
     } else if (version_ == kVersionV2) {
       GW_RETURN_IF_ERROR(take_byte("header flags", &flags));
     } else {
-      return fail("unknown address version " + std::to_string(version_) + " (UCX " +
-                  std::to_string(kUcxMajor) + "." + std::to_string(kUcxMinor) + " knows 0 and 1)");
+      return fail("unknown address version " + std::to_string(version_) + " (UCX " + std::to_string(kUcxMajor) + "." +
+                  std::to_string(kUcxMinor) + " knows 0 and 1)");
     }
     const uint8_t* unused = nullptr;
     if (version_ == kVersionV1 || (flags & kHdrUuid)) GW_RETURN_IF_ERROR(take(8, "worker UUID", &unused));
@@ -515,8 +519,8 @@ class Walker {
     for (size_t i = 4; i < 8; ++i) mark(at + i);
     if ((flags & kV2FlagAmSync) && seg_bytes < kMinAmSegBytes) {
       return fail("offers active messages with a segment size of " + std::to_string(seg_bytes) +
-                  " bytes (UCX aborts below the size of a packed rkey; at least " +
-                  std::to_string(kMinAmSegBytes) + " is required)");
+                  " bytes (UCX aborts below the size of a packed rkey; at least " + std::to_string(kMinAmSegBytes) +
+                  " is required)");
     }
     return Status::ok();
   }
@@ -572,8 +576,8 @@ uint16_t ucx_tl_name_csum(const std::string& tl_name) {
   return static_cast<uint16_t>(~crc);
 }
 
-Status validate_ucx_address_as(const void* data, size_t len, unsigned ucx_major, unsigned ucx_minor,
-                               bool unified_mode, UcxAddressInfo* info) {
+Status validate_ucx_address_as(const void* data, size_t len, unsigned ucx_major, unsigned ucx_minor, bool unified_mode,
+                               UcxAddressInfo* info) {
   if (info != nullptr) *info = UcxAddressInfo{};
   if (len == 0) return Status(Code::kRemote, "worker address is empty");
   if (data == nullptr) return invalid_argument("worker address: null data with length " + std::to_string(len));
@@ -600,11 +604,13 @@ Status validate_ucx_address(const void* data, size_t len, UcxAddressInfo* info) 
   static std::atomic<bool> logged{false};
   if ((!known || unified) && !logged.exchange(true)) {
     if (!known) {
-      GW_INFO(kTransport, "ucx: worker addresses from peers get only generic checks: their format was studied for UCX %u.%u, "
+      GW_INFO(kTransport,
+              "ucx: worker addresses from peers get only generic checks: their format was studied for UCX %u.%u, "
               "this is UCX %u.%u",
               kUcxMajor, kUcxMinor, major, minor);
     } else {
-      GW_INFO(kTransport, "ucx: worker addresses from peers get only generic checks: UCX_UNIFIED_MODE is on, and then "
+      GW_INFO(kTransport,
+              "ucx: worker addresses from peers get only generic checks: UCX_UNIFIED_MODE is on, and then "
               "their lengths come from the local interfaces");
     }
   }

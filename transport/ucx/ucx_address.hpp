@@ -50,8 +50,8 @@ namespace detail {
 
 // The same, as if UCX major.minor were linked and its context had UNIFIED_MODE as given
 // (tests use this to reach the fallback paths).
-Status validate_ucx_address_as(const void* data, size_t len, unsigned ucx_major, unsigned ucx_minor,
-                               bool unified_mode, UcxAddressInfo* info);
+Status validate_ucx_address_as(const void* data, size_t len, unsigned ucx_major, unsigned ucx_minor, bool unified_mode,
+                               UcxAddressInfo* info);
 
 // UCX's transport name checksum (CRC-16-CCITT of the name, as ucs_crc16_string computes it).
 uint16_t ucx_tl_name_csum(const std::string& tl_name);

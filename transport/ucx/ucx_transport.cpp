@@ -32,10 +32,10 @@
 
 #include <dirent.h>
 #include <poll.h>
-#include <time.h>
 #include <sys/eventfd.h>
-#include <ucp/api/ucp.h>
+#include <time.h>
 #include <unistd.h>
+#include <ucp/api/ucp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -113,9 +113,7 @@ struct EpErrorArg {
   int peer = -1;
 };
 
-ucp_tag_t make_tag(int source, uint64_t tag) {
-  return (static_cast<uint64_t>(source) << kTagBits) | (tag & kTagMask);
-}
+ucp_tag_t make_tag(int source, uint64_t tag) { return (static_cast<uint64_t>(source) << kTagBits) | (tag & kTagMask); }
 
 Status ucs_error(const std::string& what, ucs_status_t s) {
   return Status(Code::kSystem, what + ": " + ucs_status_string(s));
@@ -176,8 +174,7 @@ class UcxTransportImpl final : public UcxTransport {
     apply_defaults(config);
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE | UCP_PARAM_FIELD_REQUEST_INIT |
-                        UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
-                        UCP_PARAM_FIELD_NAME;
+                        UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_NAME;
     params.features = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
     params.request_size = sizeof(ReqCtx);
     params.request_init = &request_init;
@@ -247,13 +244,14 @@ class UcxTransportImpl final : public UcxTransport {
       ids[i] = ProcessIdentity::decode(reinterpret_cast<const uint8_t*>(b.data()) + 5);
       addresses[i] = b.substr(kBlobHeader);
       if (Status v = validate_ucx_address(addresses[i].data(), addresses[i].size()); !v.is_ok()) {
-        return Status(Code::kRemote, "ucx transport: rank " + std::to_string(r) + " sent a malformed address: " +
-                                         v.message());
+        return Status(Code::kRemote,
+                      "ucx transport: rank " + std::to_string(r) + " sent a malformed address: " + v.message());
       }
     }
     // Watched from here on, so that a peer dying while endpoints are made or during the
     // handshake fails the init at once, naming it.
-    watch_ = ProcessWatch::start(ids, rank_, [this](int peer, const std::string& why) { report_peer_death(peer, why); });
+    watch_ =
+        ProcessWatch::start(ids, rank_, [this](int peer, const std::string& why) { report_peer_death(peer, why); });
     eps_.assign(static_cast<size_t>(size_), nullptr);
     connected_ = true;
     for (int r = 0; r < size_; ++r) {
@@ -261,8 +259,8 @@ class UcxTransportImpl final : public UcxTransport {
       ep_args_[i].self = this;
       ep_args_[i].peer = r;
       ucp_ep_params_t ep{};
-      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.field_mask =
+          UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
       ep.address = reinterpret_cast<const ucp_address_t*>(addresses[i].data());
       ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
       ep.err_handler.cb = &UcxTransportImpl::on_ep_error;
@@ -270,9 +268,10 @@ class UcxTransportImpl final : public UcxTransport {
       const ucs_status_t s = ucp_ep_create(worker_, &ep, &eps_[i]);
       if (s != UCS_OK) {
         eps_[i] = nullptr;
-        std::string why = ids[i].same_host_as(ProcessIdentity::self()) && !ids[i].alive()
-                              ? " (rank " + std::to_string(r) + ", pid " + std::to_string(ids[i].pid) + " on this host, has exited)"
-                              : " (the peer died, or its address cannot be reached from here)";
+        std::string why =
+            ids[i].same_host_as(ProcessIdentity::self()) && !ids[i].alive()
+                ? " (rank " + std::to_string(r) + ", pid " + std::to_string(ids[i].pid) + " on this host, has exited)"
+                : " (the peer died, or its address cannot be reached from here)";
         const Status failed(Code::kRemote, "ucx transport: cannot connect to rank " + std::to_string(r) + ": " +
                                                ucs_status_string(s) + why);
         fail(failed);
@@ -301,7 +300,8 @@ class UcxTransportImpl final : public UcxTransport {
     std::lock_guard<std::mutex> lock(drive_mu_);
     GW_RETURN_IF_ERROR(prepare(peer, op, false));
     if (peers_[static_cast<size_t>(peer)].said_bye) {
-      finish(op, Status(Code::kRemote, "send to rank " + std::to_string(peer) + ": that rank has closed its transport"));
+      finish(op,
+             Status(Code::kRemote, "send to rank " + std::to_string(peer) + ": that rank has closed its transport"));
       return op.status;
     }
     op.bytes = len;
@@ -310,7 +310,8 @@ class UcxTransportImpl final : public UcxTransport {
     p.cb.send = &UcxTransportImpl::on_send;
     p.user_data = &op;
     void* req = ucp_tag_send_nbx(eps_[static_cast<size_t>(peer)], buf, len, make_tag(rank_, tag), &p);
-    GW_TRACE(kTransport, "ucx: isend to %d tag %llu len %zu -> %s", peer, static_cast<unsigned long long>(tag & kTagMask), len,
+    GW_TRACE(kTransport, "ucx: isend to %d tag %llu len %zu -> %s", peer,
+             static_cast<unsigned long long>(tag & kTagMask), len,
              req == nullptr ? "done" : (UCS_PTR_IS_ERR(req) ? "error" : "pending"));
     return adopt(req, op, len);
   }
@@ -325,7 +326,8 @@ class UcxTransportImpl final : public UcxTransport {
     p.cb.recv = &UcxTransportImpl::on_recv;
     p.user_data = &op;
     void* req = ucp_tag_recv_nbx(worker_, buf, cap, make_tag(peer, tag), ~ucp_tag_t{0}, &p);
-    GW_TRACE(kTransport, "ucx: irecv from %d tag %llu cap %zu -> %s", peer, static_cast<unsigned long long>(tag & kTagMask), cap,
+    GW_TRACE(kTransport, "ucx: irecv from %d tag %llu cap %zu -> %s", peer,
+             static_cast<unsigned long long>(tag & kTagMask), cap,
              req == nullptr ? "done" : (UCS_PTR_IS_ERR(req) ? "error" : "posted"));
     return adopt(req, op, 0);
   }
@@ -364,7 +366,8 @@ class UcxTransportImpl final : public UcxTransport {
     const int n = ppoll(fds, 2, &ts, nullptr);
     if (n > 0 && (fds[1].revents & POLLIN) != 0) {
       uint64_t v = 0;
-      if (read(wake_fd_, &v, sizeof(v)) < 0) { /* drained already */ }
+      if (read(wake_fd_, &v, sizeof(v)) < 0) { /* drained already */
+      }
     }
   }
 
@@ -376,7 +379,8 @@ class UcxTransportImpl final : public UcxTransport {
     }
     abort_flag_.store(true, std::memory_order_release);
     const uint64_t one = 1;
-    if (write(wake_fd_, &one, sizeof(one)) < 0) { /* the flag is enough */ }
+    if (write(wake_fd_, &one, sizeof(one)) < 0) { /* the flag is enough */
+    }
     // If nobody is inside the transport, act now; otherwise the thread inside acts before it
     // returns from its current call.
     std::unique_lock<std::mutex> lock(drive_mu_, std::try_to_lock);
@@ -488,7 +492,7 @@ class UcxTransportImpl final : public UcxTransport {
   //    survivor with the UCX default, none of 30 with this one.
   static void apply_defaults(ucp_config_t* config) {
     struct Default {
-      const char* key;    // for ucp_config_modify
+      const char* key;  // for ucp_config_modify
       const char* value;
       const char* env[3];  // the variables by which a user may already have chosen
     };
@@ -557,8 +561,7 @@ class UcxTransportImpl final : public UcxTransport {
     std::vector<void*> flushes;
     bool flushing = false;
     for (;;) {
-      while (ucp_worker_progress(worker_) != 0) {
-      }
+      while (ucp_worker_progress(worker_) != 0) {}
       after_progress();
       if (failed_) {
         result = sticky();
@@ -575,8 +578,8 @@ class UcxTransportImpl final : public UcxTransport {
             ucp_request_param_t p{};
             void* req = ucp_ep_flush_nbx(eps_[r], &p);
             if (UCS_PTR_IS_ERR(req)) {
-              result = ucs_error("ucx transport: flushing the endpoint to rank " + std::to_string(r),
-                                 UCS_PTR_STATUS(req));
+              result =
+                  ucs_error("ucx transport: flushing the endpoint to rank " + std::to_string(r), UCS_PTR_STATUS(req));
             } else if (req != nullptr) {
               flushes.push_back(req);
             }
@@ -674,7 +677,8 @@ class UcxTransportImpl final : public UcxTransport {
     self->forget(*op);
     if (s == UCS_OK) {
       if (op->is_recv) op->bytes = length;
-      GW_TRACE(kTransport, "ucx: %s rank %d done, %zu bytes", op->is_recv ? "recv from" : "send to", op->peer, op->bytes);
+      GW_TRACE(kTransport, "ucx: %s rank %d done, %zu bytes", op->is_recv ? "recv from" : "send to", op->peer,
+               op->bytes);
       finish(*op, Status::ok());
     } else {
       finish(*op, self->status_for(s, *op));
@@ -693,9 +697,7 @@ class UcxTransportImpl final : public UcxTransport {
     return plain_status(s, op);
   }
 
-  static void on_send(void* request, ucs_status_t status, void* user_data) {
-    complete(request, status, 0, user_data);
-  }
+  static void on_send(void* request, ucs_status_t status, void* user_data) { complete(request, status, 0, user_data); }
 
   static void on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
     complete(request, status, info != nullptr ? info->length : 0, user_data);
@@ -747,7 +749,8 @@ class UcxTransportImpl final : public UcxTransport {
     if (code == static_cast<uint32_t>(Code::kInvalidUsage) || code == static_cast<uint32_t>(Code::kTimeout)) {
       c = static_cast<Code>(code);
     }
-    return Status(c, "rank " + std::to_string(peer) + " stopped the job: " + (text.empty() ? "(no reason given)" : text));
+    return Status(c,
+                  "rank " + std::to_string(peer) + " stopped the job: " + (text.empty() ? "(no reason given)" : text));
   }
 
   // Tells every peer still reachable why this transport failed, and gives those messages a
@@ -790,7 +793,8 @@ class UcxTransportImpl final : public UcxTransport {
     }
     deaths_pending_.store(true, std::memory_order_release);
     const uint64_t one = 1;
-    if (write(wake_fd_, &one, sizeof(one)) < 0) { /* the flag is enough */ }
+    if (write(wake_fd_, &one, sizeof(one)) < 0) { /* the flag is enough */
+    }
   }
 
   // Deaths reported at least kDeathGrace ago, and peers' aborts. drive_mu_ held.
@@ -836,7 +840,8 @@ class UcxTransportImpl final : public UcxTransport {
     p.flags = UCP_AM_SEND_FLAG_EAGER;
     // The header lives as long as the worker (UCX 1.13 may read it until the send completes).
     void* req = ucp_am_send_nbx(ep, kCtrlAmId, h, sizeof(*h), nullptr, 0, &p);
-    if (UCS_PTR_IS_ERR(req)) GW_TRACE(kTransport, "ucx: control message to rank %d: %s", peer, ucs_status_string(UCS_PTR_STATUS(req)));
+    if (UCS_PTR_IS_ERR(req))
+      GW_TRACE(kTransport, "ucx: control message to rank %d: %s", peer, ucs_status_string(UCS_PTR_STATUS(req)));
   }
 
   // ucp_worker_progress, then whatever it left for us: endpoint errors, acks, abort.
@@ -872,7 +877,8 @@ class UcxTransportImpl final : public UcxTransport {
       p.failed = true;
       if (closing_) continue;
       if (p.said_bye) {
-        GW_INFO(kTransport, "ucx: connection to rank %d closed (%s) after it said goodbye", peer, ucs_status_string(status));
+        GW_INFO(kTransport, "ucx: connection to rank %d closed (%s) after it said goodbye", peer,
+                ucs_status_string(status));
         continue;
       }
       fail(Status(Code::kRemote, "connection to rank " + std::to_string(peer) + " failed: " +
@@ -967,8 +973,7 @@ class UcxTransportImpl final : public UcxTransport {
     }
     const auto until = Clock::now() + kByeTimeout;
     for (;;) {
-      while (ucp_worker_progress(worker_) != 0) {
-      }
+      while (ucp_worker_progress(worker_) != 0) {}
       after_progress();
       if (failed_) return;
       int waiting = -1;
@@ -1052,7 +1057,7 @@ class UcxTransportImpl final : public UcxTransport {
 
   // Driving-thread state (drive_mu_ held).
   std::mutex drive_mu_;
-  Op pending_;  // sentinel of the circular list of pending ops
+  Op pending_;                // sentinel of the circular list of pending ops
   size_t sends_pending_ = 0;  // how many of them are sends
   std::vector<PeerState> peers_;
   std::vector<std::pair<int, ucs_status_t>> ep_errors_;  // collected during progress
@@ -1091,8 +1096,8 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(int rank, int size) {
                             std::to_string(kMaxRanks) + "]");
   }
   if (rank < 0 || rank >= size) {
-    return invalid_argument("ucx transport: rank " + std::to_string(rank) + " is not in [0, " +
-                            std::to_string(size) + ")");
+    return invalid_argument("ucx transport: rank " + std::to_string(rank) + " is not in [0, " + std::to_string(size) +
+                            ")");
   }
   auto t = std::make_unique<UcxTransportImpl>(rank, size);
   GW_RETURN_IF_ERROR(t->init());

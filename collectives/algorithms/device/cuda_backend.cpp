@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "collectives/algorithms/device/device_backend.hpp"
-#include "kernels/collective_kernels.hpp"
 #include "common/cuda_check.hpp"
+#include "kernels/collective_kernels.hpp"
 #include "kernels/device_codec.hpp"
 #include "kernels/device_scratch.hpp"
 #include "kernels/testing_hooks.hpp"
@@ -184,8 +184,8 @@ class CudaBackend final : public DeviceBackend {
     if (bytes != nccl::kUniqueIdBytes) return internal_error("NCCL unique id size mismatch");
     return nccl::get_unique_id(out);
   }
-  Status nccl_join(const uint8_t* id, size_t bytes, int nranks, int rank, std::chrono::steady_clock::time_point deadline,
-                   const std::function<void()>& progress) override {
+  Status nccl_join(const uint8_t* id, size_t bytes, int nranks, int rank,
+                   std::chrono::steady_clock::time_point deadline, const std::function<void()>& progress) override {
     if (bytes != nccl::kUniqueIdBytes) return internal_error("NCCL unique id size mismatch");
     GW_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     nccl_leave();

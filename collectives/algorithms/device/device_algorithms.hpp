@@ -10,8 +10,8 @@
 #include <deque>
 #include <functional>
 
-#include "collectives/common/context.hpp"
 #include "collectives/algorithms/device/device_backend.hpp"
+#include "collectives/common/context.hpp"
 #include "compressors/device_ef_state.hpp"
 #include "gradwire/codec.hpp"
 #include "gradwire/communicator.hpp"
@@ -41,7 +41,8 @@ struct DeviceHierarchicalArgs {
 };
 // Dense inside nodes (the node's NCCL communicator, else pinned host memory over the
 // transport), `inner` between them (device_hierarchical_allreduce.cpp); t.hierarchical().
-Status device_hierarchical_allreduce(Context& c, DeviceBackend& dev, const Topology& t, const DeviceHierarchicalArgs& a);
+Status device_hierarchical_allreduce(Context& c, DeviceBackend& dev, const Topology& t,
+                                     const DeviceHierarchicalArgs& a);
 Status device_allgather(Context& c, DeviceBackend& dev, const void* send, void* recv, size_t bytes);
 Status device_broadcast(Context& c, DeviceBackend& dev, void* buf, size_t bytes, int root);
 

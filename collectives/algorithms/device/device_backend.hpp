@@ -81,8 +81,8 @@ class DeviceBackend {
   // to accept the work. nccl_wait then waits for the stream, watching NCCL's errors.
   using Progress = std::function<void()>;
   using Deadline = std::chrono::steady_clock::time_point;
-  virtual Status nccl_allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                                Deadline deadline, const Progress& progress) {
+  virtual Status nccl_allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Deadline deadline,
+                                const Progress& progress) {
     (void)send, (void)recv, (void)count, (void)dtype, (void)op, (void)deadline, (void)progress;
     return unsupported("NCCL is not enabled on this communicator");
   }

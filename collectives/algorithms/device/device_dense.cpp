@@ -7,8 +7,8 @@
 // choice depends only on what every rank's call descriptor carries, so all ranks agree.
 #include <string>
 
-#include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/device/device_algorithms.hpp"
+#include "collectives/algorithms/host/algorithms.hpp"
 
 namespace gw::coll {
 namespace {
@@ -46,7 +46,7 @@ Status device_dense_allreduce(Context& c, DeviceBackend& dev, const void* send, 
                                            *none, nullptr);
   }
   const size_t bytes = n * dtype_size(dtype);
-  GW_ASSIGN_OR_RETURN(uint8_t* host, dev.host_staging(0, bytes));
+  GW_ASSIGN_OR_RETURN(uint8_t * host, dev.host_staging(0, bytes));
   GW_RETURN_IF_ERROR(dev.copy(host, send, bytes));
   GW_RETURN_IF_ERROR(drain(c, dev));
   GW_RETURN_IF_ERROR(ring_allreduce(c, host, host, n, dtype, op));
@@ -61,8 +61,8 @@ Status device_allgather(Context& c, DeviceBackend& dev, const void* send, void* 
     });
   }
   const size_t total = bytes * static_cast<size_t>(c.size);
-  GW_ASSIGN_OR_RETURN(uint8_t* mine, dev.host_staging(0, bytes));
-  GW_ASSIGN_OR_RETURN(uint8_t* all, dev.host_staging(1, total));
+  GW_ASSIGN_OR_RETURN(uint8_t * mine, dev.host_staging(0, bytes));
+  GW_ASSIGN_OR_RETURN(uint8_t * all, dev.host_staging(1, total));
   GW_RETURN_IF_ERROR(dev.copy(mine, send, bytes));
   GW_RETURN_IF_ERROR(drain(c, dev));
   GW_RETURN_IF_ERROR(allgather(c, mine, all, bytes));
@@ -76,7 +76,7 @@ Status device_broadcast(Context& c, DeviceBackend& dev, void* buf, size_t bytes,
       return dev.nccl_broadcast(buf, bytes, root, c.deadline, pr);
     });
   }
-  GW_ASSIGN_OR_RETURN(uint8_t* host, dev.host_staging(0, bytes));
+  GW_ASSIGN_OR_RETURN(uint8_t * host, dev.host_staging(0, bytes));
   if (c.rank == root) {
     GW_RETURN_IF_ERROR(dev.copy(host, buf, bytes));
     GW_RETURN_IF_ERROR(drain(c, dev));

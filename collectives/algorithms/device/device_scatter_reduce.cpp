@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/device/device_algorithms.hpp"
+#include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/schedules/scatter_reduce_schedule.hpp"
 
 namespace gw::coll {
@@ -49,9 +49,9 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
   GW_ASSIGN_OR_RETURN(void* out_d, dev.device_scratch(1, per_phase * max_msg));
   GW_ASSIGN_OR_RETURN(void* own_d, dev.device_scratch(2, max_chunks * max_msg));
   GW_ASSIGN_OR_RETURN(void* in_d, dev.device_scratch(3, 2 * per_phase * max_msg));
-  GW_ASSIGN_OR_RETURN(uint8_t* out_h, dev.host_staging(0, per_phase * max_msg));
-  GW_ASSIGN_OR_RETURN(uint8_t* own_h, dev.host_staging(1, max_chunks * max_msg));
-  GW_ASSIGN_OR_RETURN(uint8_t* in_h, dev.host_staging(2, 2 * per_phase * max_msg));
+  GW_ASSIGN_OR_RETURN(uint8_t * out_h, dev.host_staging(0, per_phase * max_msg));
+  GW_ASSIGN_OR_RETURN(uint8_t * own_h, dev.host_staging(1, max_chunks * max_msg));
+  GW_ASSIGN_OR_RETURN(uint8_t * in_h, dev.host_staging(2, 2 * per_phase * max_msg));
   auto* out_dev = static_cast<uint8_t*>(out_d);
   auto* own_dev = static_cast<uint8_t*>(own_d);
   auto* in_dev = static_cast<uint8_t*>(in_d);
@@ -85,11 +85,10 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
       size_t len = 0;
       {
         ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");
-        GW_ASSIGN_OR_RETURN(len, ef != nullptr
-                                     ? dev.encode_accumulated(codec, acc + off, seg_chunk_len(owner, k), ctx,
-                                                              out_dev + at, max_msg)
-                                     : dev.encode_input(codec, send + off, seg_chunk_len(owner, k), ctx, out_dev + at,
-                                                        max_msg));
+        GW_ASSIGN_OR_RETURN(
+            len, ef != nullptr
+                     ? dev.encode_accumulated(codec, acc + off, seg_chunk_len(owner, k), ctx, out_dev + at, max_msg)
+                     : dev.encode_input(codec, send + off, seg_chunk_len(owner, k), ctx, out_dev + at, max_msg));
       }
       GW_RETURN_IF_ERROR(dev.copy(out_h + at, out_dev + at, len));
       GW_ASSIGN_OR_RETURN(DeviceBackend::Fence f, dev.fence());
@@ -116,15 +115,16 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
     size_t mlen = 0;
     {
       ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");
-      GW_ASSIGN_OR_RETURN(mlen, dev.encode_accumulated(codec, owner_res + chunks.offset(k), len, ctx, own_dev + at,
-                                                        max_msg));
+      GW_ASSIGN_OR_RETURN(mlen,
+                          dev.encode_accumulated(codec, owner_res + chunks.offset(k), len, ctx, own_dev + at, max_msg));
     }
     GW_RETURN_IF_ERROR(dev.copy(own_h + at, own_dev + at, mlen));
     GW_ASSIGN_OR_RETURN(DeviceBackend::Fence f, dev.fence());
     fenced.push(f, [&, k, at, copied = mlen]() -> Status {
       GW_ASSIGN_OR_RETURN(const size_t exact, wire::encoded_length(own_h + at, copied));
       GW_ASSIGN_OR_RETURN(wire::Header h, wire::read_header(own_h + at, exact));
-      GW_RETURN_IF_ERROR(dev.apply(h, own_dev + at, exact, recv + own_start + chunks.offset(k), DecodeMode::kOverwrite));
+      GW_RETURN_IF_ERROR(
+          dev.apply(h, own_dev + at, exact, recv + own_start + chunks.offset(k), DecodeMode::kOverwrite));
       for (int i = 1; i < p; ++i) {
         const int peer = sched.send_peer(i);
         GW_RETURN_IF_ERROR(
@@ -162,9 +162,8 @@ Status device_scatter_reduce_allreduce(Context& c, DeviceBackend& dev, const flo
       GW_ASSIGN_OR_RETURN(const bool got, c.ready(r));
       if (!got) break;
       GW_RETURN_IF_ERROR(apply_received(in_at(S::kContribute, own_peer, own_k), r.bytes,
-                                        acc + own_start + chunks.offset(own_k),
-                                        seg_chunk_len(c.rank, own_k), DecodeMode::kAccumulate,
-                                        "contribution from rank " + std::to_string(own_peer)));
+                                        acc + own_start + chunks.offset(own_k), seg_chunk_len(c.rank, own_k),
+                                        DecodeMode::kAccumulate, "contribution from rank " + std::to_string(own_peer)));
       ++own_peer;
       any = true;
     }

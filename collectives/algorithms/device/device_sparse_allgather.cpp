@@ -4,8 +4,8 @@
 // memory, copied up and added in rank order, so every rank holds the same bits.
 #include <string>
 
-#include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/device/device_algorithms.hpp"
+#include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/schedules/sparse_allgather_schedule.hpp"
 
 namespace gw::coll {
@@ -20,7 +20,7 @@ Status device_sparse_allgather_allreduce(Context& c, DeviceBackend& dev, const f
   const MessagePieces& mp = sched.pieces;
   const uint32_t pieces = mp.count;
   GW_ASSIGN_OR_RETURN(void* msgs_d, dev.device_scratch(1, static_cast<size_t>(p) * cap));
-  GW_ASSIGN_OR_RETURN(uint8_t* msgs_h, dev.host_staging(0, static_cast<size_t>(p) * cap));
+  GW_ASSIGN_OR_RETURN(uint8_t * msgs_h, dev.host_staging(0, static_cast<size_t>(p) * cap));
   auto* msgs_dev = static_cast<uint8_t*>(msgs_d);
   auto at = [&](int r) { return static_cast<size_t>(r) * cap; };
   transport::Op* sends = c.scratch.sends.get(static_cast<size_t>(p) * pieces);

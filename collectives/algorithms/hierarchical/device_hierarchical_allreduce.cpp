@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "collectives/algorithms/algorithm_table.hpp"
-#include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/device/device_algorithms.hpp"
 #include "collectives/algorithms/hierarchical/hierarchical_groups.hpp"
-#include "collectives/algorithms/scratch_slots.hpp"
+#include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/schedules/ef_rules.hpp"
+#include "collectives/algorithms/scratch_slots.hpp"
 #include "collectives/common/reduce.hpp"
 
 namespace gw::coll {
@@ -40,8 +40,13 @@ Status copy_bytes(DeviceBackend& dev, void* dst, const void* src, size_t bytes) 
 class NcclLegs {
  public:
   NcclLegs(Context& c, DeviceBackend& dev, const Partition& part, int local_rank, DType dtype)
-      : c_(c), dev_(dev), part_(part), me_(static_cast<uint64_t>(local_rank)), dtype_(dtype),
-        es_(dtype_size(dtype)), progress_([&c] { c.tp.progress(); }) {}
+      : c_(c),
+        dev_(dev),
+        part_(part),
+        me_(static_cast<uint64_t>(local_rank)),
+        dtype_(dtype),
+        es_(dtype_size(dtype)),
+        progress_([&c] { c.tp.progress(); }) {}
 
   Status reduce_scatter(const void* src, uint8_t* out, ReduceOp op) {
     GW_RETURN_IF_ERROR(c_.verify_all_calls());  // NCCL must never see a mismatched call
@@ -53,8 +58,8 @@ class NcclLegs {
       GW_RETURN_IF_ERROR(padded(L * q, q));
       GW_RETURN_IF_ERROR(dev_.zero(whole_, L * q * es_));
       for (uint64_t j = 0; j < L; ++j) {
-        GW_RETURN_IF_ERROR(copy_bytes(dev_, whole_ + j * q * es_, static_cast<const uint8_t*>(src) + part_.start(j) * es_,
-                                      part_.length(j) * es_));
+        GW_RETURN_IF_ERROR(copy_bytes(dev_, whole_ + j * q * es_,
+                                      static_cast<const uint8_t*>(src) + part_.start(j) * es_, part_.length(j) * es_));
       }
       GW_RETURN_IF_ERROR(dev_.node_nccl_reduce_scatter(whole_, block_, q, dtype_, sum_op, c_.deadline, progress_));
       GW_RETURN_IF_ERROR(copy_bytes(dev_, out, block_, len * es_));
@@ -177,7 +182,7 @@ Status device_hierarchical_allreduce(Context& c, DeviceBackend& dev, const Topol
     GW_RETURN_IF_ERROR(legs.reduce_scatter(src, shard, a.op).with_context("reduce-scatter inside the node"));
     GW_RETURN_IF_ERROR(clear_flushed());
     if (dense) {  // the host ring between nodes (NCCL's world communicator spans every rank)
-      GW_ASSIGN_OR_RETURN(uint8_t* host, dev.host_staging(kStagingWhole, len * es));
+      GW_ASSIGN_OR_RETURN(uint8_t * host, dev.host_staging(kStagingWhole, len * es));
       GW_RETURN_IF_ERROR(copy_bytes(dev, host, shard, len * es));
       GW_RETURN_IF_ERROR(drain(c, dev));
       GW_RETURN_IF_ERROR(ring_allreduce(g.across, host, host, len, a.dtype, sum_op).with_context("inter-node leg"));
@@ -185,21 +190,23 @@ Status device_hierarchical_allreduce(Context& c, DeviceBackend& dev, const Topol
       GW_RETURN_IF_ERROR(copy_bytes(dev, shard, host, len * es));
     } else {
       GW_RETURN_IF_ERROR(compressed_inter_leg(g.across, dev, a, reinterpret_cast<float*>(shard), start, len));
-      if (a.op == ReduceOp::kAvg && len > 0) GW_RETURN_IF_ERROR(dev.divide(reinterpret_cast<float*>(shard), len, c.size));
+      if (a.op == ReduceOp::kAvg && len > 0)
+        GW_RETURN_IF_ERROR(dev.divide(reinterpret_cast<float*>(shard), len, c.size));
     }
     GW_RETURN_IF_ERROR(legs.all_gather(out).with_context("all-gather inside the node"));
     return drain(c, dev);
   }
 
   // Through pinned host memory and the transport: the host path's legs without shared memory.
-  GW_ASSIGN_OR_RETURN(uint8_t* host, dev.host_staging(kStagingWhole, a.n * es));
+  GW_ASSIGN_OR_RETURN(uint8_t * host, dev.host_staging(kStagingWhole, a.n * es));
   uint8_t* host_shard = host + start * es;
   GW_RETURN_IF_ERROR(copy_bytes(dev, host, src, a.n * es));
   GW_RETURN_IF_ERROR(drain(c, dev));
   GW_RETURN_IF_ERROR(clear_flushed());
   GW_RETURN_IF_ERROR(ring_reduce_scatter(g.in_node, host, host_shard, part, a.dtype, a.op));
   if (dense) {
-    GW_RETURN_IF_ERROR(ring_allreduce(g.across, host_shard, host_shard, len, a.dtype, sum_op).with_context("inter-node leg"));
+    GW_RETURN_IF_ERROR(
+        ring_allreduce(g.across, host_shard, host_shard, len, a.dtype, sum_op).with_context("inter-node leg"));
     if (a.op == ReduceOp::kAvg) divide(host_shard, len, a.dtype, c.size);
   } else {
     auto* fshard = reinterpret_cast<float*>(shard);

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "collectives/algorithms/algorithm_table.hpp"
-#include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/hierarchical/hierarchical_groups.hpp"
 #include "collectives/algorithms/hierarchical/node_pipeline.hpp"
 #include "collectives/algorithms/hierarchical/node_shm.hpp"
+#include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/schedules/ef_rules.hpp"
 #include "collectives/common/reduce.hpp"
 
@@ -46,7 +46,8 @@ Status inter_leg(Context& across, const Topology& t, const HierarchicalArgs& a, 
     // Every piece starts from the call's step (their random streams differ by piece), and
     // the call advances the caller's step once.
     std::vector<ErrorFeedback>& views = *a.shard_efs;
-    if (views.size() <= static_cast<size_t>(io.piece)) views.resize(static_cast<size_t>(io.piece) + 1, ErrorFeedback(0));
+    if (views.size() <= static_cast<size_t>(io.piece))
+      views.resize(static_cast<size_t>(io.piece) + 1, ErrorFeedback(0));
     ef = &views[static_cast<size_t>(io.piece)];
     if (ef->residual() != a.ef->residual() + start || ef->count() != len) *ef = ErrorFeedback(*a.ef, start, len);
     ef->set_step(io.ef_step);
@@ -134,9 +135,9 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
     // reductions inside the node run in the links' waits. Sparse results keep the shard
     // whole: top-k selects from the shard, and each shard's messages are decoded whole.
     const uint32_t stride = 2 * static_cast<uint32_t>(N);
-    const int pieces = sparse_results ? 1
-                                      : NodePipeline::pieces_for(part.length(0) * es,
-                                                                 static_cast<int>(kHierInterSteps.size / stride));
+    const int pieces =
+        sparse_results ? 1
+                       : NodePipeline::pieces_for(part.length(0) * es, static_cast<int>(kHierInterSteps.size / stride));
     NodePipeline pipe(c, seg, L, t.local_rank, a.n, a.dtype, a.op, src, a.recv, c.seq + 1, pieces);
     LegIo io;
     io.ef_step = a.ef != nullptr ? a.ef->step() : 0;
@@ -150,16 +151,15 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
       io.sparse = &pipe;
     }
     PumpingTransport pumping(g.across_tp, pipe);
-    const Status ran = pipe.run(
-        [&](int k, uint8_t* data, uint64_t plen) -> Status {
-          Context x = in_group(c, pumping, t.node, N, kHierInterSteps.base + static_cast<uint32_t>(k) * stride);
-          x.piece = pieces > 1 ? static_cast<uint32_t>(k) + 1 : 0;
-          LegIo piece_io = io;
-          piece_io.piece = k;
-          GW_RETURN_IF_ERROR(inter_leg(x, t, a, data, start + pipe.piece_offset(k), plen, piece_io));
-          if (a.op == ReduceOp::kAvg && io.sparse == nullptr) divide(data, plen, a.dtype, c.size);
-          return Status::ok();
-        });
+    const Status ran = pipe.run([&](int k, uint8_t* data, uint64_t plen) -> Status {
+      Context x = in_group(c, pumping, t.node, N, kHierInterSteps.base + static_cast<uint32_t>(k) * stride);
+      x.piece = pieces > 1 ? static_cast<uint32_t>(k) + 1 : 0;
+      LegIo piece_io = io;
+      piece_io.piece = k;
+      GW_RETURN_IF_ERROR(inter_leg(x, t, a, data, start + pipe.piece_offset(k), plen, piece_io));
+      if (a.op == ReduceOp::kAvg && io.sparse == nullptr) divide(data, plen, a.dtype, c.size);
+      return Status::ok();
+    });
     GW_RETURN_IF_ERROR(ran);
     Context fence = in_group(c, g.node_tp, t.local_rank, L, kHierFenceSteps.base);
     return barrier(fence);  // nobody writes the slots again before everyone has read them

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "collectives/algorithms/host/algorithms.hpp"
+#include "collectives/comm/topology.hpp"
 #include "collectives/common/step_ranges.hpp"
 #include "collectives/common/subgroup_transport.hpp"
-#include "collectives/comm/topology.hpp"
 
 namespace gw::coll {
 
@@ -38,7 +38,7 @@ struct HierarchicalGroups {
     return allgatherv(gather, shard, out, displs.data(), lengths.data());
   }
 
-  const Partition part;  // the node's shards of the n elements, one per local rank
+  const Partition part;       // the node's shards of the n elements, one per local rank
   const uint64_t start, len;  // this rank's shard
   SubgroupTransport node_tp, across_tp;
   Context in_node, across, gather;

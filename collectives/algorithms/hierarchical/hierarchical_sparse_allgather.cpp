@@ -10,13 +10,12 @@
 
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/host/allgatherv.hpp"
+#include "collectives/comm/topology.hpp"
 #include "collectives/common/step_ranges.hpp"
 #include "collectives/common/subgroup_transport.hpp"
-#include "collectives/comm/topology.hpp"
 
 namespace gw::coll {
 namespace {
-
 
 // Every rank's message at offsets[r] of data (this rank's already there).
 Status gather_messages(Context& c, const Topology& t, uint8_t* data, const uint64_t* offsets, const uint64_t* lengths) {

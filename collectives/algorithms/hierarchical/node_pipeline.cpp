@@ -32,9 +32,21 @@ int NodePipeline::pieces_for(uint64_t shard_bytes, int max_pieces) {
 
 NodePipeline::NodePipeline(const Context& c, uint8_t* seg, int local_size, int local_rank, uint64_t n, DType dtype,
                            ReduceOp op, const void* src, void* recv, uint64_t gen, int pieces)
-    : c_(c), seg_(seg), header_(header_bytes(local_size)), L_(local_size), l_(local_rank), n_(n), es_(dtype_size(dtype)),
-      dtype_(dtype), op_(op), src_(static_cast<const uint8_t*>(src)), recv_(static_cast<uint8_t*>(recv)), gen_(gen),
-      P_(pieces), next_out_(static_cast<size_t>(local_size), 0), outs_left_(local_size * pieces) {}
+    : c_(c),
+      seg_(seg),
+      header_(header_bytes(local_size)),
+      L_(local_size),
+      l_(local_rank),
+      n_(n),
+      es_(dtype_size(dtype)),
+      dtype_(dtype),
+      op_(op),
+      src_(static_cast<const uint8_t*>(src)),
+      recv_(static_cast<uint8_t*>(recv)),
+      gen_(gen),
+      P_(pieces),
+      next_out_(static_cast<size_t>(local_size), 0),
+      outs_left_(local_size * pieces) {}
 
 std::atomic<uint64_t>* NodePipeline::flag(int kind, int r, int k) const {
   auto* base = reinterpret_cast<std::atomic<uint64_t>*>(seg_);

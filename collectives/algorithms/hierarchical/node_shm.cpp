@@ -47,7 +47,7 @@ uint8_t* create(const char* name, size_t bytes, std::string* why) {
 uint8_t* open_existing(const char* name, size_t bytes, std::string* why) {
   const int fd = ::shm_open(name, O_RDWR, 0600);
   if (fd < 0) return *why = errno_text("shm_open"), nullptr;
-  struct stat st{};
+  struct stat st {};
   void* p = MAP_FAILED;
   if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
     *why = "the segment is smaller than announced";
@@ -115,8 +115,9 @@ Result<uint8_t*> NodeShm::map(Context& in_node, size_t bytes) {
   if (ok == 0) {
     if (mine != nullptr) ::munmap(mine, want);
     disabled_ = true;
-    GW_WARN(kColl, "no shared memory among this node's ranks (%s): the hierarchical all-reduce's legs inside the node go "
-                   "through the transport",
+    GW_WARN(kColl,
+            "no shared memory among this node's ranks (%s): the hierarchical all-reduce's legs inside the node go "
+            "through the transport",
             why.empty() ? "another local rank could not map it" : why.c_str());
     return static_cast<uint8_t*>(nullptr);
   }

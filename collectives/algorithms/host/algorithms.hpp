@@ -17,12 +17,12 @@ namespace gw::coll {
 Status ring_allreduce(Context& c, const void* send, void* recv, size_t n, DType dtype, ReduceOp op);
 
 // The lossy algorithms take float32. ef may be null.
-Status compressed_ring_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
-                                 Codec& codec, ErrorFeedback* ef);
-Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
-                                Codec& codec, ErrorFeedback* ef);
-Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
-                                  Codec& codec, ErrorFeedback* ef);
+Status compressed_ring_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op, Codec& codec,
+                                 ErrorFeedback* ef);
+Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op, Codec& codec,
+                                ErrorFeedback* ef);
+Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op, Codec& codec,
+                                  ErrorFeedback* ef);
 // Its messages without the sum: encodes send (+ ef's residual) and exchanges every rank's
 // message: rank r's lands at msgs + r * cap (cap: the codec's bound for n), lengths[r] its
 // bytes. on_message(r) runs for r in rank order as each is in (this rank's own included).
@@ -39,12 +39,12 @@ struct HierarchicalArgs {
   size_t n;
   DType dtype;
   ReduceOp op;
-  Codec* codec;        // null: dense
-  Algo inner;          // the inter-node leg's algorithm (kRing: dense)
-  ErrorFeedback* ef;   // the caller's (n elements) or null; the inter-node leg's residual
+  Codec* codec;                           // null: dense
+  Algo inner;                             // the inter-node leg's algorithm (kRing: dense)
+  ErrorFeedback* ef;                      // the caller's (n elements) or null; the inter-node leg's residual
   std::vector<ErrorFeedback>* shard_efs;  // the communicator's views of ef, a piece of the shard each
-  bool flush_ef;       // ef may hold a flat call's residual: send it densely first
-  NodeShm* node_shm;   // the node's shared segment for the legs inside it (null: the transport)
+  bool flush_ef;                          // ef may hold a flat call's residual: send it densely first
+  NodeShm* node_shm;                      // the node's shared segment for the legs inside it (null: the transport)
 };
 // Dense inside nodes, `inner` between them (hierarchical_allreduce.cpp); t.hierarchical().
 Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalArgs& a);
@@ -57,8 +57,8 @@ Status hierarchical_sparse_allgather_dense(Context& c, const Topology& t, const 
 
 // fits: whether capacity held every message; when not, out is untouched (the messages went
 // to scratch) and lengths still tells what each rank sent.
-Status sparse_allgather(Context& c, const void* msg, size_t len, void* out, size_t capacity,
-                        size_t* lengths, bool* fits);
+Status sparse_allgather(Context& c, const void* msg, size_t len, void* out, size_t capacity, size_t* lengths,
+                        bool* fits);
 Status sparse_allgather_dense(Context& c, const void* msg, size_t len, float* dense, size_t n);
 Status allgather(Context& c, const void* send, void* recv, size_t bytes);
 Status broadcast(Context& c, void* buf, size_t bytes, int root);
@@ -92,8 +92,8 @@ float* prepare_accumulator(Context& c, const float* send, size_t n, ErrorFeedbac
 
 // Codec calls of the lossy algorithms, timed into the communicator's statistics.
 inline double* hidden_counter(const Context& c) { return c.stats != nullptr ? &c.stats->hidden_s : nullptr; }
-inline Result<size_t> timed_encode(Context& c, Codec& codec, float* acc, size_t n, const EncodeContext& ctx,
-                                   void* out, size_t cap) {
+inline Result<size_t> timed_encode(Context& c, Codec& codec, float* acc, size_t n, const EncodeContext& ctx, void* out,
+                                   size_t cap) {
   ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode", hidden_counter(c), &c.tp);
   return codec.encode_accumulated(acc, n, ctx, out, cap);
 }
@@ -107,8 +107,8 @@ inline Result<size_t> timed_encode_adding(Context& c, Codec& codec, float* resid
 }
 // Without error feedback nothing keeps an encode's loss: encode straight from the input,
 // without copying it or decoding the message back (the same bytes as timed_encode).
-inline Result<size_t> timed_encode_input(Context& c, Codec& codec, const float* src, size_t n,
-                                         const EncodeContext& ctx, void* out, size_t cap) {
+inline Result<size_t> timed_encode_input(Context& c, Codec& codec, const float* src, size_t n, const EncodeContext& ctx,
+                                         void* out, size_t cap) {
   ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode", hidden_counter(c), &c.tp);
   return codec.encode(src, n, DType::kFloat32, ctx, out, cap);
 }

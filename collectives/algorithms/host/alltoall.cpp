@@ -13,9 +13,9 @@
 namespace gw::coll {
 namespace {
 
-constexpr uint32_t kSizeStep = 0;    // alltoallv: each sender's sizes
-constexpr uint32_t kAgreeStep = 1;   // alltoallv: steps 1 .. 11, the dissemination rounds
-constexpr uint32_t kDataStep = 16;   // the data
+constexpr uint32_t kSizeStep = 0;   // alltoallv: each sender's sizes
+constexpr uint32_t kAgreeStep = 1;  // alltoallv: steps 1 .. 11, the dissemination rounds
+constexpr uint32_t kDataStep = 16;  // the data
 
 // Moves the data once every size is known to agree: block r of send (sbytes[r] bytes at
 // soff[r]) to rank r, and rbytes[r] bytes from rank r to roff[r] of recv.
@@ -71,9 +71,7 @@ Status exchange(Context& c, const uint8_t* send, const uint64_t* sbytes, const u
 struct Finding {
   uint64_t receiver, sender, sent, expected;
   static constexpr uint64_t kNone = ~uint64_t{0};
-  bool before(const Finding& o) const {
-    return receiver != o.receiver ? receiver < o.receiver : sender < o.sender;
-  }
+  bool before(const Finding& o) const { return receiver != o.receiver ? receiver < o.receiver : sender < o.sender; }
 };
 
 // Every rank ends with the first (lowest receiver, then sender) disagreement of all ranks'.
@@ -107,10 +105,11 @@ Status agree_on_sizes(Context& c, const uint64_t* sbytes, const uint64_t* rbytes
   Finding in[2];
   uint32_t round = 0;
   for (int dist = 1; dist < p; dist *= 2, ++round) {
-    GW_RETURN_IF_ERROR(c.tp.irecv(c.wrap(c.rank - dist), c.tag(kAgreeStep + round, 0), &in[round % 2], sizeof(Finding),
-                                  recvs[0]));
+    GW_RETURN_IF_ERROR(
+        c.tp.irecv(c.wrap(c.rank - dist), c.tag(kAgreeStep + round, 0), &in[round % 2], sizeof(Finding), recvs[0]));
     Finding out = mine;
-    GW_RETURN_IF_ERROR(c.tp.isend(c.wrap(c.rank + dist), c.tag(kAgreeStep + round, 0), &out, sizeof(Finding), sends[0]));
+    GW_RETURN_IF_ERROR(
+        c.tp.isend(c.wrap(c.rank + dist), c.tag(kAgreeStep + round, 0), &out, sizeof(Finding), sends[0]));
     GW_RETURN_IF_ERROR(c.wait(recvs[0]));
     GW_RETURN_IF_ERROR(c.wait(sends[0]));
     if (recvs[0].bytes != sizeof(Finding)) {

@@ -11,8 +11,8 @@
 
 namespace gw::coll {
 
-Status compressed_ring_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
-                                 Codec& codec, ErrorFeedback* ef) {
+Status compressed_ring_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op, Codec& codec,
+                                 ErrorFeedback* ef) {
   const int p = c.size;
   const uint64_t base_step = call_stream_step(c, ef);
   float* acc = prepare_accumulator(c, send, n, ef, 0);
@@ -51,7 +51,8 @@ Status compressed_ring_allreduce(Context& c, const float* send, float* recv, siz
     const int seg = send_seg(s);
     uint8_t* msg = send_msgs + slot(s, k) * max_msg;
     const EncodeContext ctx{message_step(base_step, static_cast<uint32_t>(s), k), static_cast<uint32_t>(c.rank)};
-    GW_ASSIGN_OR_RETURN(size_t len, timed_encode(c, codec, chunk_ptr(acc, seg, k), chunk_len(seg, k), ctx, msg, max_msg));
+    GW_ASSIGN_OR_RETURN(size_t len,
+                        timed_encode(c, codec, chunk_ptr(acc, seg, k), chunk_len(seg, k), ctx, msg, max_msg));
     send_len[slot(s, k)] = len;
     return c.tp.isend(c.next(), c.tag(static_cast<uint32_t>(s), k), msg, len, sends[slot(s, k)]);
   };
@@ -69,14 +70,15 @@ Status compressed_ring_allreduce(Context& c, const float* send, float* recv, siz
     GW_ASSIGN_OR_RETURN(size_t mlen, timed_encode(c, codec, ores, len, ctx, msg, max_msg));
     send_len[slot(rs_steps, k)] = mlen;
     GW_RETURN_IF_ERROR(timed_decode(c, msg, mlen, chunk_ptr(recv, own, k), len, DecodeMode::kOverwrite));
-    if (p > 1) return c.tp.isend(c.next(), c.tag(static_cast<uint32_t>(rs_steps), k), msg, mlen, sends[slot(rs_steps, k)]);
+    if (p > 1)
+      return c.tp.isend(c.next(), c.tag(static_cast<uint32_t>(rs_steps), k), msg, mlen, sends[slot(rs_steps, k)]);
     return Status::ok();
   };
   auto post_recvs = [&](int s) -> Status {
     const int seg = recv_seg(s);
     for (uint32_t k = 0; k < nchunks(seg); ++k) {
-      GW_RETURN_IF_ERROR(c.tp.irecv(c.prev(), c.tag(static_cast<uint32_t>(s), k),
-                                    recv_msgs + slot(s, k) * max_msg, max_msg, recvs[slot(s, k)]));
+      GW_RETURN_IF_ERROR(c.tp.irecv(c.prev(), c.tag(static_cast<uint32_t>(s), k), recv_msgs + slot(s, k) * max_msg,
+                                    max_msg, recvs[slot(s, k)]));
     }
     return Status::ok();
   };
@@ -96,19 +98,21 @@ Status compressed_ring_allreduce(Context& c, const float* send, float* recv, siz
       GW_RETURN_IF_ERROR(c.wait(r));
       const uint8_t* msg = recv_msgs + slot(s, k) * max_msg;
       if (s < rs_steps) {
-        GW_RETURN_IF_ERROR(timed_decode(c, msg, r.bytes, chunk_ptr(acc, seg, k), chunk_len(seg, k),
-                                        DecodeMode::kAccumulate).with_context("ring step " + std::to_string(s)));
+        GW_RETURN_IF_ERROR(
+            timed_decode(c, msg, r.bytes, chunk_ptr(acc, seg, k), chunk_len(seg, k), DecodeMode::kAccumulate)
+                .with_context("ring step " + std::to_string(s)));
         if (s + 1 < rs_steps) {
           GW_RETURN_IF_ERROR(encode_and_send(s + 1, k));
         } else {
           GW_RETURN_IF_ERROR(finish_owned_chunk(k));
         }
       } else {
-        GW_RETURN_IF_ERROR(timed_decode(c, msg, r.bytes, chunk_ptr(recv, seg, k), chunk_len(seg, k),
-                                        DecodeMode::kOverwrite).with_context("ring step " + std::to_string(s)));
+        GW_RETURN_IF_ERROR(
+            timed_decode(c, msg, r.bytes, chunk_ptr(recv, seg, k), chunk_len(seg, k), DecodeMode::kOverwrite)
+                .with_context("ring step " + std::to_string(s)));
         if (s + 1 < steps) {
-          GW_RETURN_IF_ERROR(c.tp.isend(c.next(), c.tag(static_cast<uint32_t>(s + 1), k), msg, r.bytes,
-                                        sends[slot(s + 1, k)]));
+          GW_RETURN_IF_ERROR(
+              c.tp.isend(c.next(), c.tag(static_cast<uint32_t>(s + 1), k), msg, r.bytes, sends[slot(s + 1, k)]));
         }
       }
     }

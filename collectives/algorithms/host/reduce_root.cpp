@@ -29,7 +29,8 @@ Status reduce(Context& c, const void* send, void* recv, size_t n, DType dtype, R
     const uint32_t nk = chunks.count(len);
     transport::Op* sends = c.scratch.sends.get(nk);
     for (uint32_t k = 0; k < nk; ++k) {
-      GW_RETURN_IF_ERROR(c.tp.isend(root, c.tag(step, k), mine + chunks.offset(k) * es, chunks.length(len, k) * es, sends[k]));
+      GW_RETURN_IF_ERROR(
+          c.tp.isend(root, c.tag(step, k), mine + chunks.offset(k) * es, chunks.length(len, k) * es, sends[k]));
     }
     return c.wait_all(sends, nk);
   }

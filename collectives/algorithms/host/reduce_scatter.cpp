@@ -31,7 +31,9 @@ Status ring_reduce_scatter(Context& c, const void* send, void* out, const Partit
   uint8_t* buf[2] = {c.scratch.bytes.get<uint8_t>(0, longest * es), c.scratch.bytes.get<uint8_t>(1, longest * es)};
   transport::Op* sends = c.scratch.sends.get(static_cast<size_t>(steps) * mk);
   transport::Op* recvs = c.scratch.recvs.get(static_cast<size_t>(steps) * mk);
-  auto at = [&](transport::Op* ops, int s, uint32_t k) -> transport::Op& { return ops[static_cast<size_t>(s) * mk + k]; };
+  auto at = [&](transport::Op* ops, int s, uint32_t k) -> transport::Op& {
+    return ops[static_cast<size_t>(s) * mk + k];
+  };
 
   auto post_recvs = [&](int s) -> Status {
     const uint64_t len = part.length(recv_seg(s));
@@ -44,7 +46,8 @@ Status ring_reduce_scatter(Context& c, const void* send, void* out, const Partit
   // Step 0 sends this rank's data; step s > 0 what it reduced at step s - 1.
   auto post_send = [&](int s, uint32_t k) -> Status {
     const uint64_t seg = send_seg(s);
-    const uint8_t* from = s == 0 ? src + (part.start(seg) + chunks.offset(k)) * es : buf[(s - 1) % 2] + chunks.offset(k) * es;
+    const uint8_t* from =
+        s == 0 ? src + (part.start(seg) + chunks.offset(k)) * es : buf[(s - 1) % 2] + chunks.offset(k) * es;
     return c.tp.isend(c.next(), c.tag(static_cast<uint32_t>(s), k), from, chunks.length(part.length(seg), k) * es,
                       at(sends, s, k));
   };
@@ -55,7 +58,8 @@ Status ring_reduce_scatter(Context& c, const void* send, void* out, const Partit
     if (s + 1 < steps) {
       // Step s + 1 receives into the buffer step s sends from.
       if (s > 0) {
-        for (uint32_t k = 0; k < chunks.count(part.length(send_seg(s))); ++k) GW_RETURN_IF_ERROR(c.wait(at(sends, s, k)));
+        for (uint32_t k = 0; k < chunks.count(part.length(send_seg(s))); ++k)
+          GW_RETURN_IF_ERROR(c.wait(at(sends, s, k)));
       }
       GW_RETURN_IF_ERROR(post_recvs(s + 1));
     }
@@ -67,8 +71,8 @@ Status ring_reduce_scatter(Context& c, const void* send, void* out, const Partit
       const uint64_t want = chunks.length(len, k);
       if (got.bytes != want * es) {
         return Status(Code::kRemote, "rank " + std::to_string(c.prev()) + " sent " + std::to_string(got.bytes) +
-                                         " bytes for chunk " + std::to_string(k) + " of segment " + std::to_string(seg) +
-                                         ", expected " + std::to_string(want * es));
+                                         " bytes for chunk " + std::to_string(k) + " of segment " +
+                                         std::to_string(seg) + ", expected " + std::to_string(want * es));
       }
       uint8_t* partial = buf[s % 2] + chunks.offset(k) * es;
       if (s + 1 < steps) {

@@ -51,9 +51,8 @@ Status ring_allreduce(Context& c, const void* send, void* recv, size_t n, DType 
   auto post_send = [&](int s, uint32_t k) -> Status {
     const uint64_t seg = static_cast<uint64_t>(send_seg(s));
     const uint64_t len = part.length(seg);
-    return c.tp.isend(c.next(), c.tag(static_cast<uint32_t>(s), k),
-                      data + (part.start(seg) + chunks.offset(k)) * es, chunks.length(len, k) * es,
-                      op_at(sends, s, k));
+    return c.tp.isend(c.next(), c.tag(static_cast<uint32_t>(s), k), data + (part.start(seg) + chunks.offset(k)) * es,
+                      chunks.length(len, k) * es, op_at(sends, s, k));
   };
   auto wait_sends = [&](int s) -> Status {
     const uint32_t nk = chunks.count(part.length(static_cast<uint64_t>(send_seg(s))));
@@ -79,8 +78,9 @@ Status ring_allreduce(Context& c, const void* send, void* recv, size_t n, DType 
       GW_RETURN_IF_ERROR(c.wait(got));
       if (got.bytes != chunks.length(len, k) * es) {
         return Status(Code::kRemote, "rank " + std::to_string(c.prev()) + " sent " + std::to_string(got.bytes) +
-                                         " bytes for chunk " + std::to_string(k) + " of segment " + std::to_string(seg) +
-                                         ", expected " + std::to_string(chunks.length(len, k) * es));
+                                         " bytes for chunk " + std::to_string(k) + " of segment " +
+                                         std::to_string(seg) + ", expected " +
+                                         std::to_string(chunks.length(len, k) * es));
       }
       if (s < rs_steps) {
         uint8_t* mine = data + (part.start(seg) + chunks.offset(k)) * es;

@@ -9,8 +9,8 @@
 
 namespace gw::coll {
 
-Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
-                                Codec& codec, ErrorFeedback* ef) {
+Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op, Codec& codec,
+                                ErrorFeedback* ef) {
   using S = ScatterReduceSchedule;
   const int p = c.size;
   const S sched = S::make(c, n, ef);
@@ -32,8 +32,8 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
   const size_t per_phase = sched.per_phase();  // (peer, chunk) slots
   auto slot = [&](int peer, uint32_t k) { return sched.slot(peer, k); };
 
-  uint8_t* out_msgs = c.scratch.bytes.get<uint8_t>(1, per_phase * max_msg);      // to owners
-  uint8_t* in_msgs = c.scratch.bytes.get<uint8_t>(2, 2 * per_phase * max_msg);   // both phases
+  uint8_t* out_msgs = c.scratch.bytes.get<uint8_t>(1, per_phase * max_msg);     // to owners
+  uint8_t* in_msgs = c.scratch.bytes.get<uint8_t>(2, 2 * per_phase * max_msg);  // both phases
   transport::Op* sends = c.scratch.sends.get(2 * per_phase);
   transport::Op* recvs = c.scratch.recvs.get(2 * per_phase);
   float* owner_res = ef != nullptr ? ef->owner_residual(own_len) : c.scratch.bytes.get<float>(4, own_len);
@@ -138,9 +138,10 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
       uint8_t* msg = out_msgs + slot(owner, k) * max_msg;
       const EncodeContext ctx = sched.encode_context(S::kContribute, k);
       const uint64_t off = sched.chunk_start(owner, k);
-      GW_ASSIGN_OR_RETURN(size_t len, ef != nullptr
-                                          ? timed_encode(c, codec, acc + off, seg_chunk_len(owner, k), ctx, msg, max_msg)
-                                          : timed_encode_input(c, codec, send + off, seg_chunk_len(owner, k), ctx, msg, max_msg));
+      GW_ASSIGN_OR_RETURN(size_t len,
+                          ef != nullptr
+                              ? timed_encode(c, codec, acc + off, seg_chunk_len(owner, k), ctx, msg, max_msg)
+                              : timed_encode_input(c, codec, send + off, seg_chunk_len(owner, k), ctx, msg, max_msg));
       GW_RETURN_IF_ERROR(c.tp.isend(owner, sched.tag(c, S::kContribute, k), msg, len, sends[slot(owner, k)]));
       c.tp.progress();  // let the transport move what is posted while the next chunk encodes
     }
@@ -149,8 +150,8 @@ Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size
   while (next_own < seg_chunks(c.rank) || left > 0) {
     GW_ASSIGN_OR_RETURN(const bool any, drain_ready(true));
     if (any || c.tp.progress()) continue;
-    GW_RETURN_IF_ERROR(c.idle(next_own < seg_chunks(c.rank) ? "contributions to this rank's segment" : "the reduced segments",
-                              c.deadline));
+    GW_RETURN_IF_ERROR(c.idle(
+        next_own < seg_chunks(c.rank) ? "contributions to this rank's segment" : "the reduced segments", c.deadline));
   }
   GW_RETURN_IF_ERROR(c.wait_all(sends, 2 * per_phase));
   advance_after_call(ef);

@@ -9,9 +9,9 @@
 
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/host/allgatherv.hpp"
-#include "collectives/common/step_ranges.hpp"
 #include "collectives/algorithms/schedules/sparse_allgather_schedule.hpp"
 #include "collectives/common/message_pieces.hpp"
+#include "collectives/common/step_ranges.hpp"
 
 namespace gw::coll {
 
@@ -39,8 +39,8 @@ Status check_messages_total(uint64_t total, size_t n, int nranks) {
                                    " bytes, more than any codec needs for " + std::to_string(n) + " elements");
 }
 
-Status sparse_allgather(Context& c, const void* msg, size_t len, void* out, size_t capacity,
-                        size_t* lengths_out, bool* fits) {
+Status sparse_allgather(Context& c, const void* msg, size_t len, void* out, size_t capacity, size_t* lengths_out,
+                        bool* fits) {
   auto* offsets = c.scratch.bytes.get<uint64_t>(4, static_cast<size_t>(c.size));
   auto* lengths = c.scratch.bytes.get<uint64_t>(5, static_cast<size_t>(c.size));
   GW_ASSIGN_OR_RETURN(uint64_t total, gather_layout(c, len, offsets, lengths));
@@ -148,8 +148,8 @@ Status sparse_allgather_exchange(Context& c, const float* send, size_t n, Codec&
   return Status::ok();
 }
 
-Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op,
-                                  Codec& codec, ErrorFeedback* ef) {
+Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op, Codec& codec,
+                                  ErrorFeedback* ef) {
   const int p = c.size;
   const size_t cap = codec.max_encoded_bytes(n, DType::kFloat32);
   uint8_t* msgs = c.scratch.bytes.get<uint8_t>(1, static_cast<size_t>(p) * cap);

@@ -21,8 +21,8 @@ struct ScatterReduceSchedule {
 
   int rank;
   int size;
-  Partition part;     // segment j is owned by rank j (owner_segment(kScatterReduce, ...))
-  Chunking chunks;    // every segment is cut alike: chunk k of segment j is message (j, k)
+  Partition part;   // segment j is owned by rank j (owner_segment(kScatterReduce, ...))
+  Chunking chunks;  // every segment is cut alike: chunk k of segment j is message (j, k)
   uint32_t max_chunks;
   uint64_t base_step;  // call_stream_step: the call's (and its piece's) random-stream key
 

@@ -4,12 +4,12 @@
 //   consumer_collectives            ranks from the environment (check_install.sh starts them)
 //   consumer_collectives --np N     this process makes a unique id and starts N ranks of itself
 //   consumer_collectives --id HEX --rank R --np N   one rank of such a job
-#include <gradwire/codec.hpp>
-#include <gradwire/communicator.hpp>
-#include <gradwire/ef_state.hpp>
 #include <gradwire/version.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <gradwire/codec.hpp>
+#include <gradwire/communicator.hpp>
+#include <gradwire/ef_state.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -49,7 +49,8 @@ void run_all(gw::Communicator& c) {
       break;
     }
   }
-  expect_ok(c.allreduce(x.data(), y.data(), n, gw::DType::kFloat32, gw::ReduceOp::kMax, nullptr, nullptr), "allreduce max");
+  expect_ok(c.allreduce(x.data(), y.data(), n, gw::DType::kFloat32, gw::ReduceOp::kMax, nullptr, nullptr),
+            "allreduce max");
   expect(y[3] == value(p - 1, 3), "allreduce max value");
   auto codec = gw::Codec::create("topk:ratio=0.1");
   expect(codec.is_ok(), "codec");
@@ -74,7 +75,8 @@ void run_all(gw::Communicator& c) {
   // All-gather, all-gatherv, broadcast, barrier.
   std::vector<int> mine = {me, me * 10}, got(2 * static_cast<size_t>(p));
   expect_ok(c.allgather(mine.data(), got.data(), sizeof(int) * 2), "allgather");
-  for (int r = 0; r < p; ++r) expect(got[2 * static_cast<size_t>(r)] == r && got[2 * static_cast<size_t>(r) + 1] == r * 10, "allgather value");
+  for (int r = 0; r < p; ++r)
+    expect(got[2 * static_cast<size_t>(r)] == r && got[2 * static_cast<size_t>(r) + 1] == r * 10, "allgather value");
   std::vector<size_t> sizes(static_cast<size_t>(p));
   for (int r = 0; r < p; ++r) sizes[static_cast<size_t>(r)] = sizeof(int) * static_cast<size_t>(r + 1);
   std::vector<int> vsend(static_cast<size_t>(me + 1), me), vrecv(static_cast<size_t>(p * (p + 1) / 2), -1);
@@ -134,7 +136,8 @@ std::string hex(const gw::UniqueId& id) {
 
 bool unhex(const std::string& s, gw::UniqueId& id) {
   if (s.size() != 2 * sizeof id.bytes) return false;
-  for (size_t i = 0; i < sizeof id.bytes; ++i) id.bytes[i] = static_cast<unsigned char>(std::stoi(s.substr(2 * i, 2), nullptr, 16));
+  for (size_t i = 0; i < sizeof id.bytes; ++i)
+    id.bytes[i] = static_cast<unsigned char>(std::stoi(s.substr(2 * i, 2), nullptr, 16));
   return true;
 }
 
@@ -156,9 +159,12 @@ int main(int argc, char** argv) {
   int np = 0, rank = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--np") np = std::atoi(argv[i + 1]);
-    else if (a == "--id") id_hex = argv[i + 1];
-    else if (a == "--rank") rank = std::atoi(argv[i + 1]);
+    if (a == "--np")
+      np = std::atoi(argv[i + 1]);
+    else if (a == "--id")
+      id_hex = argv[i + 1];
+    else if (a == "--rank")
+      rank = std::atoi(argv[i + 1]);
   }
   if (np == 0) return finish(gw::Communicator::from_env());
   if (!id_hex.empty()) {
@@ -178,7 +184,8 @@ int main(int argc, char** argv) {
     const std::string rs = std::to_string(r);
     const pid_t pid = fork();
     if (pid == 0) {
-      execl("/proc/self/exe", argv[0], "--np", n.c_str(), "--id", h.c_str(), "--rank", rs.c_str(), static_cast<char*>(nullptr));
+      execl("/proc/self/exe", argv[0], "--np", n.c_str(), "--id", h.c_str(), "--rank", rs.c_str(),
+            static_cast<char*>(nullptr));
       _exit(127);
     }
     kids.push_back(pid);

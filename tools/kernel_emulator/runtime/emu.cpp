@@ -40,7 +40,8 @@ long g_allocs = 0;
 long g_syncs = 0;
 long g_launches = 0;
 int g_l2 = 1 << 16;
-int g_mempools = std::getenv("EMU_NO_MEMPOOLS") != nullptr && std::strcmp(std::getenv("EMU_NO_MEMPOOLS"), "1") == 0 ? 0 : 1;
+int g_mempools =
+    std::getenv("EMU_NO_MEMPOOLS") != nullptr && std::strcmp(std::getenv("EMU_NO_MEMPOOLS"), "1") == 0 ? 0 : 1;
 bool g_strict_memory = false;
 bool g_canonical_nan = false;
 int g_event_delay = std::getenv("EMU_EVENT_DELAY") ? std::atoi(std::getenv("EMU_EVENT_DELAY")) : 1;
@@ -110,8 +111,14 @@ static void init_fiber(Thread& t) {
 static std::mutex g_launch_mu;
 
 void launch_impl(dim3 grid, dim3 block, std::function<void()> body) {
-  if (block.y != 1 || block.z != 1 || grid.y != 1 || grid.z != 1) { std::fprintf(stderr, "1-D only\n"); std::abort(); }
-  if (block.x % 32 != 0 || block.x > 1024 || grid.x == 0) { std::fprintf(stderr, "bad launch %u x %u\n", grid.x, block.x); std::abort(); }
+  if (block.y != 1 || block.z != 1 || grid.y != 1 || grid.z != 1) {
+    std::fprintf(stderr, "1-D only\n");
+    std::abort();
+  }
+  if (block.x % 32 != 0 || block.x > 1024 || grid.x == 0) {
+    std::fprintf(stderr, "bad launch %u x %u\n", grid.x, block.x);
+    std::abort();
+  }
   std::lock_guard<std::mutex> lock(g_launch_mu);
   ++g_launches;
   g_body = &body;
@@ -119,7 +126,8 @@ void launch_impl(dim3 grid, dim3 block, std::function<void()> body) {
   g_bdim = Idx3{block.x, 1, 1};
   g_nthreads = static_cast<int>(block.x);
   static std::vector<Thread> threads(1024);
-  for (unsigned i = 0; i < block.x; ++i) if (threads[i].stack.empty()) threads[i].stack.resize(256 * 1024);
+  for (unsigned i = 0; i < block.x; ++i)
+    if (threads[i].stack.empty()) threads[i].stack.resize(256 * 1024);
   for (unsigned b = 0; b < grid.x; ++b) {
     g_block = Idx3{b, 0, 0};
     g_warps.assign(block.x / 32, Rendezvous{});
@@ -139,7 +147,10 @@ void launch_impl(dim3 grid, dim3 block, std::function<void()> body) {
       }
       current = nullptr;
       if (!live) break;
-      if (g_progress == before) { std::fprintf(stderr, "EMU FAILURE: deadlock in block %u\n", b); std::abort(); }
+      if (g_progress == before) {
+        std::fprintf(stderr, "EMU FAILURE: deadlock in block %u\n", b);
+        std::abort();
+      }
     }
   }
 }
@@ -234,8 +245,8 @@ static bool pool_fallback_wait(const char* name) {
 void blocking_call(const char* name) {
   if (g_hot.load() == 0 || t_exempt > 0 || pool_fallback_wait(name)) return;
   if (g_hot_used.fetch_add(1) + 1 > g_hot_allowed.load()) {
-    std::fprintf(stderr, "EMU FAILURE: %s waits for the device inside %s (%ld waits allowed there)\n", name,
-                 g_hot_what, g_hot_allowed.load());
+    std::fprintf(stderr, "EMU FAILURE: %s waits for the device inside %s (%ld waits allowed there)\n", name, g_hot_what,
+                 g_hot_allowed.load());
     std::abort();
   }
 }
@@ -263,16 +274,32 @@ cudaError_t check_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
   const bool s = device_range(src, n, "cudaMemcpy source runs past the end of its device allocation");
   bool want_d = d, want_s = s;
   switch (kind) {
-    case cudaMemcpyHostToHost: want_d = false; want_s = false; break;
-    case cudaMemcpyHostToDevice: want_d = true; want_s = false; break;
-    case cudaMemcpyDeviceToHost: want_d = false; want_s = true; break;
-    case cudaMemcpyDeviceToDevice: want_d = true; want_s = true; break;
+    case cudaMemcpyHostToHost:
+      want_d = false;
+      want_s = false;
+      break;
+    case cudaMemcpyHostToDevice:
+      want_d = true;
+      want_s = false;
+      break;
+    case cudaMemcpyDeviceToHost:
+      want_d = false;
+      want_s = true;
+      break;
+    case cudaMemcpyDeviceToDevice:
+      want_d = true;
+      want_s = true;
+      break;
     case cudaMemcpyDefault: break;
   }
-  if (d != want_d) mem_fail(d ? "cudaMemcpy kind names host memory as destination, but it is device memory"
-                              : "cudaMemcpy kind names device memory as destination, but it is not", dst, n);
-  if (s != want_s) mem_fail(s ? "cudaMemcpy kind names host memory as source, but it is device memory"
-                              : "cudaMemcpy kind names device memory as source, but it is not", src, n);
+  if (d != want_d)
+    mem_fail(d ? "cudaMemcpy kind names host memory as destination, but it is device memory"
+               : "cudaMemcpy kind names device memory as destination, but it is not",
+             dst, n);
+  if (s != want_s)
+    mem_fail(s ? "cudaMemcpy kind names host memory as source, but it is device memory"
+               : "cudaMemcpy kind names device memory as source, but it is not",
+             src, n);
   return cudaSuccess;
 }
 
@@ -307,7 +334,7 @@ cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props
 cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) { return pool == nullptr ? cudaErrorInvalidValue : cudaSuccess; }
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
   return pool == nullptr || attr != cudaMemPoolAttrReleaseThreshold || value == nullptr ? cudaErrorInvalidValue
-                                                                                       : cudaSuccess;
+                                                                                        : cudaSuccess;
 }
 // Stream-ordered: neither waits for the device, on a real GPU either.
 cudaError_t cudaMallocFromPoolAsync(void** p, size_t n, cudaMemPool_t pool, cudaStream_t) {

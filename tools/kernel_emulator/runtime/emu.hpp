@@ -22,7 +22,9 @@
 #define __shared__ static
 
 namespace emu {
-struct Idx3 { unsigned x = 0, y = 0, z = 0; };
+struct Idx3 {
+  unsigned x = 0, y = 0, z = 0;
+};
 struct Thread {
   void* sp = nullptr;
   Idx3 tid;
@@ -52,8 +54,10 @@ enum Op { kBallot, kAll, kShfl, kShflUp, kShflDown, kReduceAdd, kMatchAny, kSync
 
 template <class Compute>
 uint64_t collective(Rendezvous& rv, int members, int me, int op, uint64_t val, uint64_t arg, Compute compute) {
-  if (rv.arrived == 0) rv.op = op;
-  else if (rv.op != op) fail("lanes reached different collectives");
+  if (rv.arrived == 0)
+    rv.op = op;
+  else if (rv.op != op)
+    fail("lanes reached different collectives");
   rv.vals[me] = val;
   rv.args[me] = arg;
   const uint64_t gen = rv.gen;
@@ -70,7 +74,9 @@ uint64_t collective(Rendezvous& rv, int members, int me, int op, uint64_t val, u
 
 inline Rendezvous& my_warp() { return g_warps[current->tid.x / 32]; }
 inline int my_lane() { return current->tid.x % 32; }
-inline void check_mask(unsigned mask) { if (mask != 0xffffffffu) fail("partial mask"); }
+inline void check_mask(unsigned mask) {
+  if (mask != 0xffffffffu) fail("partial mask");
+}
 
 inline unsigned ballot(unsigned mask, bool p) {
   check_mask(mask);
@@ -138,7 +144,9 @@ inline unsigned match_any(unsigned mask, unsigned v) {
     }
   }));
 }
-inline void syncthreads() { collective(g_block_rv, g_nthreads, current->tid.x, kSync, 0, 0, [](Rendezvous&) {}); }
+inline void syncthreads() {
+  collective(g_block_rv, g_nthreads, current->tid.x, kSync, 0, 0, [](Rendezvous&) {});
+}
 
 void launch_impl(dim3 grid, dim3 block, std::function<void()> body);
 // A launch is stream work: with deferred streams (cuda_runtime_api.h) it runs when something
@@ -166,20 +174,47 @@ inline Launch launch(dim3 grid, dim3 block, size_t = 0, cudaStream_t stream = nu
 
 inline unsigned __ballot_sync(unsigned m, bool p) { return emu::ballot(m, p); }
 inline bool __all_sync(unsigned m, bool p) { return emu::ballot(m, p) == 0xffffffffu; }
-template <class T> T __shfl_sync(unsigned m, T v, int s) { return emu::shfl(m, v, s); }
-template <class T> T __shfl_xor_sync(unsigned m, T v, int o) { return emu::shfl(m, v, emu::my_lane() ^ o); }
-template <class T> T __shfl_down_sync(unsigned m, T v, unsigned d) { return emu::shfl_down(m, v, d); }
-template <class T> T __shfl_up_sync(unsigned m, T v, unsigned d) { return emu::shfl_up(m, v, d); }
+template <class T>
+T __shfl_sync(unsigned m, T v, int s) {
+  return emu::shfl(m, v, s);
+}
+template <class T>
+T __shfl_xor_sync(unsigned m, T v, int o) {
+  return emu::shfl(m, v, emu::my_lane() ^ o);
+}
+template <class T>
+T __shfl_down_sync(unsigned m, T v, unsigned d) {
+  return emu::shfl_down(m, v, d);
+}
+template <class T>
+T __shfl_up_sync(unsigned m, T v, unsigned d) {
+  return emu::shfl_up(m, v, d);
+}
 inline unsigned __reduce_add_sync(unsigned m, unsigned v) { return emu::reduce_add(m, v); }
 inline unsigned __match_any_sync(unsigned m, unsigned v) { return emu::match_any(m, v); }
 inline void __syncthreads() { emu::syncthreads(); }
 inline void __threadfence() {}
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __ffs(unsigned x) { return __builtin_ffs(static_cast<int>(x)); }
-template <class T> T __ldcg(const T* p) { return *p; }
-inline unsigned atomicAdd(unsigned* p, unsigned v) { unsigned o = *p; *p = o + v; return o; }
-inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { auto o = *p; *p = o + v; return o; }
-inline unsigned atomicOr(unsigned* p, unsigned v) { unsigned o = *p; *p = o | v; return o; }
+template <class T>
+T __ldcg(const T* p) {
+  return *p;
+}
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  unsigned o = *p;
+  *p = o + v;
+  return o;
+}
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  auto o = *p;
+  *p = o + v;
+  return o;
+}
+inline unsigned atomicOr(unsigned* p, unsigned v) {
+  unsigned o = *p;
+  *p = o | v;
+  return o;
+}
 inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 // Round-to-nearest single-precision ops: plain host arithmetic (SSE, -ffp-contract=off).
@@ -201,4 +236,8 @@ inline float __fsub_rn(float a, float b) { return emu::gpu_nan(a - b); }
 inline float __fmul_rn(float a, float b) { return emu::gpu_nan(a * b); }
 inline float __fdiv_rn(float a, float b) { return emu::gpu_nan(a / b); }
 using std::isnan;
-inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
