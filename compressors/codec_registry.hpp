@@ -2,7 +2,8 @@
 // and wire id, the spec keys it takes (how each is read, checked, defaulted, stored in a
 // CodecSpec and printed), how the combination is checked, what it can do, and how it is built,
 // validated and applied on the host. Each codec's file registers its own entry with
-// GW_REGISTER_CODEC; the device half registers from its kernel file (kernels/device_codec_table.hpp).
+// GW_REGISTER_CODEC; the device half registers from its kernel file with
+// GW_REGISTER_DEVICE_CODEC (kernels/device_codecs.hpp).
 #pragma once
 
 #include <cstddef>
