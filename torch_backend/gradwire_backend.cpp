@@ -58,12 +58,31 @@ using Ms = std::chrono::milliseconds;
 
 // ---------------------------------------------------------------- the C ABI, opened at run time
 
-#define GWT_FUNCTIONS(X)                                                                                          \
-  X(gw_get_error_string)                                                                                          \
-  X(gw_get_last_error) X(gw_comm_init_with_allgather) X(gw_comm_destroy) X(gw_comm_abort) X(gw_comm_rank)         \
-      X(gw_comm_size) X(gw_wait) X(gw_request_on_complete) X(gw_iallreduce) X(gw_ireduce) X(gw_ibroadcast)        \
-          X(gw_iallgather) X(gw_iallgatherv) X(gw_ireduce_scatter) X(gw_ialltoall) X(gw_ialltoallv) X(gw_igather) \
-              X(gw_iscatter) X(gw_ibarrier) X(gw_isend) X(gw_irecv)
+// clang-format off
+#define GWT_FUNCTIONS(X) \
+  X(gw_get_error_string) \
+  X(gw_get_last_error) \
+  X(gw_comm_init_with_allgather) \
+  X(gw_comm_destroy) \
+  X(gw_comm_abort) \
+  X(gw_comm_rank) \
+  X(gw_comm_size) \
+  X(gw_wait) \
+  X(gw_request_on_complete) \
+  X(gw_iallreduce) \
+  X(gw_ireduce) \
+  X(gw_ibroadcast) \
+  X(gw_iallgather) \
+  X(gw_iallgatherv) \
+  X(gw_ireduce_scatter) \
+  X(gw_ialltoall) \
+  X(gw_ialltoallv) \
+  X(gw_igather) \
+  X(gw_iscatter) \
+  X(gw_ibarrier) \
+  X(gw_isend) \
+  X(gw_irecv)
+// clang-format on
 
 struct Api {
   void* handle = nullptr;
