@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <type_traits>
 
 #include "compressors/wire_header.hpp"
 #include "gradwire/codec.hpp"
@@ -70,24 +71,21 @@ struct SpecParam {
   }
 };
 
-constexpr SpecParam unsigned_param(const char* key, uint32_t CodecSpec::*field, uint64_t min, uint64_t max,
+// An unsigned key stored in a uint32_t or uint64_t field of CodecSpec.
+template <class Field>
+constexpr SpecParam unsigned_param(const char* key, Field CodecSpec::*field, uint64_t min, uint64_t max,
                                    const char* expected) {
+  static_assert(std::is_same_v<Field, uint32_t> || std::is_same_v<Field, uint64_t>,
+                "an unsigned spec key is stored in a uint32_t or uint64_t field");
   SpecParam p;
   p.key = key;
   p.kind = SpecParam::Kind::kUnsigned;
   p.expected = expected;
-  p.u32 = field;
-  p.min = min;
-  p.max = max;
-  return p;
-}
-constexpr SpecParam unsigned_param(const char* key, uint64_t CodecSpec::*field, uint64_t min, uint64_t max,
-                                   const char* expected) {
-  SpecParam p;
-  p.key = key;
-  p.kind = SpecParam::Kind::kUnsigned;
-  p.expected = expected;
-  p.u64 = field;
+  if constexpr (std::is_same_v<Field, uint32_t>) {
+    p.u32 = field;
+  } else {
+    p.u64 = field;
+  }
   p.min = min;
   p.max = max;
   return p;
