@@ -185,6 +185,35 @@ void compare_floats(const std::string& what, const std::vector<float>& dev, cons
   }
 }
 
+using PerRank = std::vector<std::vector<float>>;
+
+// The device twin's results of every call on every rank against the host's.
+void compare_twins(const char* label, const char* call_word, int p, const std::vector<PerRank>& dev_out,
+                   const std::vector<PerRank>& host_out) {
+  for (size_t call = 0; call < dev_out.size(); ++call) {
+    for (int r = 0; r < p; ++r) {
+      compare_floats(
+          std::string(label) + " " + call_word + " " + std::to_string(call) + " rank " + std::to_string(r) + " result",
+          dev_out[call][r], host_out[call][r]);
+    }
+  }
+}
+
+// Each rank's EF state after the calls: residual, owner residual and step, device against host.
+void compare_twin_ef(const char* label, int p, const PerRank& dev_res, const PerRank& host_res,
+                     const PerRank& dev_owner, const PerRank& host_owner, const std::vector<uint64_t>& dev_step,
+                     const std::vector<uint64_t>& host_step) {
+  for (int r = 0; r < p; ++r) {
+    const std::string who = std::string(label) + " rank " + std::to_string(r);
+    compare_floats(who + " residual", dev_res[r], host_res[r]);
+    compare_floats(who + " owner residual", dev_owner[r], host_owner[r]);
+    ++g_checks;
+    if (dev_step[r] != host_step[r]) {
+      fail(who + ": device EF step " + std::to_string(dev_step[r]) + ", host " + std::to_string(host_step[r]));
+    }
+  }
+}
+
 // chunk_bytes: small, so that even small buffers have many chunks; 4100 (1025 floats) gives
 // message slots of sizes that are not multiples of 8.
 // node_of (one entry a rank, or empty: one node) lays the ranks out on nodes; inter: the
@@ -349,23 +378,8 @@ void compare_allreduce(int p, size_t n, const Case& k, const Options& o) {
     });
   }
   if (g_failures.load() != failures_before) return;  // a call failed: its results mean nothing
-  for (int step = 0; step < kSteps; ++step) {
-    for (int r = 0; r < p; ++r) {
-      compare_floats(std::string(label) + " step " + std::to_string(step) + " rank " + std::to_string(r) + " result",
-                     dev_out[step][r], host_out[step][r]);
-    }
-  }
-  if (o.with_ef) {
-    for (int r = 0; r < p; ++r) {
-      const std::string who = std::string(label) + " rank " + std::to_string(r);
-      compare_floats(who + " residual", dev_res[r], host_res[r]);
-      compare_floats(who + " owner residual", dev_owner[r], host_owner[r]);
-      ++g_checks;
-      if (dev_step[r] != host_step[r]) {
-        fail(who + ": device EF step " + std::to_string(dev_step[r]) + ", host " + std::to_string(host_step[r]));
-      }
-    }
-  }
+  compare_twins(label, "step", p, dev_out, host_out);
+  if (o.with_ef) compare_twin_ef(label, p, dev_res, host_res, dev_owner, host_owner, dev_step, host_step);
 }
 
 // Finite float16 bit patterns (no inf or NaN: exponent field below 31).
@@ -823,21 +837,8 @@ void compare_piece(int p, size_t n, const char* spec, Algo algo, uint32_t piece,
     dev_step[r] = ef.value()->step();
   });
   if (g_failures.load() != failures_before) return;
-  for (int call = 0; call < kCalls; ++call) {
-    for (int r = 0; r < p; ++r) {
-      compare_floats(std::string(label) + " call " + std::to_string(call) + " rank " + std::to_string(r) + " result",
-                     dev_out[call][r], host_out[call][r]);
-    }
-  }
-  for (int r = 0; r < p; ++r) {
-    const std::string who = std::string(label) + " rank " + std::to_string(r);
-    compare_floats(who + " residual", dev_res[r], host_res[r]);
-    compare_floats(who + " owner residual", dev_owner[r], host_owner[r]);
-    ++g_checks;
-    if (dev_step[r] != host_step[r]) {
-      fail(who + ": device EF step " + std::to_string(dev_step[r]) + ", host " + std::to_string(host_step[r]));
-    }
-  }
+  compare_twins(label, "call", p, dev_out, host_out);
+  compare_twin_ef(label, p, dev_res, host_res, dev_owner, host_owner, dev_step, host_step);
 }
 
 long compare_pieces() {
