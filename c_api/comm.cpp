@@ -21,7 +21,8 @@
 
 struct gw_request_s {
   std::shared_ptr<gw::Communicator::Work> work;
-  bool has_callback = false;  // gw_request_on_complete was called (at most once)
+  gw::Communicator* comm = nullptr;  // the communicator that queued it
+  bool has_callback = false;         // gw_request_on_complete was called (at most once)
 };
 
 namespace {
@@ -123,7 +124,7 @@ struct SizeArray {
 template <class F>
 Status submit_call(gw_comm_t comm, gw_request_t* request, F&& fn) {
   auto work = comm->comm->submit(std::forward<F>(fn));
-  *request = new gw_request_s{std::move(work)};
+  *request = new gw_request_s{std::move(work), comm->comm.get()};
   return Status::ok();
 }
 
@@ -168,7 +169,7 @@ Status p2p_call(gw_comm_t comm, void* buf, size_t bytes, int peer, uint32_t tag,
   GW_RETURN_IF_ERROR(gw::comm_detail::check_p2p_args(buf, bytes, peer, comm->comm->size()));
   auto work = is_recv ? comm->comm->irecv(buf, bytes, peer, tag) : comm->comm->isend(buf, bytes, peer, tag);
   if (!async.on) return gw::Communicator::wait(*work);
-  *async.request = new gw_request_s{std::move(work)};
+  *async.request = new gw_request_s{std::move(work), comm->comm.get()};
   return Status::ok();
 }
 
@@ -321,16 +322,18 @@ gw::Result<bool> on_device(std::initializer_list<Buffer> bufs, gw_ef_state_t ef)
 
 gw::Codec* codec_of(gw_codec_t codec) { return codec != nullptr ? codec->codec.get() : nullptr; }
 
-// Runs an all-reduce where its buffers are (device calls ordered on stream).
+// Runs an all-reduce where its buffers are (device calls ordered after the point `after` on
+// the caller's stream, or, without one, on stream now).
 Status allreduce_where(gw::Communicator& cm, bool device, const void* sendbuf, void* recvbuf, size_t count,
                        gw_dtype_t dtype, gw_red_op_t op, gw::Codec* codec, gw_ef_state_t ef, gw_algo_t algo,
-                       void* stream) {
+                       void* stream, const gw::Communicator::StreamPoint& after = nullptr) {
   const auto dt = static_cast<gw::DType>(dtype);
   const auto ro = static_cast<gw::ReduceOp>(op);
   const auto al = static_cast<gw::Algo>(algo);
   if (device) {
-    return cm.allreduce_device(sendbuf, recvbuf, count, dt, ro, codec, ef != nullptr ? ef->device.get() : nullptr, al,
-                               stream);
+    gw::DeviceEfState* dev_ef = ef != nullptr ? ef->device.get() : nullptr;
+    if (after != nullptr) return cm.allreduce_device(sendbuf, recvbuf, count, dt, ro, codec, dev_ef, al, after);
+    return cm.allreduce_device(sendbuf, recvbuf, count, dt, ro, codec, dev_ef, al, stream);
   }
   return cm.allreduce(sendbuf, recvbuf, count, dt, ro, codec, ef != nullptr ? &ef->ef : nullptr, al);
 }
@@ -339,13 +342,19 @@ Status allreduce_where(gw::Communicator& cm, bool device, const void* sendbuf, v
 Status submit_allreduce(gw_comm_t comm, bool device, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
                         gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef, gw_algo_t algo, void* stream,
                         gw_request_t* request) {
-  // Checked here: on the progress thread a CUDA error would break the communicator.
-  if (device) GW_RETURN_IF_ERROR(comm->comm->device_ready());
+  // Checked here: on the progress thread a CUDA error would break the communicator. The
+  // point on the caller's stream is taken now, in the caller's thread: the call starts after
+  // what the caller queued before it, not after what it queues while the call waits its turn.
+  gw::Communicator::StreamPoint after;
+  if (device) {
+    GW_RETURN_IF_ERROR(comm->comm->device_ready());
+    GW_ASSIGN_OR_RETURN(after, comm->comm->mark_stream(stream));
+  }
   gw::Codec* c = codec_of(codec);
   auto work = comm->comm->submit([=](gw::Communicator& cm) {
-    return allreduce_where(cm, device, sendbuf, recvbuf, count, dtype, op, c, ef, algo, stream);
+    return allreduce_where(cm, device, sendbuf, recvbuf, count, dtype, op, c, ef, algo, stream, after);
   });
-  *request = new gw_request_s{std::move(work)};
+  *request = new gw_request_s{std::move(work), comm->comm.get()};
   return Status::ok();
 }
 
@@ -527,6 +536,47 @@ gw_result_t gw_iallreduce_device(gw_comm_t comm, const void* sendbuf, void* recv
     GW_RETURN_IF_ERROR(check_enum_args(dtype, op, algo));
     GW_RETURN_IF_ERROR(check_device_ef(ef));
     return submit_allreduce(comm, true, sendbuf, recvbuf, count, dtype, op, codec, ef, algo, stream, request);
+  });
+}
+
+gw_result_t gw_iallgather_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, void* stream,
+                                 gw_request_t* request) {
+  return guard("gw_iallgather_device", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_request(request));
+    GW_RETURN_IF_ERROR(comm->comm->device_ready());
+    GW_ASSIGN_OR_RETURN(gw::Communicator::StreamPoint after, comm->comm->mark_stream(stream));
+    return submit_call(comm, request,
+                       [=](gw::Communicator& cm) { return cm.allgather_device(sendbuf, recvbuf, bytes, after); });
+  });
+}
+
+gw_result_t gw_ibroadcast_device(gw_comm_t comm, void* buf, size_t bytes, int root, void* stream,
+                                 gw_request_t* request) {
+  return guard("gw_ibroadcast_device", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    GW_RETURN_IF_ERROR(check_request(request));
+    GW_RETURN_IF_ERROR(comm->comm->device_ready());
+    GW_ASSIGN_OR_RETURN(gw::Communicator::StreamPoint after, comm->comm->mark_stream(stream));
+    return submit_call(comm, request,
+                       [=](gw::Communicator& cm) { return cm.broadcast_device(buf, bytes, root, after); });
+  });
+}
+
+gw_result_t gw_request_stream_wait(gw_request_t request, void* stream) {
+  return guard("gw_request_stream_wait", [&]() -> Status {
+    if (request == nullptr) return null_arg("request");
+    if (request->comm == nullptr) {
+      return gw::unsupported("this request cannot be waited for on a stream (it was refused when it was made)");
+    }
+    return request->comm->stream_wait(*request->work, stream);
+  });
+}
+
+gw_result_t gw_comm_trim(gw_comm_t comm) {
+  return guard("gw_comm_trim", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    return comm->comm->trim_device();
   });
 }
 

@@ -35,7 +35,16 @@ __global__ void divide_kernel(float* x, uint64_t n, int divisor) {
   }
 }
 
+__global__ void wait_word_kernel(const volatile uint32_t* word, uint32_t value) {
+  while (static_cast<int32_t>(*word - value) < 0) __nanosleep(1000);
+}
+
 }  // namespace
+
+Status launch_wait_word(const volatile uint32_t* word, uint32_t value, cudaStream_t stream) {
+  wait_word_kernel<<<1, 1, 0, stream>>>(word, value);
+  return launch_status("wait_word_kernel");
+}
 
 Status launch_add(float* acc, const float* x, uint64_t n, cudaStream_t stream) {
   if (n == 0) return Status::ok();

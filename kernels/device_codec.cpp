@@ -62,8 +62,21 @@ Result<std::unique_ptr<DeviceResidual>> DeviceResidual::create(size_t count) {
                   "error-feedback residual of " + std::to_string(count) + " floats: " + cudaGetErrorString(err));
   }
   std::unique_ptr<DeviceResidual> r(new DeviceResidual(static_cast<float*>(p), count));
-  GW_RETURN_IF_ERROR(r->reset());
+  GW_RETURN_IF_ERROR(zero_fresh(r->data_, count));
   return r;
+}
+
+// Memory just allocated, which no stream has seen: zeroed on a stream of its own and waited
+// for there only, so making a state never waits for the caller's work on the device.
+Status DeviceResidual::zero_fresh(float* p, size_t n) {
+  if (n == 0) return Status::ok();
+  cudaStream_t s = nullptr;
+  GW_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaError_t err = cudaMemsetAsync(p, 0, n * sizeof(float), s);
+  const cudaError_t synced = cudaStreamSynchronize(s);
+  if (err == cudaSuccess) err = synced;
+  cudaStreamDestroy(s);
+  return cuda_status(err, "zeroing a new residual");
 }
 
 DeviceResidual::~DeviceResidual() {
@@ -99,7 +112,7 @@ Result<float*> DeviceResidual::owner_residual(size_t n) {
   GW_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, n > 0 ? n * sizeof(float) : 1));
   owner_ = static_cast<float*>(p);
   owner_count_ = n;
-  GW_RETURN_IF_ERROR(zero(owner_, n));
+  GW_RETURN_IF_ERROR(zero_fresh(owner_, n));
   return owner_;
 }
 

@@ -53,6 +53,7 @@ class DeviceResidual final : public DeviceEfState {
  private:
   DeviceResidual(float* data, size_t count) : data_(data), count_(count) {}
   static Status zero(float* p, size_t n);
+  static Status zero_fresh(float* p, size_t n);
   float* data_;
   size_t count_;
   uint64_t step_ = 0;

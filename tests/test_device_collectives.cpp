@@ -252,19 +252,20 @@ TEST(DeviceCollectives, AllgatherAndBroadcast) {
 TEST(DeviceCollectives, EveryCallStartsFromTheCallersStream) {
   std::vector<HostDeviceBackend*> backends;
   Comms comms = make_group(2, true, std::chrono::seconds(20), &backends);
-  int streams[2] = {};
+  coll::StandInStream s0(50, 1), s1(50, 2);
+  coll::StandInStream* streams[2] = {&s0, &s1};
   on_ranks(comms, [&](Communicator& c, int r) {
     DeviceVector<float> x(100);
     x.upload(std::vector<float>(100, 1.0f));
     ASSERT_TRUE(c.allreduce_device(x.data(), x.data(), 100, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr,
-                                   Algo::kAuto, &streams[r])
+                                   Algo::kAuto, streams[r])
                     .is_ok());
-    ASSERT_TRUE(c.broadcast_device(x.data(), 400, 0, &streams[r]).is_ok());
-    ASSERT_TRUE(c.allgather_device(x.data(), x.data(), 0, &streams[r]).is_ok());
+    ASSERT_TRUE(c.broadcast_device(x.data(), 400, 0, streams[r]).is_ok());
+    ASSERT_TRUE(c.allgather_device(x.data(), x.data(), 0, streams[r]).is_ok());
   });
   // What begin() saw: the CUDA backend makes its stream wait on an event recorded there.
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(backends[static_cast<size_t>(r)]->last_stream, &streams[r]);
+    EXPECT_EQ(backends[static_cast<size_t>(r)]->last_stream.load(), streams[r]);
     EXPECT_EQ(backends[static_cast<size_t>(r)]->begins, 3);
   }
 }

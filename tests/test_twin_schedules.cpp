@@ -139,7 +139,7 @@ void expect_twins_agree(int p, size_t n, const char* spec, uint32_t piece, bool 
       for (int call = 0; call < kCalls; ++call) {
         Context c = context(*group[static_cast<size_t>(r)], scratch, 40 + static_cast<uint64_t>(call), piece);
         g.upload(test::gradient(n, static_cast<uint64_t>(1000 * call + r)));
-        ASSERT_TRUE(dev.begin(nullptr).is_ok());
+        ASSERT_TRUE(dev.begin(*dev.mark(nullptr).value()).is_ok());
         const Status s = device(c, dev, g.data(), out.data(), n, *codec, with_ef ? &ef : nullptr);
         ASSERT_TRUE(s.is_ok()) << s.to_string();
         dev_out[call][r] = out.download();

@@ -121,6 +121,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
           im->tp->progress();
         }
       }
+      im->signal_finished(w->seq);
       w->finish(std::move(s));
       im->serve_p2p();
     }
@@ -217,7 +218,7 @@ std::shared_ptr<Communicator::Work> Communicator::submit(std::function<Status(Co
   auto w = std::make_shared<Work>(std::move(fn));
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->queue.push_back(w);
+    impl_->enqueue_locked(w);
   }
   impl_->cv.notify_all();
   impl_->leave();
@@ -234,7 +235,7 @@ Status Communicator::run(std::function<Status()> fn, bool collective) {
   auto w = std::make_shared<Work>([fn = std::move(fn)](Communicator&) { return fn(); });
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->queue.push_back(w);
+    impl_->enqueue_locked(w);
   }
   impl_->cv.notify_all();
   const Status s = w->wait();
@@ -493,8 +494,70 @@ Status Communicator::barrier() {
   });
 }
 
+Result<Communicator::StreamPoint> Communicator::mark_stream(void* stream) {
+  GW_ASSIGN_OR_RETURN(coll::DeviceBackend * dev, impl_->device_backend());
+  return dev->mark(stream);
+}
+
 Status Communicator::allreduce_device(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                                       Codec* codec, DeviceEfState* ef, Algo algo, void* stream) {
+  return allreduce_device_at(send, recv, count, dtype, op, codec, ef, algo, DeviceOrder{stream, nullptr});
+}
+
+Status Communicator::allgather_device(const void* send, void* recv, size_t bytes, void* stream) {
+  return allgather_device_at(send, recv, bytes, DeviceOrder{stream, nullptr});
+}
+
+Status Communicator::broadcast_device(void* buf, size_t bytes, int root, void* stream) {
+  return broadcast_device_at(buf, bytes, root, DeviceOrder{stream, nullptr});
+}
+
+Status Communicator::allreduce_device(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                                      Codec* codec, DeviceEfState* ef, Algo algo, const StreamPoint& after) {
+  if (after == nullptr) return invalid_argument("no stream point (mark_stream)");
+  return allreduce_device_at(send, recv, count, dtype, op, codec, ef, algo, DeviceOrder{nullptr, after});
+}
+
+Status Communicator::allgather_device(const void* send, void* recv, size_t bytes, const StreamPoint& after) {
+  if (after == nullptr) return invalid_argument("no stream point (mark_stream)");
+  return allgather_device_at(send, recv, bytes, DeviceOrder{nullptr, after});
+}
+
+Status Communicator::broadcast_device(void* buf, size_t bytes, int root, const StreamPoint& after) {
+  if (after == nullptr) return invalid_argument("no stream point (mark_stream)");
+  return broadcast_device_at(buf, bytes, root, DeviceOrder{nullptr, after});
+}
+
+Result<Communicator::StreamPoint> Communicator::DeviceOrder::point(coll::DeviceBackend& dev) const {
+  if (after != nullptr) return after;
+  return dev.mark(stream);
+}
+
+Status Communicator::stream_wait(Work& work, void* stream) {
+  if (work.seq == 0) {
+    return unsupported("only collective calls can be waited for on a stream (point-to-point messages are not queued "
+                       "in call order)");
+  }
+  GW_ASSIGN_OR_RETURN(coll::DeviceBackend * dev, impl_->device_backend());
+  if (work.test(nullptr)) return Status::ok();
+  return dev->stream_wait(stream, work.seq);
+}
+
+Status Communicator::trim_device() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->device_mu);
+    if (impl_->device == nullptr) return Status::ok();
+  }
+  return run(
+      [&]() -> Status {
+        std::lock_guard<std::mutex> lock(impl_->device_mu);
+        return impl_->device->trim();
+      },
+      /*collective=*/false);
+}
+
+Status Communicator::allreduce_device_at(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                                         Codec* codec, DeviceEfState* ef, Algo algo, const DeviceOrder& order) {
   const size_t ef_count = ef != nullptr ? ef->count() : 0;
   GW_ASSIGN_OR_RETURN(AllreduceChoice ch, check_allreduce(send, recv, count, dtype, op, codec,
                                                           ef != nullptr ? &ef_count : nullptr, algo, true));
@@ -508,11 +571,12 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
     GW_RETURN_IF_ERROR(dev->check_buffer(send, "sendbuf"));
     GW_RETURN_IF_ERROR(dev->check_buffer(recv, "recvbuf"));
   }
+  GW_ASSIGN_OR_RETURN(StreamPoint after, order.point(*dev));
   codec = ch.codec;
   const Algo inner = impl_->inter_algo(ch.flat, count, dtype, codec);
   const auto* s = static_cast<const float*>(send);
   return run([=]() -> Status {
-    GW_RETURN_IF_ERROR(dev->begin(stream));
+    GW_RETURN_IF_ERROR(dev->begin(*after));
     return impl_->allreduce_planned(
         count, dtype, op, codec, ef, ch.chosen, ch.tuned, true, [&](coll::Context& c, Algo ran, bool flush) -> Status {
           // Error feedback on the inter-node leg only (see the host all-reduce): the first
@@ -547,7 +611,7 @@ Status Communicator::allreduce_device(const void* send, void* recv, size_t count
   });
 }
 
-Status Communicator::allgather_device(const void* send, void* recv, size_t bytes, void* stream) {
+Status Communicator::allgather_device_at(const void* send, void* recv, size_t bytes, const DeviceOrder& order) {
   GW_RETURN_IF_ERROR(check_size("recvbuf (nranks blocks)", bytes, static_cast<uint64_t>(size()), "bytes per rank"));
   if (bytes > 0 && (send == nullptr || recv == nullptr))
     return invalid_argument(send == nullptr ? "sendbuf is null" : "recvbuf is null");
@@ -556,21 +620,23 @@ Status Communicator::allgather_device(const void* send, void* recv, size_t bytes
     GW_RETURN_IF_ERROR(dev->check_buffer(send, "sendbuf"));
     GW_RETURN_IF_ERROR(dev->check_buffer(recv, "recvbuf"));
   }
+  GW_ASSIGN_OR_RETURN(StreamPoint after, order.point(*dev));
   return run([=]() -> Status {
-    return impl_->device_collective(*dev, stream, call(CallKind::kAllgather, bytes), [&](coll::Context& c) {
+    return impl_->device_collective(*dev, *after, call(CallKind::kAllgather, bytes), [&](coll::Context& c) {
       return coll::device_allgather(c, *dev, send, recv, bytes);
     });
   });
 }
 
-Status Communicator::broadcast_device(void* buf, size_t bytes, int root, void* stream) {
+Status Communicator::broadcast_device_at(void* buf, size_t bytes, int root, const DeviceOrder& order) {
   if (root < 0 || root >= size()) return invalid_argument("root " + std::to_string(root) + " is out of range");
   GW_RETURN_IF_ERROR(check_size("buf", bytes, 1, "bytes"));
   if (bytes > 0 && buf == nullptr) return invalid_argument("buf is null");
   GW_ASSIGN_OR_RETURN(coll::DeviceBackend * dev, impl_->device_backend());
   if (bytes > 0) GW_RETURN_IF_ERROR(dev->check_buffer(buf, "buf"));
+  GW_ASSIGN_OR_RETURN(StreamPoint after, order.point(*dev));
   return run([=]() -> Status {
-    return impl_->device_collective(*dev, stream, call(CallKind::kBroadcast, bytes, root), [&](coll::Context& c) {
+    return impl_->device_collective(*dev, *after, call(CallKind::kBroadcast, bytes, root), [&](coll::Context& c) {
       return coll::device_broadcast(c, *dev, buf, bytes, root);
     });
   });

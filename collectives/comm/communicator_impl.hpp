@@ -127,6 +127,9 @@ class Communicator::Work {
     fn(status_);
   }
   std::function<Status(Communicator&)>& fn() { return fn_; }
+  // The work's number in the queue (Impl::queued; 0: not queued, e.g. point-to-point), which
+  // the device backend's completion word reaches when it finishes.
+  uint32_t seq = 0;
 
  private:
   std::function<Status(Communicator&)> fn_;
@@ -232,8 +235,26 @@ struct Communicator::Impl {
     std::lock_guard<std::mutex> lock(device_mu);
     if (device == nullptr) {
       GW_ASSIGN_OR_RETURN(device, coll::make_cuda_backend());
+      device->signal(finished_seq);
     }
     return device.get();
+  }
+  // Works get their numbers as they are queued (under mu); the progress thread finishes them
+  // in that order and signals each one's number to the device backend first, so a caller's
+  // stream waiting on it (Communicator::stream_wait) goes on once the work is done.
+  uint32_t queued = 0;        // under mu
+  uint32_t finished_seq = 0;  // under device_mu
+  void signal_finished(uint32_t work_seq) {
+    if (work_seq == 0) return;
+    std::lock_guard<std::mutex> lock(device_mu);
+    finished_seq = work_seq;
+    if (device != nullptr) device->signal(work_seq);
+  }
+  // Queues w (under mu) with the next number.
+  void enqueue_locked(std::shared_ptr<Work> w) {
+    if (++queued == 0) ++queued;  // 0 means "not queued"
+    w->seq = queued;
+    queue.push_back(std::move(w));
   }
 
   // Which user thread is inside a collective call (enter/leave): a second one at the same
@@ -312,10 +333,10 @@ struct Communicator::Impl {
     if (device != nullptr) device->abort();
   }
 
-  // Progress thread: one device collective, after the work the caller queued on stream.
+  // Progress thread: one device collective, after the work the caller had queued at the mark.
   template <class F>
-  Status device_collective(coll::DeviceBackend& dev, void* stream, CallDescriptor d, F&& fn) {
-    GW_RETURN_IF_ERROR(dev.begin(stream));
+  Status device_collective(coll::DeviceBackend& dev, const coll::StreamMark& after, CallDescriptor d, F&& fn) {
+    GW_RETURN_IF_ERROR(dev.begin(after));
     d.flags = CallDescriptor::kDevice;
     return collective([&](coll::Context& c) { return comm_detail::settled(dev, [&] { return fn(c); }); }, d);
   }

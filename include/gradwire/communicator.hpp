@@ -20,6 +20,7 @@ namespace gw {
 class DeviceEfState;
 namespace coll {
 class DeviceBackend;
+class StreamMark;
 }
 
 namespace transport {
@@ -153,6 +154,21 @@ class GW_API Communicator {
                           DeviceEfState* ef, Algo algo, void* stream);
   Status allgather_device(const void* send, void* recv, size_t bytes, void* stream);
   Status broadcast_device(void* buf, size_t bytes, int root, void* stream);
+  // The same, ordered after a point taken earlier with mark_stream (a non-blocking call takes
+  // it in the caller's thread when the call is made, then runs later on the progress thread).
+  using StreamPoint = std::shared_ptr<coll::StreamMark>;
+  Result<StreamPoint> mark_stream(void* stream);
+  Status allreduce_device(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Codec* codec,
+                          DeviceEfState* ef, Algo algo, const StreamPoint& after);
+  Status allgather_device(const void* send, void* recv, size_t bytes, const StreamPoint& after);
+  Status broadcast_device(void* buf, size_t bytes, int root, const StreamPoint& after);
+  // Enqueues on stream (a cudaStream_t) a wait until work (from submit) has finished, with any
+  // result; the host does not wait. Nothing is enqueued when it has finished already.
+  // kUnsupported for point-to-point work, which is not queued in call order.
+  Status stream_wait(Work& work, void* stream);
+  // Gives back the device scratch and pinned staging the device collectives keep between
+  // calls (after every earlier call; the next device call allocates again).
+  Status trim_device();
   // Every rank calls it: brings up NCCL on each rank's current CUDA device, rank 0's
   // ncclUniqueId reaching the others through this communicator. A failure on any rank fails
   // it on every rank (kUnsupported with the reason) and leaves the communicator as it was.
@@ -193,6 +209,17 @@ class GW_API Communicator {
   // (hierarchical only on host buffers).
   Result<AllreduceChoice> check_allreduce(const void* send, const void* recv, size_t count, DType dtype, ReduceOp op,
                                           Codec* codec, const size_t* ef_count, Algo algo, bool on_device) const;
+  // Where a device call starts: after a point taken earlier, or (after null) a point taken
+  // on stream once the call's arguments are checked.
+  struct DeviceOrder {
+    void* stream;
+    StreamPoint after;
+    Result<StreamPoint> point(coll::DeviceBackend& dev) const;
+  };
+  Status allreduce_device_at(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Codec* codec,
+                             DeviceEfState* ef, Algo algo, const DeviceOrder& order);
+  Status allgather_device_at(const void* send, void* recv, size_t bytes, const DeviceOrder& order);
+  Status broadcast_device_at(void* buf, size_t bytes, int root, const DeviceOrder& order);
   explicit Communicator(std::unique_ptr<Impl> impl);
   // isend / irecv: queues the message for the progress thread to post.
   std::shared_ptr<Work> post_p2p(void* buf, size_t bytes, int peer, uint32_t tag, bool is_recv);

@@ -453,6 +453,36 @@ GW_API gw_result_t gw_iallreduce_device(gw_comm_t comm, const void* sendbuf, voi
                                         gw_algo_t algo, void* stream, gw_request_t* request);
 GW_API gw_result_t gw_allgather_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, void* stream);
 GW_API gw_result_t gw_broadcast_device(gw_comm_t comm, void* buf, size_t bytes, int root, void* stream);
+GW_API gw_result_t gw_iallgather_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes,
+                                        void* stream, gw_request_t* request);
+GW_API gw_result_t gw_ibroadcast_device(gw_comm_t comm, void* buf, size_t bytes, int root, void* stream,
+                                        gw_request_t* request);
+
+/* ---- stream order of non-blocking device calls ----
+ * A non-blocking device call (gw_iallreduce_device, gw_iallgather_device, gw_ibroadcast_device)
+ * takes its point on stream when it is called, in the calling thread: it starts after the work
+ * queued there before the call, whatever the caller queues afterwards (an event, no host wait).
+ *
+ * gw_request_stream_wait enqueues on stream (a cudaStream_t; NULL: the legacy default stream)
+ * a wait until the request has finished, so work queued there afterwards sees the call's
+ * results, and the host does not wait (a stream memory operation on a word of pinned memory
+ * the library signals as calls finish; a one-thread polling kernel where the driver has no
+ * stream memory operations). The stream goes on when the request finishes with any result,
+ * success or error, and when the communicator is destroyed: a stream never waits forever. So
+ * a failed call lets the stream run on over unfinished buffers: learn the result from
+ * gw_test / gw_wait / gw_request_on_complete as always. Call it before gw_test or gw_wait
+ * reports the request finished (they free it); on a request that has finished it enqueues
+ * nothing. Collective requests only: GW_ERR_UNSUPPORTED for point-to-point ones. */
+GW_API gw_result_t gw_request_stream_wait(gw_request_t request, void* stream);
+
+/* Gives back the device scratch and pinned staging memory the device collectives keep between
+ * calls (it runs after every earlier call; the next device call allocates again). What
+ * gradwire holds between calls on a communicator: per device collective in use, scratch up to
+ * the largest message it carried (a few chunks, at most the buffer's size) and as much pinned
+ * staging; per device EF state, its residual and owner-side residual (docs/architecture.md,
+ * "Device memory"). */
+GW_API gw_result_t gw_comm_trim(gw_comm_t comm);
+
 /* Collective: every rank brings up NCCL on its current CUDA device; rank 0's ncclUniqueId
  * reaches the others through this communicator. NCCL is loaded at run time: $GW_NCCL_LIBRARY,
  * else libnccl.so.2 on the loader path, else the CUDA toolkit's found at build time. When

@@ -5,7 +5,9 @@
 // and the communicator brought it up.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <deque>
+#include <memory>
 #include <map>
 #include <mutex>
 #include <string>
@@ -40,12 +42,27 @@ class CudaBackend final : public DeviceBackend {
     std::unique_ptr<CudaBackend> b(new CudaBackend(device));
     GW_ASSIGN_OR_RETURN(b->pools_, kern::memory_pools_supported());
     GW_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking));
-    GW_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&b->caller_ready_, cudaEventDisableTiming));
+    // The completion word: pinned, mapped into the device's address space, read by waits the
+    // callers' streams make (stream_wait).
+    void* word = nullptr;
+    GW_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&word, 64, cudaHostAllocMapped | cudaHostAllocPortable));
+    b->word_ = static_cast<uint32_t*>(word);
+    *b->word_ = 0;
+    void* on_device = nullptr;
+    GW_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&on_device, word, 0));
+    b->word_on_device_ = static_cast<uint32_t*>(on_device);
+    b->wait_value_ = driver_wait_value32();
     return std::unique_ptr<DeviceBackend>(std::move(b));
   }
 
   ~CudaBackend() override {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    if (word_ != nullptr) {
+      // No caller's stream may wait forever on a backend that is gone: every wait passes, and
+      // cudaFreeHost waits for the device before the word goes.
+      std::lock_guard<std::mutex> lock(wait_mu_);
+      if (any_wait_) signal(max_waited_);
+    }
 #ifdef GW_HAVE_NCCL
     node_nccl_.reset();
     nccl_.reset();
@@ -54,7 +71,7 @@ class CudaBackend final : public DeviceBackend {
     for (auto& s : staging_) cudaFreeHost(s.ptr);
     for (auto& f : pending_) cudaEventDestroy(f.second);
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
-    if (caller_ready_ != nullptr) cudaEventDestroy(caller_ready_);
+    if (word_ != nullptr) cudaFreeHost(word_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -78,13 +95,66 @@ class CudaBackend final : public DeviceBackend {
     return Status::ok();
   }
 
-  Status begin(void* stream) override {
+  // An event recorded on the caller's stream, from a pool (any thread).
+  Result<std::shared_ptr<StreamMark>> mark(void* stream) override {
+    cudaEvent_t e = marks_->take();
+    if (e == nullptr) {
+      int current = 0;
+      GW_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+      if (current != device_) GW_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+      const cudaError_t made = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+      if (current != device_) cudaSetDevice(current);  // the caller's device stays its own
+      GW_RETURN_IF_ERROR(cuda_status(made, "cudaEventCreateWithFlags"));
+    }
+    auto m = std::make_shared<CudaMark>(this, marks_, e);
+    GW_RETURN_IF_ERROR(cuda_status(cudaEventRecord(e, static_cast<cudaStream_t>(stream)),
+                                   "cudaEventRecord on the caller's stream (is it a stream of the communicator's "
+                                   "device?)"));
+    return std::shared_ptr<StreamMark>(std::move(m));
+  }
+
+  Status begin(const StreamMark& mark) override {
     GW_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));  // the progress thread's current device
+    const auto* m = dynamic_cast<const CudaMark*>(&mark);
+    if (m == nullptr || m->owner != this) return internal_error("a stream mark of another device backend");
     if (kern::testing_hooks::skip_caller_wait.load(std::memory_order_relaxed)) return Status::ok();
-    auto* user = static_cast<cudaStream_t>(stream);
-    GW_CUDA_RETURN_IF_ERROR(cudaEventRecord(caller_ready_, user));
-    GW_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, caller_ready_, 0));
+    GW_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, m->event, 0));
     return Status::ok();
+  }
+
+  void signal(uint32_t value) override {
+    // The device work of the call that finished is complete (the collectives quiesce before
+    // they return), so a stream released by this store reads finished results.
+    __atomic_store_n(word_, value, __ATOMIC_RELEASE);
+  }
+
+  Status stream_wait(void* stream, uint32_t value) override {
+    {
+      std::lock_guard<std::mutex> lock(wait_mu_);
+      if (!any_wait_ || static_cast<int32_t>(value - max_waited_) > 0) max_waited_ = value;
+      any_wait_ = true;
+    }
+    auto* s = static_cast<cudaStream_t>(stream);
+    if (WaitValue32 wait = wait_value_.load(); wait != nullptr) {
+      if (wait(s, reinterpret_cast<unsigned long long>(word_on_device_), value, kWaitValueGeq) == 0) return Status::ok();
+      wait_value_.store(nullptr);  // the driver refused stream memory operations: poll with a kernel
+    }
+    return kern::launch_wait_word(word_on_device_, value, s);
+  }
+
+  Status trim() override {
+    GW_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    GW_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    for (auto& b : scratch_) {
+      if (b.ptr != nullptr) GW_CUDA_RETURN_IF_ERROR(kern::stream_release(b.ptr, stream_, pools_));
+      b = Block{};
+    }
+    for (auto& b : staging_) {
+      if (b.ptr != nullptr) GW_CUDA_RETURN_IF_ERROR(cudaFreeHost(b.ptr));
+      b = Block{};
+    }
+    encoders_.clear();
+    return cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
 
   Result<void*> device_scratch(int slot, size_t bytes) override {
@@ -260,6 +330,52 @@ class CudaBackend final : public DeviceBackend {
 
   explicit CudaBackend(int device) : device_(device) {}
 
+  // Free events for marks; shared with the marks, which may outlive the backend.
+  struct EventPool {
+    std::mutex mu;
+    std::vector<cudaEvent_t> free;
+    cudaEvent_t take() {
+      std::lock_guard<std::mutex> lock(mu);
+      if (free.empty()) return nullptr;
+      cudaEvent_t e = free.back();
+      free.pop_back();
+      return e;
+    }
+    void give(cudaEvent_t e) {
+      std::lock_guard<std::mutex> lock(mu);
+      free.push_back(e);
+    }
+    ~EventPool() {
+      for (cudaEvent_t e : free) cudaEventDestroy(e);
+    }
+  };
+
+  struct CudaMark final : StreamMark {
+    const CudaBackend* owner;
+    std::shared_ptr<EventPool> pool;
+    cudaEvent_t event;
+    CudaMark(const CudaBackend* o, std::shared_ptr<EventPool> p, cudaEvent_t e) : owner(o), pool(std::move(p)), event(e) {}
+    // Back to the pool: a wait enqueued on it (begin) keeps the state it saw, so the event
+    // may be recorded again at once.
+    ~CudaMark() override { pool->give(event); }
+  };
+
+  // cuStreamWaitValue32 (CUDA 11.7's signature) from the driver, without linking libcuda; null
+  // where the driver has none. Its types spelled as the driver's ABI has them.
+  using WaitValue32 = int (*)(cudaStream_t stream, unsigned long long addr, uint32_t value, unsigned flags);
+  static constexpr unsigned kWaitValueGeq = 0;  // CU_STREAM_WAIT_VALUE_GEQ: cyclic >=
+  static WaitValue32 driver_wait_value32() {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 11070, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return reinterpret_cast<WaitValue32>(fn);
+  }
+
   static Block& block(std::vector<Block>& v, int slot) {
     if (v.size() <= static_cast<size_t>(slot)) v.resize(static_cast<size_t>(slot) + 1);
     return v[static_cast<size_t>(slot)];
@@ -280,7 +396,13 @@ class CudaBackend final : public DeviceBackend {
   int device_;
   bool pools_ = true;  // stream-ordered allocation on device_ (kern::memory_pools_supported)
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t caller_ready_ = nullptr;
+  std::shared_ptr<EventPool> marks_ = std::make_shared<EventPool>();
+  uint32_t* word_ = nullptr;              // the completion word (pinned, mapped)
+  uint32_t* word_on_device_ = nullptr;    // its device address
+  std::atomic<WaitValue32> wait_value_{nullptr};
+  std::mutex wait_mu_;
+  bool any_wait_ = false;
+  uint32_t max_waited_ = 0;  // under wait_mu_
   std::vector<Block> scratch_;
   std::vector<Block> staging_;
   std::map<std::string, Encoder> encoders_;

@@ -19,6 +19,12 @@
 
 namespace gw::coll {
 
+// What mark() returns: an opaque point on one stream, of the backend that made it.
+class StreamMark {
+ public:
+  virtual ~StreamMark() = default;
+};
+
 class DeviceBackend {
  public:
   using Fence = uint64_t;
@@ -27,9 +33,23 @@ class DeviceBackend {
   virtual const char* name() const = 0;
   // Ok when p is memory this backend's kernels may read and write.
   virtual Status check_buffer(const void* p, const char* what) const = 0;
-  // Orders the next call's work after what the caller queued on stream (a cudaStream_t);
-  // does not wait on the host.
-  virtual Status begin(void* stream) = 0;
+  // A point on a caller's stream (a cudaStream_t; null: the legacy default stream), taken in
+  // the calling thread when a call is made, so the call's work starts after what the caller
+  // had queued then and not after what it queues later. Any thread; never waits.
+  virtual Result<std::shared_ptr<StreamMark>> mark(void* stream) = 0;
+  // Progress thread: orders the next call's work after the mark, without a host wait.
+  virtual Status begin(const StreamMark& mark) = 0;
+
+  // Completion words: the communicator numbers its calls and, as each one finishes (with any
+  // result), signals its number here (host side, progress thread). stream_wait enqueues on a
+  // caller's stream a wait until the number reached value (cyclic: (int32)(word - value) >= 0),
+  // so that stream's later work runs after the call, with no host wait. Any thread.
+  virtual void signal(uint32_t value) = 0;
+  virtual Status stream_wait(void* stream, uint32_t value) = 0;
+
+  // Gives back the scratch and staging memory kept between calls (progress thread, between
+  // calls); the next call that needs it allocates it again.
+  virtual Status trim() = 0;
 
   // Grow-only buffers kept between calls: device scratch and pinned host staging.
   virtual Result<void*> device_scratch(int slot, size_t bytes) = 0;

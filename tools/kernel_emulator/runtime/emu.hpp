@@ -5,6 +5,8 @@
 // the same op and a full mask, so divergent collectives abort instead of hanging.
 #pragma once
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -194,6 +196,7 @@ inline unsigned __reduce_add_sync(unsigned m, unsigned v) { return emu::reduce_a
 inline unsigned __match_any_sync(unsigned m, unsigned v) { return emu::match_any(m, v); }
 inline void __syncthreads() { emu::syncthreads(); }
 inline void __threadfence() {}
+inline void __nanosleep(unsigned ns) { std::this_thread::sleep_for(std::chrono::nanoseconds(ns)); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __ffs(unsigned x) { return __builtin_ffs(static_cast<int>(x)); }
 template <class T>

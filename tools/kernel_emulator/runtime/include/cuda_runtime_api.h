@@ -36,6 +36,14 @@ struct cudaPointerAttributes {
   void* hostPointer;
 };
 constexpr unsigned cudaHostAllocDefault = 0;
+constexpr unsigned cudaHostAllocPortable = 1;
+constexpr unsigned cudaHostAllocMapped = 2;
+enum cudaDriverEntryPointQueryResult {
+  cudaDriverEntryPointSuccess = 0,
+  cudaDriverEntryPointSymbolNotFound = 1,
+  cudaDriverEntryPointVersionNotSufficent = 2
+};
+constexpr unsigned long long cudaEnableDefault = 0;
 constexpr unsigned cudaStreamDefault = 0;
 constexpr unsigned cudaStreamNonBlocking = 1;
 constexpr unsigned cudaEventDefault = 0;
@@ -134,6 +142,18 @@ cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t stream);
 cudaError_t cudaFreeAsync(void* p, cudaStream_t stream);
 cudaError_t cudaHostAlloc(void** p, size_t n, unsigned flags);
 cudaError_t cudaFreeHost(void* p);
+// Pinned memory is host memory here: its device address is its host address (UVA).
+inline cudaError_t cudaHostGetDevicePointer(void** d, void* h, unsigned) {
+  *d = h;
+  return cudaSuccess;
+}
+// No driver here: no stream memory operations (the backend polls with a kernel instead).
+inline cudaError_t cudaGetDriverEntryPointByVersion(const char*, void** fn, unsigned, unsigned long long,
+                                                    cudaDriverEntryPointQueryResult* found) {
+  *fn = nullptr;
+  if (found != nullptr) *found = cudaDriverEntryPointSymbolNotFound;
+  return cudaSuccess;
+}
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* p);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
