@@ -15,11 +15,14 @@
 //
 // Builds against PyTorch 2.x (base class c10d::Backend) and 1.13 (c10d::ProcessGroup).
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -31,6 +34,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -44,6 +48,8 @@
 #endif
 
 #include "gradwire/gradwire.h"
+#include "gradwire/standin.h"
+#include "device_streams.hpp"
 
 namespace gwtorch {
 
@@ -81,7 +87,23 @@ using Ms = std::chrono::milliseconds;
   X(gw_iscatter) \
   X(gw_ibarrier) \
   X(gw_isend) \
-  X(gw_irecv)
+  X(gw_irecv) \
+  X(gw_iallreduce_device) \
+  X(gw_iallgather_device) \
+  X(gw_ibroadcast_device) \
+  X(gw_request_stream_wait) \
+  X(gw_comm_enable_nccl) \
+  X(gw_comm_trim) \
+  X(gw_comm_use_standin) \
+  X(gw_standin_stream_enqueue) \
+  X(gw_standin_event_record) \
+  X(gw_standin_stream_wait_event) \
+  X(gw_standin_event_synchronize) \
+  X(gw_standin_stream_create) \
+  X(gw_standin_malloc) \
+  X(gw_standin_free) \
+  X(gw_standin_current_stream) \
+  X(gw_standin_contains)
 // clang-format on
 
 struct Api {
@@ -148,6 +170,17 @@ std::string last_error() {
 
 // ---------------------------------------------------------------- Work
 
+// For the stream-order tests only (tests/python/test_torch_streams.py): GRADWIRE_TEST_DROP_WAIT
+// names one wait of the device path to leave out ("work": Work::wait's, "group": the group
+// stream's wait for the request), so a test can show it fails without it.
+inline bool drop_wait(const char* which) {
+  static const std::string v = [] {
+    const char* e = std::getenv("GRADWIRE_TEST_DROP_WAIT");
+    return std::string(e != nullptr ? e : "");
+  }();
+  return v == which;
+}
+
 class GradwireWork : public c10d::Work {
  public:
   GradwireWork(int rank, c10d::OpType type, const char* title, const char* name, const Tensors& inputs, Tensors outputs,
@@ -161,7 +194,29 @@ class GradwireWork : public c10d::Work {
   // timeout 0 (the default): the op's timeout (the group's unless the op set one), plus a
   // margin so that gradwire's own timeout, which names the ranks that never called, comes
   // first.
+  // A device op (device_streams.hpp): its end event on the group's stream, the tensor whose
+  // device names the caller's stream, whether wait() blocks the host, and the Future completed
+  // on the group's stream at the call (null: the host-completed one).
+  void set_device(Accelerator* acc, std::shared_ptr<StreamEvent> end, at::Tensor anchor, bool blocking,
+                  c10::intrusive_ptr<c10::ivalue::Future> on_stream) {
+    acc_ = acc;
+    end_ = std::move(end);
+    anchor_ = std::move(anchor);
+    blocking_ = blocking;
+    on_stream_ = std::move(on_stream);
+  }
+
   bool wait(Ms timeout) override {
+    if (acc_ != nullptr && !blocking_ && acc_->stream_ordered()) {
+      // As ProcessGroupNCCL: the caller's current stream waits for the op's end; the host does
+      // not. An error that is already known is raised here; a later one by the group's next op.
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (exception_) std::rethrow_exception(exception_);
+      }
+      if (!drop_wait("work")) acc_->stream_wait(acc_->current_stream(anchor_), *end_);
+      return true;
+    }
     const bool own = timeout <= Ms(0);
     Ms limit = own ? timeout_ + std::max(Ms(5000), timeout_ / 10) : timeout;
     limit = std::min(limit, Ms(int64_t(1) << 40));
@@ -174,7 +229,7 @@ class GradwireWork : public c10d::Work {
     return true;
   }
 
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return on_stream_ ? on_stream_ : future_; }
   Tensors result() override { return outputs_; }
   const char* name() const { return name_; }
 
@@ -194,6 +249,11 @@ class GradwireWork : public c10d::Work {
   Tensors outputs_;
   Ms timeout_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  Accelerator* acc_ = nullptr;
+  std::shared_ptr<StreamEvent> end_;
+  at::Tensor anchor_;
+  bool blocking_ = false;
+  c10::intrusive_ptr<c10::ivalue::Future> on_stream_;
 };
 
 // ---------------------------------------------------------------- completion thread
@@ -205,6 +265,11 @@ struct Pending {
   Tensors keep;                    // staging buffers gradwire reads or writes
   std::vector<size_t> sizes;       // size arrays given to the call
   std::string message;             // the completion callback's error text
+  // A device op's: waits for its end event, so nothing queued on a stream still uses the
+  // tensors kept here when they are let go.
+  std::function<void()> before_release;
+  // A device op's: called with the error when the op failed (the group's async error).
+  std::function<void(const std::string&)> on_error;
   class Completer* owner = nullptr;
 };
 
@@ -283,6 +348,20 @@ class Completer {
           owned->finalize();
         } catch (...) {
           error = std::current_exception();
+        }
+      }
+      if (owned->before_release) {
+        try {
+          owned->before_release();
+        } catch (...) {
+          if (!error) error = std::current_exception();
+        }
+      }
+      if (error && owned->on_error) {
+        try {
+          std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+          owned->on_error(e.what());
         }
       }
       auto work = std::move(owned->work);
@@ -522,6 +601,14 @@ class GradwireBackend : public BackendBase {
       if (!g.error.empty()) message += " (" + g.error + ")";
       TORCH_CHECK(false, "gradwire backend: init of rank ", rank, " of ", size, " failed: ", describe(r, message));
     }
+    blocking_wait_ = env_flag("GRADWIRE_TORCH_BLOCKING_WAIT");
+    try {
+      set_up_devices(g);
+    } catch (...) {
+      api().gw_comm_destroy(comm_);
+      comm_ = nullptr;
+      throw;
+    }
     live_backends().add(this);
   }
 
@@ -565,6 +652,20 @@ class GradwireBackend : public BackendBase {
 #endif
 
   gw_comm_t comm() const { return comm_; }
+  bool nccl() const { return nccl_; }
+  std::string device_path() const {
+    if (standin_) return "stand-in accelerator (gradwire/standin.h)";
+    if (cuda_ == nullptr) return "none (CUDA tensors are staged through host memory: extension built without CUDA)";
+    return nccl_ ? "cuda: dense ops on NCCL, compressed ones on the device codecs"
+                 : "cuda: device collectives over gradwire's transport (no NCCL: " + no_nccl_why_ + ")";
+  }
+  // Gives back the device scratch and staging gradwire keeps between calls.
+  void trim() {
+    std::lock_guard<std::mutex> lock(submit_mutex_);
+    TORCH_CHECK(comm_ != nullptr, "gradwire backend: the group was shut down");
+    const gw_result_t r = GWT_NEED(gw_comm_trim)(comm_);
+    TORCH_CHECK(r == GW_SUCCESS, "gradwire backend: trim failed: ", describe(r, last_error()));
+  }
   const std::map<std::string, std::string>& options() const { return options_; }
   double timeout_s() const { return timeout_.count() / 1000.0; }
 
@@ -575,6 +676,17 @@ class GradwireBackend : public BackendBase {
     const at::Tensor& t = single(tensors, name);
     const gw_dtype_t dt = gw_dtype(t.scalar_type(), name);
     const gw_red_op_t op = gw_op(opts.reduceOp, t.scalar_type(), name);
+    if (Accelerator* acc = accel_for(tensors)) {
+      DeviceBuffer b = device_buffer(*acc, t);
+      DeviceOp d{c10d::OpType::ALLREDUCE, "gradwire:all_reduce", name, tensors, tensors, t, {b.flat}, nullptr,
+                 allreduce_start(b.flat, dt, op), nullptr, opts.timeout};
+      if (b.temp) {
+        at::Tensor flat = b.flat, user = t;
+        d.pack = [flat, user]() { flat.view(user.sizes()).copy_(user); };
+        d.unpack = [flat, user]() { user.copy_(flat.view(user.sizes())); };
+      }
+      return launch_device(*acc, std::move(d));
+    }
     Staging s;
     at::Tensor b = s.out(t, true);
     auto start = [=](gw_request_t* req) {
@@ -590,6 +702,16 @@ class GradwireBackend : public BackendBase {
     for (const auto& t : tensors) same_type(t, tensors[0], name);
     const gw_dtype_t dt = gw_dtype(tensors[0].scalar_type(), name);
     const gw_red_op_t op = gw_op(opts.reduceOp, tensors[0].scalar_type(), name);
+    if (Accelerator* acc = accel_for(tensors)) {
+      std::function<void()> pack;
+      at::Tensor bytes = pack_device(*acc, tensors, tensors[0].options(), &pack);
+      at::Tensor buf = bytes.view(tensors[0].scalar_type());
+      Tensors users = tensors;
+      DeviceOp d{c10d::OpType::ALLREDUCE_COALESCED, "gradwire:all_reduce_coalesced", name, tensors, tensors,
+                 tensors[0], {bytes}, pack, allreduce_start(buf, dt, op),
+                 [bytes, users]() { unpack_bytes(bytes, 0, users); }, opts.timeout};
+      return launch_device(*acc, std::move(d));
+    }
     Staging s;
     Tensors flat;
     for (const auto& t : tensors) flat.push_back(t.to(at::kCPU).reshape({-1}));
@@ -616,6 +738,19 @@ class GradwireBackend : public BackendBase {
     const gw_dtype_t dt = gw_dtype(t.scalar_type(), name);
     const gw_red_op_t op = gw_op(opts.reduceOp, t.scalar_type(), name);
     const int root = check_root(opts.rootRank, name);
+    if (Accelerator* acc = accel_for(tensors)) {
+      // An all-reduce into a temporary; the root keeps it (the other ranks' tensors stay).
+      at::Tensor buf = acc->empty(t.numel(), t.options().memory_format(at::MemoryFormat::Contiguous));
+      at::Tensor user = t;
+      const bool mine = rank_ == root;
+      DeviceOp d{c10d::OpType::REDUCE, "gradwire:reduce", name, tensors, tensors, t, {buf},
+                 [buf, user]() { buf.view(user.sizes()).copy_(user); }, allreduce_start(buf, dt, op),
+                 [buf, user, mine]() {
+                   if (mine) user.copy_(buf.view(user.sizes()));
+                 },
+                 opts.timeout};
+      return launch_device(*acc, std::move(d));
+    }
     Staging s;
     at::Tensor b = s.out(t, true);
     auto start = [=](gw_request_t* req) {
@@ -632,6 +767,10 @@ class GradwireBackend : public BackendBase {
     check_list(in, out, name, "input");
     const gw_dtype_t dt = gw_dtype(out.scalar_type(), name);
     const gw_red_op_t op = gw_op(opts.reduceOp, out.scalar_type(), name);
+    if (Accelerator* acc = accel_for(flatten(inputs))) {
+      return device_reduce_scatter(*acc, c10d::OpType::REDUCE_SCATTER, "gradwire:reduce_scatter", name, in, out,
+                                   flatten(inputs), outputs, dt, op, opts.timeout);
+    }
     Staging s;
     at::Tensor send = pack(s, in, nullptr);
     at::Tensor recv = s.out(out, false);
@@ -650,6 +789,10 @@ class GradwireBackend : public BackendBase {
                 " elements, expected world size (", size_, ") x output (", out.numel(), ")");
     const gw_dtype_t dt = gw_dtype(out.scalar_type(), name);
     const gw_red_op_t op = gw_op(opts.reduceOp, out.scalar_type(), name);
+    if (Accelerator* acc = accel_for(Tensors{in, out})) {
+      return device_reduce_scatter(*acc, c10d::OpType::_REDUCE_SCATTER_BASE, "gradwire:reduce_scatter_tensor", name,
+                                   {in}, out, {in}, {out}, dt, op, opts.timeout);
+    }
     Staging s;
     at::Tensor send = s.in(in);
     at::Tensor recv = s.out(out, false);
@@ -667,6 +810,20 @@ class GradwireBackend : public BackendBase {
     const at::Tensor& t = single(tensors, name);
     TORCH_CHECK(opts.rootTensor == 0, "gradwire backend: ", name, ": rootTensor must be 0");
     const int root = check_root(opts.rootRank, name);
+    if (Accelerator* acc = accel_for(tensors)) {
+      DeviceBuffer b = device_buffer(*acc, t);
+      at::Tensor flat = b.flat, user = t;
+      DeviceOp d{c10d::OpType::BROADCAST, "gradwire:broadcast", name, tensors, tensors, t, {flat}, nullptr,
+                 [this, flat, root](gw_request_t* req, void* stream) {
+                   return GWT_NEED(gw_ibroadcast_device)(comm_, ptr(flat), nbytes(flat), root, stream, req);
+                 },
+                 nullptr, opts.timeout};
+      if (b.temp) {
+        d.pack = [flat, user]() { flat.view(user.sizes()).copy_(user); };
+        d.unpack = [flat, user]() { user.copy_(flat.view(user.sizes())); };
+      }
+      return launch_device(*acc, std::move(d));
+    }
     Staging s;
     at::Tensor b = s.out(t, rank_ == root);
     auto start = [=](gw_request_t* req) { return GWT_NEED(gw_ibroadcast)(comm_, ptr(b), nbytes(b), root, req); };
@@ -691,6 +848,21 @@ class GradwireBackend : public BackendBase {
     }
     TORCH_CHECK(sizes[rank_] == nbytes(in), "gradwire backend: ", name, ": output ", rank_, " (this rank's) has ",
                 outs[rank_].numel(), " elements but the input has ", in.numel());
+    Tensors everything = flatten(outputs);
+    everything.push_back(in);
+    if (Accelerator* acc = accel_for(everything)) {
+      if (equal) return gather_device(*acc, c10d::OpType::ALLGATHER, "gradwire:all_gather", name, inputs,
+                                      flatten(outputs), outs, opts.timeout);
+      at::Tensor send_host = acc->empty_host(static_cast<int64_t>(nbytes(in)));
+      at::Tensor recv_host = acc->empty_host(static_cast<int64_t>(total));
+      auto held = std::make_shared<std::vector<size_t>>(sizes);
+      auto start = [=](gw_request_t* req) {
+        return GWT_NEED(gw_iallgatherv)(comm_, ptr(send_host), nbytes(send_host), ptr(recv_host), held->data(),
+                                        nullptr, req);
+      };
+      return launch_staged(*acc, c10d::OpType::ALLGATHER, "gradwire:all_gather", name, inputs, outs, in, send_host,
+                           recv_host, start, opts.timeout);
+    }
     Staging s;
     at::Tensor send = s.in(in);
     at::Tensor recv = s.scratch(static_cast<int64_t>(total), at::kByte);
@@ -723,6 +895,20 @@ class GradwireBackend : public BackendBase {
     same_type(in, out, name);
     TORCH_CHECK(out.numel() == in.numel() * size_, "gradwire backend: ", name, ": the output has ", out.numel(),
                 " elements, expected world size (", size_, ") x input (", in.numel(), ")");
+    if (Accelerator* acc = accel_for(Tensors{in, out})) {
+      if (in.is_contiguous() && out.is_contiguous()) {
+        at::Tensor i = in, o = out;
+        DeviceOp d{c10d::OpType::_ALLGATHER_BASE, "gradwire:all_gather_into_tensor", name, {in}, {out}, out, {},
+                   nullptr,
+                   [this, i, o](gw_request_t* req, void* stream) {
+                     return GWT_NEED(gw_iallgather_device)(comm_, ptr(i), ptr(o), nbytes(i), stream, req);
+                   },
+                   nullptr, opts.timeout};
+        return launch_device(*acc, std::move(d));
+      }
+      return gather_device(*acc, c10d::OpType::_ALLGATHER_BASE, "gradwire:all_gather_into_tensor", name, {in}, {out},
+                           {out}, opts.timeout);
+    }
     Staging s;
     at::Tensor send = s.in(in);
     at::Tensor recv = s.out(out, false);
@@ -779,18 +965,24 @@ class GradwireBackend : public BackendBase {
     const char* name = "gather";
     const at::Tensor& in = single(inputs, name);
     const int root = check_root(opts.rootRank, name);
-    Staging s;
-    at::Tensor send = s.in(in);
-    at::Tensor recv;
     Tensors outs;
     if (rank_ == root) {
       outs = single_list(outputs, name);
       check_list(outs, in, name, "output");
-      recv = s.scratch(static_cast<int64_t>(nbytes(in)) * size_, at::kByte);
     } else {
       TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), "gradwire backend: ", name,
                   ": only the root (rank ", root, ") takes output tensors");
     }
+    Tensors everything = outs;
+    everything.push_back(in);
+    if (Accelerator* acc = accel_for(everything)) {
+      // An all-gather the root keeps (gradwire has no device gather; it costs p-1 blocks more).
+      return gather_device(*acc, c10d::OpType::GATHER, "gradwire:gather", name, inputs, outs, outs, opts.timeout);
+    }
+    Staging s;
+    at::Tensor send = s.in(in);
+    at::Tensor recv;
+    if (rank_ == root) recv = s.scratch(static_cast<int64_t>(nbytes(in)) * size_, at::kByte);
     auto start = [=](gw_request_t* req) {
       return GWT_NEED(gw_igather)(comm_, ptr(send), recv.defined() ? ptr(recv) : nullptr, nbytes(send), root, req);
     };
@@ -809,17 +1001,37 @@ class GradwireBackend : public BackendBase {
     const char* name = "scatter";
     const at::Tensor& out = single(outputs, name);
     const int root = check_root(opts.rootRank, name);
-    Staging s;
-    at::Tensor send;
     Tensors ins;
     if (rank_ == root) {
       ins = single_list(inputs, name);
       check_list(ins, out, name, "input");
-      send = pack(s, ins, nullptr);
     } else {
       TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "gradwire backend: ", name,
                   ": only the root (rank ", root, ") takes input tensors");
     }
+    Tensors everything = ins;
+    everything.push_back(out);
+    if (Accelerator* acc = accel_for(everything)) {
+      // A broadcast of the root's packed inputs; each rank unpacks its block.
+      std::function<void()> pack;
+      at::Tensor buf;
+      const int64_t block = static_cast<int64_t>(nbytes(out));
+      if (rank_ == root) {
+        buf = pack_device(*acc, ins, out.options(), &pack);
+      } else {
+        buf = acc->empty(block * size_, out.options().dtype(at::kByte));
+      }
+      const int64_t from = block * rank_;
+      DeviceOp d{c10d::OpType::SCATTER, "gradwire:scatter", name, ins, outputs, out, {buf}, pack,
+                 [this, buf, root](gw_request_t* req, void* stream) {
+                   return GWT_NEED(gw_ibroadcast_device)(comm_, ptr(buf), nbytes(buf), root, stream, req);
+                 },
+                 [buf, from, out]() { unpack_bytes(buf, from, {out}); }, opts.timeout};
+      return launch_device(*acc, std::move(d));
+    }
+    Staging s;
+    at::Tensor send;
+    if (rank_ == root) send = pack(s, ins, nullptr);
     at::Tensor recv = s.out(out, false);
     auto start = [=](gw_request_t* req) {
       return GWT_NEED(gw_iscatter)(comm_, send.defined() ? ptr(send) : nullptr, ptr(recv), nbytes(recv), root, req);
@@ -832,6 +1044,31 @@ class GradwireBackend : public BackendBase {
                                                const c10d::AllToAllOptions& opts) override {
     const char* name = "all_to_all_single";
     same_type(in, out, name);
+    if (Accelerator* acc = accel_for(Tensors{in, out})) {
+      at::Tensor send_host = acc->empty_host(static_cast<int64_t>(nbytes(in)));
+      at::Tensor recv_host = acc->empty_host(static_cast<int64_t>(nbytes(out)));
+      Start start;
+      if (outSplits.empty() && inSplits.empty()) {
+        TORCH_CHECK(in.numel() % size_ == 0 && out.numel() == in.numel(), "gradwire backend: ", name, ": input (",
+                    in.numel(), ") and output (", out.numel(),
+                    ") must have the same size, divisible by the world size (", size_, ") when no split sizes are given");
+        const size_t block = nbytes(in) / size_;
+        start = [=](gw_request_t* req) {
+          return GWT_NEED(gw_ialltoall)(comm_, ptr(send_host), ptr(recv_host), block, req);
+        };
+      } else {
+        auto held = std::make_shared<std::vector<size_t>>();
+        split_bytes(in, inSplits, name, "input", held.get());
+        split_bytes(out, outSplits, name, "output", held.get());
+        start = [=](gw_request_t* req) {
+          const size_t* v = held->data();
+          const size_t n = static_cast<size_t>(size_);
+          return GWT_NEED(gw_ialltoallv)(comm_, ptr(send_host), v, v + n, ptr(recv_host), v + 2 * n, v + 3 * n, req);
+        };
+      }
+      return launch_staged(*acc, c10d::OpType::ALLTOALL_BASE, "gradwire:all_to_all_single", name, {in}, {out}, out,
+                           send_host, recv_host, start, opts.timeout);
+    }
     Staging s;
     at::Tensor send = s.in(in);
     at::Tensor recv = s.out(out, false);
@@ -866,6 +1103,29 @@ class GradwireBackend : public BackendBase {
       same_type(inputs[r], inputs[0], name);
       same_type(outputs[r], inputs[0], name);
     }
+    Tensors everything = inputs;
+    everything.insert(everything.end(), outputs.begin(), outputs.end());
+    if (Accelerator* acc = accel_for(everything)) {
+      auto held = std::make_shared<std::vector<size_t>>(4 * size_);
+      size_t in_total = 0, out_total = 0;
+      for (int r = 0; r < size_; ++r) {
+        (*held)[r] = nbytes(inputs[r]);
+        (*held)[size_ + r] = in_total;
+        (*held)[2 * size_ + r] = nbytes(outputs[r]);
+        (*held)[3 * size_ + r] = out_total;
+        in_total += nbytes(inputs[r]);
+        out_total += nbytes(outputs[r]);
+      }
+      at::Tensor send_host = acc->empty_host(static_cast<int64_t>(in_total));
+      at::Tensor recv_host = acc->empty_host(static_cast<int64_t>(out_total));
+      auto start = [=](gw_request_t* req) {
+        const size_t* v = held->data();
+        const size_t n = static_cast<size_t>(size_);
+        return GWT_NEED(gw_ialltoallv)(comm_, ptr(send_host), v, v + n, ptr(recv_host), v + 2 * n, v + 3 * n, req);
+      };
+      return launch_staged(*acc, c10d::OpType::ALLTOALL, "gradwire:all_to_all", name, inputs, outputs, inputs[0],
+                           send_host, recv_host, start, opts.timeout);
+    }
     Staging s;
     std::vector<size_t> offsets;
     at::Tensor send = pack(s, inputs, &offsets);
@@ -898,6 +1158,14 @@ class GradwireBackend : public BackendBase {
     const char* name = "send";
     const at::Tensor& t = single(tensors, name);
     check_peer(dst, name);
+    if (Accelerator* acc = accel_for(tensors)) {
+      at::Tensor host = acc->empty_host(static_cast<int64_t>(nbytes(t)));
+      auto start = [=](gw_request_t* req) {
+        return GWT_NEED(gw_isend)(comm_, ptr(host), nbytes(host), dst, static_cast<uint32_t>(tag), req);
+      };
+      return launch_staged(*acc, c10d::OpType::SEND, "gradwire:send", name, tensors, {}, t, host, at::Tensor(), start,
+                           Ms(-1));
+    }
     Staging s;
     at::Tensor b = s.in(t);
     auto start = [=](gw_request_t* req) {
@@ -910,6 +1178,14 @@ class GradwireBackend : public BackendBase {
     const char* name = "recv";
     const at::Tensor& t = single(tensors, name);
     check_peer(src, name);
+    if (Accelerator* acc = accel_for(tensors)) {
+      at::Tensor host = acc->empty_host(static_cast<int64_t>(nbytes(t)));
+      auto start = [=](gw_request_t* req) {
+        return GWT_NEED(gw_irecv)(comm_, ptr(host), nbytes(host), src, static_cast<uint32_t>(tag), req);
+      };
+      return launch_staged(*acc, c10d::OpType::RECV, "gradwire:recv", name, {}, tensors, t, at::Tensor(), host, start,
+                           Ms(-1));
+    }
     Staging s;
     at::Tensor b = s.out(t, false);
     auto start = [=](gw_request_t* req) {
@@ -968,6 +1244,326 @@ class GradwireBackend : public BackendBase {
     return work;
   }
 
+  // ---- the device path (device_streams.hpp)
+
+  // An all-gather of the inputs' bytes (packed on the caller's stream) into a device temporary,
+  // unpacked on the group's stream into per_rank (rank after rank, each rank's inputs in order;
+  // empty: nothing kept, as on a gather's other ranks).
+  c10::intrusive_ptr<c10d::Work> gather_device(Accelerator& acc, c10d::OpType type, const char* title,
+                                               const char* name, const Tensors& inputs, const Tensors& outputs,
+                                               const Tensors& per_rank, Ms timeout) {
+    std::function<void()> pack;
+    at::Tensor send = pack_device(acc, inputs, inputs[0].options(), &pack);
+    at::Tensor recv = acc.empty(send.numel() * size_, send.options());
+    Tensors outs = per_rank;
+    DeviceOp d{type, title, name, inputs, outputs, inputs[0], {send, recv}, pack,
+               [this, send, recv](gw_request_t* req, void* stream) {
+                 return GWT_NEED(gw_iallgather_device)(comm_, ptr(send), ptr(recv), nbytes(send), stream, req);
+               },
+               [recv, outs]() { unpack_bytes(recv, 0, outs); }, timeout};
+    return launch_device(acc, std::move(d));
+  }
+
+  // A reduce-scatter as an all-reduce of the packed input into a device temporary (so NCCL or
+  // the device path serves it), this rank's block unpacked on the group's stream.
+  c10::intrusive_ptr<c10d::Work> device_reduce_scatter(Accelerator& acc, c10d::OpType type, const char* title,
+                                                       const char* name, const Tensors& ins, const at::Tensor& out,
+                                                       const Tensors& work_inputs, const Tensors& work_outputs,
+                                                       gw_dtype_t dt, gw_red_op_t op, Ms timeout) {
+    std::function<void()> pack;
+    at::Tensor bytes = pack_device(acc, ins, out.options(), &pack);
+    at::Tensor buf = bytes.view(out.scalar_type());
+    const int64_t n = out.numel();
+    const int64_t from = static_cast<int64_t>(rank_) * n * static_cast<int64_t>(out.element_size());
+    DeviceOp d{type, title, name, work_inputs, work_outputs, out, {bytes}, pack, allreduce_start(buf, dt, op),
+               [bytes, from, out]() { unpack_bytes(bytes, from, {out}); }, timeout};
+    return launch_device(acc, std::move(d));
+  }
+
+  static bool env_flag(const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }
+
+  // The accelerator a tensor's op runs on: CUDA for CUDA tensors (when the extension has it),
+  // the stand-in for stand-in memory (stand-in groups); null: the host path.
+  Accelerator* accel_for(const at::Tensor& t) const {
+    if (t.is_cuda()) return cuda_.get();
+    if (standin_ != nullptr && standin_->holds(t)) return standin_.get();
+    return nullptr;
+  }
+  Accelerator* accel_for(const Tensors& ts) const {
+    Accelerator* a = nullptr;
+    for (const auto& t : ts) {
+      if (!t.defined() || t.numel() == 0) continue;
+      Accelerator* b = accel_for(t);
+      if (b == nullptr && t.is_cuda()) {
+        warn_once_staged();
+        return nullptr;
+      }
+      if (a != nullptr && b != a) return nullptr;  // a mix: the host path stages each one
+      a = b;
+    }
+    return a;
+  }
+  void warn_once_staged() const {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      TORCH_WARN("gradwire backend: this extension was built without CUDA; CUDA tensors are staged through host "
+                 "memory (rebuild it where torch has CUDA and a CUDA toolkit is found)");
+    });
+  }
+
+  // Brings up what the device path needs: the stand-in (BackendOptions(standin=True) or
+  // GRADWIRE_TORCH_STANDIN=1), else CUDA and, when every rank has a GPU of its own, NCCL.
+  void set_up_devices(StoreGather& g) {
+    const auto it = options_.find("standin");
+    if ((it != options_.end() && it->second == "1") || env_flag("GRADWIRE_TORCH_STANDIN")) {
+      StandInApi a;
+      a.stream_enqueue = reinterpret_cast<decltype(a.stream_enqueue)>(GWT_NEED(gw_standin_stream_enqueue));
+      a.event_record = reinterpret_cast<decltype(a.event_record)>(GWT_NEED(gw_standin_event_record));
+      a.stream_wait_event = reinterpret_cast<decltype(a.stream_wait_event)>(GWT_NEED(gw_standin_stream_wait_event));
+      a.event_synchronize = reinterpret_cast<decltype(a.event_synchronize)>(GWT_NEED(gw_standin_event_synchronize));
+      a.stream_create = reinterpret_cast<decltype(a.stream_create)>(GWT_NEED(gw_standin_stream_create));
+      a.malloc_ = reinterpret_cast<decltype(a.malloc_)>(GWT_NEED(gw_standin_malloc));
+      a.free_ = reinterpret_cast<decltype(a.free_)>(GWT_NEED(gw_standin_free));
+      a.current = reinterpret_cast<decltype(a.current)>(GWT_NEED(gw_standin_current_stream));
+      a.contains = reinterpret_cast<decltype(a.contains)>(GWT_NEED(gw_standin_contains));
+      const gw_result_t r = GWT_NEED(gw_comm_use_standin)(comm_, 300, 0x51a4d + static_cast<uint64_t>(rank_));
+      TORCH_CHECK(r == GW_SUCCESS, "gradwire backend: the stand-in accelerator: ", describe(r, last_error()));
+      standin_ = std::make_unique<StandInAccelerator>(a);
+      return;
+    }
+#ifdef GW_TORCH_CUDA
+    if (!at::cuda::is_available() || at::cuda::device_count() == 0) {
+      no_nccl_why_ = "no CUDA device";
+      return;
+    }
+    cuda_ = std::make_unique<CudaAccelerator>();
+    // NCCL wants one GPU per rank: the ranks compare (host, PCI bus id) of their current device
+    // through the store first, so ranks that share a GPU fall back together, and say so once.
+    char bus[64] = {0};
+    const int dev = c10::cuda::current_device();
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, dev) != cudaSuccess) std::snprintf(bus, sizeof bus, "device%d", dev);
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    std::string mine = std::string(host) + "/" + bus;
+    mine.resize(320, '\0');
+    std::vector<char> all(mine.size() * static_cast<size_t>(size_));
+    if (store_allgather(&g, mine.data(), all.data(), mine.size()) != GW_SUCCESS) {
+      TORCH_CHECK(false, "gradwire backend: exchanging GPU identities through the store failed: ", g.error);
+    }
+    std::map<std::string, int> seen;
+    for (int r = 0; r < size_; ++r) {
+      const std::string id(all.data() + static_cast<size_t>(r) * mine.size());
+      if (seen.count(id)) {
+        no_nccl_why_ = "ranks " + std::to_string(seen[id]) + " and " + std::to_string(r) + " share GPU " + id;
+        if (rank_ == 0) {
+          TORCH_WARN("gradwire backend: ", no_nccl_why_, ": NCCL needs a GPU per rank, so dense CUDA ops run on "
+                     "gradwire's device path over its transport (UCX) instead");
+        }
+        return;
+      }
+      seen[id] = r;
+    }
+    const gw_result_t r = GWT_NEED(gw_comm_enable_nccl)(comm_);
+    if (r == GW_SUCCESS) {
+      nccl_ = true;
+    } else {
+      no_nccl_why_ = describe(r, last_error());
+      if (rank_ == 0) TORCH_WARN("gradwire backend: NCCL did not start (", no_nccl_why_, "); dense CUDA ops run on "
+                                 "gradwire's device path over its transport");
+    }
+#else
+    (void)g;
+    no_nccl_why_ = "extension built without CUDA";
+#endif
+  }
+
+  void check_async_error(const char* name) {
+    std::lock_guard<std::mutex> lock(async_mutex_);
+    TORCH_CHECK(async_error_.empty(), "gradwire ", name, ": an earlier op on this group failed after its Work was "
+                "waited on its stream: ", async_error_);
+  }
+
+  using DeviceStart = std::function<gw_result_t(gw_request_t*, void* stream)>;
+  struct DeviceOp {
+    c10d::OpType type;
+    const char* title;
+    const char* name;
+    Tensors inputs;
+    Tensors outputs;
+    at::Tensor anchor;           // names the device (and so the caller's stream)
+    Tensors keep;                // temporaries the op's streams use
+    std::function<void()> pack;  // on the caller's stream, before the call
+    DeviceStart start;
+    std::function<void()> unpack;  // on the group's stream, after the call
+    Ms timeout{-1};
+  };
+
+  // A device op in ProcessGroupNCCL's order (device_streams.hpp): pack on the caller's stream
+  // S, the gradwire call ordered after it, the group's stream B waiting for the request, unpack
+  // on B, the end event E on B; wait() makes the caller's stream wait for E.
+  c10::intrusive_ptr<c10d::Work> launch_device(Accelerator& acc, DeviceOp op) {
+    check_async_error(op.name);
+    const DevStream S = acc.current_stream(op.anchor);
+    const DevStream B = acc.group_stream(op.anchor);
+    const Ms timeout = op.timeout > Ms(0) ? op.timeout : timeout_;
+    auto work = c10::make_intrusive<GradwireWork>(rank_, op.type, op.title, op.name, op.inputs, op.outputs, timeout);
+    auto p = std::make_unique<Pending>();
+    p->work = work;
+    p->keep = op.keep;
+    p->keep.insert(p->keep.end(), op.inputs.begin(), op.inputs.end());
+    p->keep.insert(p->keep.end(), op.outputs.begin(), op.outputs.end());
+    if (op.pack) acc.run_on(S, op.pack);
+    gw_result_t r = GW_SUCCESS;
+    {
+      std::lock_guard<std::mutex> lock(submit_mutex_);
+      TORCH_CHECK(comm_ != nullptr, "gradwire backend: ", op.name,
+                  ": the group was shut down (destroy_process_group or interpreter exit)");
+      r = op.start(&p->request, S.handle);
+    }
+    seq_.fetch_add(1);
+    if (r != GW_SUCCESS) {
+      const std::string message = describe(r, last_error());
+      std::runtime_error e(std::string("gradwire ") + op.name + " failed: " + message);
+      work->complete(std::make_exception_ptr(e));
+      throw e;
+    }
+    bool blocking = blocking_wait_;
+    const gw_result_t w = drop_wait("group") ? GW_SUCCESS : GWT_NEED(gw_request_stream_wait)(p->request, B.handle);
+    std::shared_ptr<StreamEvent> end;
+    if (w == GW_SUCCESS) {
+      if (op.unpack) acc.run_on(B, op.unpack);
+      end = acc.record(B);
+      p->before_release = [&acc, end]() { acc.host_wait(*end); };
+    } else {
+      // The stream could not be made to wait: unpack once the request is done, on the host's
+      // word, and make wait() block.
+      blocking = true;
+      auto unpack = op.unpack;
+      p->before_release = [&acc, B, unpack]() {
+        if (unpack) acc.run_on(B, unpack);
+        acc.host_wait(*acc.record(B));
+      };
+      end = nullptr;
+    }
+    p->on_error = [this](const std::string& what) {
+      std::lock_guard<std::mutex> lock(async_mutex_);
+      if (async_error_.empty()) async_error_ = what;
+    };
+    c10::intrusive_ptr<c10::ivalue::Future> on_stream;
+    if (!blocking && end != nullptr) on_stream = acc.completed_future(op.outputs, B);
+    work->set_device(&acc, end, op.anchor, blocking || end == nullptr, on_stream);
+    completer_->add(std::move(p));
+    return work;
+  }
+
+  // Contiguous device memory holding t's elements: t itself, or a temporary packed on the
+  // caller's stream (copy_in) and unpacked on the group's (copy_out).
+  struct DeviceBuffer {
+    at::Tensor flat;  // what gradwire reads and writes
+    bool temp = false;
+  };
+  DeviceBuffer device_buffer(Accelerator& acc, const at::Tensor& t) {
+    if (t.is_contiguous()) return DeviceBuffer{t, false};
+    return DeviceBuffer{acc.empty(t.numel(), t.options().memory_format(at::MemoryFormat::Contiguous)), true};
+  }
+
+  // The bytes of a contiguous tensor.
+  static at::Tensor as_bytes(const at::Tensor& t) { return t.reshape({-1}).view(at::kByte); }
+
+  // Packs the tensors' bytes into one device buffer (on the caller's stream when run).
+  at::Tensor pack_device(Accelerator& acc, const Tensors& ts, const at::TensorOptions& opts,
+                         std::function<void()>* pack) {
+    int64_t total = 0;
+    for (const auto& t : ts) total += static_cast<int64_t>(nbytes(t));
+    at::Tensor buf = acc.empty(total, opts.dtype(at::kByte));
+    Tensors ins = ts;
+    *pack = [buf, ins]() {
+      int64_t off = 0;
+      for (const auto& t : ins) {
+        const int64_t n = static_cast<int64_t>(nbytes(t));
+        if (n > 0) buf.narrow(0, off, n).copy_(as_bytes(t.contiguous()));
+        off += n;
+      }
+    };
+    return buf;
+  }
+
+  // Copies consecutive slices of src's bytes (from byte offset `from`) into the tensors.
+  static void unpack_bytes(const at::Tensor& src, int64_t from, const Tensors& outs) {
+    int64_t off = from;
+    for (const auto& o : outs) {
+      const int64_t n = static_cast<int64_t>(nbytes(o));
+      if (n > 0) {
+        at::Tensor piece = src.narrow(0, off, n);
+        if (o.is_contiguous()) {
+          as_bytes(o).copy_(piece);
+        } else {
+          o.copy_(piece.view(o.scalar_type()).view(o.sizes()));
+        }
+      }
+      off += n;
+    }
+  }
+
+  // An all-reduce of a device buffer in place (dense; op and dtype as c10d gave them).
+  DeviceStart allreduce_start(const at::Tensor& buf, gw_dtype_t dt, gw_red_op_t op) {
+    return [this, buf, dt, op](gw_request_t* req, void* stream) {
+      return GWT_NEED(gw_iallreduce_device)(comm_, ptr(buf), ptr(buf), buf.numel(), dt, op, nullptr, nullptr,
+                                            GW_ALGO_AUTO, stream, req);
+    };
+  }
+
+  // A host collective on pinned staging for device tensors where gradwire has no device call
+  // (all-to-all, all-gather of unequal sizes, point-to-point): the inputs are copied down on
+  // the caller's stream and waited for on the host (the one host wait of the device path),
+  // the host call is made, and the outputs are copied up on the group's stream once the request
+  // is done. Point-to-point requests cannot be waited on a stream, so their Works block.
+  c10::intrusive_ptr<c10d::Work> launch_staged(Accelerator& acc, c10d::OpType type, const char* title,
+                                               const char* name, const Tensors& inputs, const Tensors& outputs,
+                                               const at::Tensor& anchor, const at::Tensor& send_host,
+                                               const at::Tensor& recv_host, const Start& start, Ms op_timeout) {
+    const DevStream S = acc.current_stream(anchor);
+    if (send_host.defined() && !inputs.empty()) {
+      at::Tensor dst = send_host;
+      Tensors ins = inputs;
+      acc.run_on(S, [dst, ins]() {
+        int64_t off = 0;
+        for (const auto& t : ins) {
+          const int64_t n = static_cast<int64_t>(nbytes(t));
+          if (n > 0) dst.narrow(0, off, n).copy_(as_bytes(t.contiguous()), /*non_blocking=*/true);
+          off += n;
+        }
+      });
+      acc.host_wait(*acc.record(S));
+    }
+    const bool p2p = type == c10d::OpType::SEND || type == c10d::OpType::RECV;
+    DeviceOp op{type, title, name, inputs, outputs, anchor, {}, nullptr, nullptr, nullptr, op_timeout};
+    if (send_host.defined()) op.keep.push_back(send_host);
+    if (recv_host.defined()) op.keep.push_back(recv_host);
+    op.start = [start](gw_request_t* req, void*) { return start(req); };
+    if (recv_host.defined() && !outputs.empty()) {
+      at::Tensor src = recv_host;
+      Tensors outs = outputs;
+      op.unpack = [src, outs]() { unpack_bytes(src, 0, outs); };
+    }
+    if (!p2p) return launch_device(acc, std::move(op));
+    // Point-to-point: the host path, then the outputs copied up before the Work finishes.
+    Staging s;
+    for (const auto& t : op.keep) s.hold(t);
+    std::function<void()> finalize;
+    if (op.unpack) {
+      const DevStream B = acc.group_stream(anchor);
+      auto unpack = op.unpack;
+      finalize = [&acc, B, unpack]() {
+        acc.run_on(B, unpack);
+        acc.host_wait(*acc.record(B));
+      };
+    }
+    return launch(type, title, name, inputs, outputs, s, start, op_timeout, finalize);
+  }
  public:
   // Pending requests get `grace` to finish, then the communicator is aborted (they fail);
   // either way the completion thread has let go of every Work before the connections close.
@@ -1059,6 +1655,11 @@ class GradwireBackend : public BackendBase {
   c10::intrusive_ptr<c10d::Work> gather_packed(c10d::OpType type, const char* title, const char* name,
                                                const Tensors& inputs, const Tensors& per_rank, const Tensors& outputs,
                                                Ms timeout) {
+    Tensors everything = per_rank;
+    everything.insert(everything.end(), inputs.begin(), inputs.end());
+    if (Accelerator* acc = inputs.empty() ? nullptr : accel_for(everything)) {
+      return gather_device(*acc, type, title, name, inputs, outputs, per_rank, timeout);
+    }
     Staging s;
     at::Tensor send = pack(s, inputs, nullptr);
     at::Tensor recv = s.scratch(static_cast<int64_t>(nbytes(send)) * size_, at::kByte);
@@ -1076,6 +1677,13 @@ class GradwireBackend : public BackendBase {
   }
 
   gw_comm_t comm_ = nullptr;
+  std::unique_ptr<Accelerator> cuda_;                 // CUDA tensors' path (GW_TORCH_CUDA builds)
+  std::unique_ptr<StandInAccelerator> standin_;      // a stand-in group's
+  bool nccl_ = false;                                 // gw_comm_enable_nccl succeeded
+  std::string no_nccl_why_;
+  bool blocking_wait_ = false;                        // GRADWIRE_TORCH_BLOCKING_WAIT=1
+  std::mutex async_mutex_;
+  std::string async_error_;  // the first failure of a device op waited on a stream
   Ms timeout_;
   std::map<std::string, std::string> options_;
   std::mutex submit_mutex_;  // guards comm_ too
@@ -1087,6 +1695,29 @@ class GradwireBackend : public BackendBase {
 void LiveBackends::shutdown_all(Ms grace) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (GradwireBackend* b : backends_) b->shutdown_comm(grace);
+}
+
+// Every CPU tensor torch allocates from now on is stand-in device memory (tests: DDP and
+// plain c10d calls then take the stand-in device path end to end).
+class StandInCpuAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) override {
+    void* p = nullptr;
+    TORCH_CHECK(GWT_NEED(gw_standin_malloc)(n, &p) == GW_SUCCESS, "gradwire stand-in allocator: ", last_error());
+    return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+
+ private:
+  static void release(void* p) { api().gw_standin_free(p); }
+};
+
+void use_standin_for_cpu_tensors() {
+  static auto* alloc = new StandInCpuAllocator();  // never destroyed: tensors outlive everything
+  GWT_NEED(gw_standin_malloc);
+  GWT_NEED(gw_standin_free);
+  c10::SetCPUAllocator(alloc, /*priority=*/100);
 }
 
 GradwireBackend* as_gradwire(const c10::intrusive_ptr<BackendBase>& b) {
@@ -1118,6 +1749,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("comm_handle",
         [](const c10::intrusive_ptr<BackendBase>& b) { return reinterpret_cast<uintptr_t>(as_gradwire(b)->comm()); });
   m.def("backend_options", [](const c10::intrusive_ptr<BackendBase>& b) { return as_gradwire(b)->options(); });
+  m.def("device_path", [](const c10::intrusive_ptr<BackendBase>& b) { return as_gradwire(b)->device_path(); });
+  m.def("nccl_enabled", [](const c10::intrusive_ptr<BackendBase>& b) { return as_gradwire(b)->nccl(); });
+  m.def(
+      "trim", [](const c10::intrusive_ptr<BackendBase>& b) { as_gradwire(b)->trim(); },
+      py::call_guard<py::gil_scoped_release>());
+  m.def("use_standin_for_cpu_tensors", &use_standin_for_cpu_tensors,
+        "every CPU tensor allocated from now on is stand-in device memory (tests only)");
+#ifdef GW_TORCH_CUDA
+  m.attr("WITH_CUDA") = true;
+#else
+  m.attr("WITH_CUDA") = false;
+#endif
   m.def("timeout_s", [](const c10::intrusive_ptr<BackendBase>& b) { return as_gradwire(b)->timeout_s(); });
   m.def(
       "shutdown_all", [](double grace_s) { live_backends().shutdown_all(Ms(static_cast<int64_t>(grace_s * 1000.0))); },

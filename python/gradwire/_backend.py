@@ -100,21 +100,24 @@ class BackendOptions:
       hook's own default; "none": dense buckets. Checked here. Dense c10d calls
       (dist.all_reduce and the rest) never compress, whatever this says.
     ef: whether compressed all-reduces keep an error-feedback state per buffer.
+    standin: the group's device path runs on gradwire's stand-in accelerator (gradwire.standin):
+      tensors in stand-in memory take it, with stand-in streams; for tests without a GPU.
     extra: more string settings for tools that read them back (get_options(group).extra).
     """
 
-    def __init__(self, codec=None, ef=True, **extra):
+    def __init__(self, codec=None, ef=True, standin=False, **extra):
         if codec is not None and not isinstance(codec, str):
             raise TypeError("codec must be a spec string or None, not %s" % type(codec).__name__)
         if codec:
             Codec(codec).close()  # a bad spec fails now, with the library's message
         self.codec = codec
         self.ef = bool(ef)
+        self.standin = bool(standin)
         self.extra = {str(k): str(v) for k, v in extra.items()}
 
     def to_dict(self):
         d = dict(self.extra)
-        d.update({"codec": self.codec or "", "ef": "1" if self.ef else "0"})
+        d.update({"codec": self.codec or "", "ef": "1" if self.ef else "0", "standin": "1" if self.standin else "0"})
         return d
 
     @classmethod
@@ -122,14 +125,15 @@ class BackendOptions:
         d = dict(d)
         codec = d.pop("codec", "") or None
         ef = d.pop("ef", "1") == "1"
-        return cls(codec=codec, ef=ef, **d)
+        standin = d.pop("standin", "0") == "1"
+        return cls(codec=codec, ef=ef, standin=standin, **d)
 
     def __eq__(self, other):
         return isinstance(other, BackendOptions) and self.to_dict() == other.to_dict()
 
     def __repr__(self):
         extra = "".join(", %s=%r" % kv for kv in sorted(self.extra.items()))
-        return "BackendOptions(codec=%r, ef=%r%s)" % (self.codec, self.ef, extra)
+        return "BackendOptions(codec=%r, ef=%r, standin=%r%s)" % (self.codec, self.ef, self.standin, extra)
 
 
 def _seconds(timeout):
@@ -158,7 +162,7 @@ def register():
         return
     kwargs = {}
     if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
-        kwargs["devices"] = ["cpu", "cuda"]  # CUDA tensors are staged through host memory
+        kwargs["devices"] = ["cpu", "cuda"]  # CUDA tensors take the device path (NCCL, device codecs)
     dist.Backend.register_backend(NAME, _create, extended_api=True, **kwargs)
 
 
@@ -180,7 +184,25 @@ def get_communicator(group=None):
     backend = _backend_of(group)
     comm = Communicator(ctypes.c_void_p(_ext.comm_handle(backend)))
     comm._owner = backend  # core.Communicator.close() leaves owned handles alone
+    comm._standin = _ext.backend_options(backend).get("standin") == "1"
     return comm
+
+
+def device_path(group=None):
+    """What the group's ops on device tensors run on (a sentence): NCCL and the device codecs,
+    the device path over gradwire's transport (and why not NCCL), or the stand-in."""
+    return _ext.device_path(_backend_of(group))
+
+
+def nccl_enabled(group=None):
+    """Whether the group's dense CUDA ops run on NCCL."""
+    return bool(_ext.nccl_enabled(_backend_of(group)))
+
+
+def trim(group=None):
+    """Gives back the device scratch and pinned staging gradwire keeps between the group's
+    device ops (the next op allocates again)."""
+    _ext.trim(_backend_of(group))
 
 
 def is_gradwire_group(group=None):

@@ -59,6 +59,17 @@ def _stream(x):
     return torch.cuda.current_stream(x.device).cuda_stream
 
 
+def _in_standin(x):
+    """Whether tensor x lies in stand-in device memory (gradwire.standin)."""
+    if not type(x).__module__.startswith("torch") or x.device.type != "cpu" or x.numel() == 0:
+        return False
+    if not _lib.has("gw_standin_contains"):
+        return False
+    yes = ctypes.c_int()
+    check(lib.gw_standin_contains(x.data_ptr(), x.numel() * x.element_size(), ctypes.byref(yes)))
+    return bool(yes.value)
+
+
 def _buffer(x, what="buffer", device_ok=False):
     """(pointer, element count, gradwire dtype name) of a contiguous numpy array or CPU tensor
     (or CUDA tensor, where device_ok)."""
@@ -211,6 +222,9 @@ class ErrorFeedback:
         if device is None:
             check(lib.gw_ef_state_create(self.count, ctypes.byref(self._h)))
             return
+        if device == "standin":  # the stand-in accelerator's (gradwire.standin)
+            check(lib.gw_standin_ef_state_create(self.count, ctypes.byref(self._h)))
+            return
         if not _lib.has("gw_ef_state_create_device"):
             raise GradwireError(_UNSUPPORTED, "this libgradwire has no device EF states")
         import torch
@@ -305,6 +319,15 @@ class Request:
                 self._keep = None
             check(result)
             return bool(done.value)
+
+    def stream_wait(self, stream):
+        """Makes stream (a cudaStream_t as an int, or a stand-in stream handle; None: the
+        default stream) wait on the device until this request has finished; the host does not
+        wait. Call it before test() or wait() report the request finished."""
+        with self._lock:
+            if self._done:
+                return
+            check(lib.gw_request_stream_wait(self._h, stream))
 
     def wait(self):
         """Blocks until the all-reduce has finished; raises GradwireError if it failed."""
@@ -415,6 +438,29 @@ class Communicator:
         if _lib.has("gw_comm_reset_stats"):
             check(lib.gw_comm_reset_stats(self._handle()))
 
+    _standin = False  # the device calls run on the stand-in accelerator (use_standin)
+
+    def use_standin(self, max_delay_us=300, seed=0):
+        """From now on this communicator's device calls run on gradwire's stand-in accelerator
+        (gradwire.standin): tensors in stand-in memory are its device buffers. Every rank calls it."""
+        check(lib.gw_comm_use_standin(self._handle(), int(max_delay_us), int(seed)))
+        self._standin = True
+
+    def _on_device(self, x):
+        return _cuda(x) or (self._standin and _in_standin(x))
+
+    def _device_stream(self, x):
+        """The caller's current stream for x's device, as the C ABI's void*."""
+        if _cuda(x):
+            return _stream(x)
+        h = ctypes.c_void_p()
+        check(lib.gw_standin_current_stream(ctypes.byref(h)))
+        return h.value
+
+    def trim(self):
+        """Gives back the device scratch and pinned staging kept between device calls."""
+        check(lib.gw_comm_trim(self._handle()))
+
     def _args(self, x, out, op, codec, ef, algo):
         ptr, n, dtype = _buffer(x, "input", device_ok=True)
         optr = ptr
@@ -437,7 +483,7 @@ class Communicator:
                 raise GradwireError(_INVALID, "ef must be an ErrorFeedback, not %s" % type(ef).__name__)
             if ef.count != n:
                 raise GradwireError(_INVALID, "ef holds %d elements but the buffer has %d" % (ef.count, n))
-            if (ef.device is not None) != _cuda(x):
+            if (ef.device is not None) != self._on_device(x):
                 raise GradwireError(_INVALID, "ef lives in %s memory but the buffer is on %s"
                                     % ("host" if ef.device is None else "device", x.device))
         return (ptr, optr, n, DTYPES[dtype], OPS[op], codec, ef, ALGOS[algo])
@@ -447,9 +493,9 @@ class Communicator:
 
         codec: None or a spec or Codec ('none' is dense); ef: an ErrorFeedback of x's size."""
         ptr, optr, n, dt, o, codec, ef, a = self._args(x, out, op, codec, ef, algo)
-        if _cuda(x):
+        if self._on_device(x):
             check(lib.gw_allreduce_device(self._handle(), ptr, optr, n, dt, o, codec._h if codec else None,
-                                          ef._h if ef else None, a, _stream(x)))
+                                          ef._h if ef else None, a, self._device_stream(x)))
         else:
             check(lib.gw_allreduce_ex(self._handle(), ptr, optr, n, dt, o, codec._h if codec else None,
                                       ef._h if ef else None, a))
@@ -460,9 +506,9 @@ class Communicator:
         until the request has completed."""
         ptr, optr, n, dt, o, codec, ef, a = self._args(x, out, op, codec, ef, algo)
         req = ctypes.c_void_p()
-        if _cuda(x):
+        if self._on_device(x):
             check(lib.gw_iallreduce_device(self._handle(), ptr, optr, n, dt, o, codec._h if codec else None,
-                                           ef._h if ef else None, a, _stream(x), ctypes.byref(req)))
+                                           ef._h if ef else None, a, self._device_stream(x), ctypes.byref(req)))
         else:
             check(lib.gw_iallreduce(self._handle(), ptr, optr, n, dt, o, codec._h if codec else None,
                                     ef._h if ef else None, a, ctypes.byref(req)))
@@ -487,8 +533,8 @@ class Communicator:
         optr, obytes = _raw(out, "out")
         if obytes != nbytes * self.size:
             raise GradwireError(_INVALID, "out holds %d bytes, not size() * %d" % (obytes, nbytes))
-        if _cuda(x):
-            check(lib.gw_allgather_device(self._handle(), ptr, optr, nbytes, _stream(x)))
+        if self._on_device(x):
+            check(lib.gw_allgather_device(self._handle(), ptr, optr, nbytes, self._device_stream(x)))
         else:
             check(lib.gw_allgather(self._handle(), ptr, optr, nbytes))
         return out
@@ -496,8 +542,8 @@ class Communicator:
     def broadcast(self, x, root=0):
         """x on every rank = x on root (in place); returns x."""
         ptr, nbytes = _raw(x, "buffer")
-        if _cuda(x):
-            check(lib.gw_broadcast_device(self._handle(), ptr, nbytes, int(root), _stream(x)))
+        if self._on_device(x):
+            check(lib.gw_broadcast_device(self._handle(), ptr, nbytes, int(root), self._device_stream(x)))
         else:
             check(lib.gw_broadcast(self._handle(), ptr, nbytes, int(root)))
         return x

@@ -34,11 +34,12 @@ from .core import Codec, Communicator, ErrorFeedback, get_unique_id
 # Importing _backend registers the "gradwire" backend with torch.distributed. Without the
 # built extension init_process_group("gradwire") says how to build it, and the hook still
 # works over init_communicator().
-from ._backend import BackendOptions, available, get_communicator, is_gradwire_group, unavailable_reason
+from ._backend import BackendOptions, available, device_path, get_communicator, is_gradwire_group, nccl_enabled, trim
+from ._backend import unavailable_reason
 from ._backend import get_options as backend_options
 
-__all__ = ["BackendOptions", "HookState", "all_reduce", "available", "backend_options", "comm_hook",
-           "get_communicator", "init_communicator", "launcher_env"]
+__all__ = ["BackendOptions", "HookState", "all_reduce", "available", "backend_options", "comm_hook", "device_path",
+           "get_communicator", "init_communicator", "launcher_env", "nccl_enabled", "trim"]
 
 # Bucket dtypes the hook sends through gradwire (float32 may be compressed; the rest go dense).
 _FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -215,6 +216,7 @@ class HookState:
         self._restored = {}  # bucket index -> saved state, from load_state_dict
         self._restored_velocity = {}  # parameter key -> velocity, from load_state_dict
         self._pending = queue.Queue()
+        self._async_error = None  # a failure of a bucket whose future completed on its stream
         self._waiter = threading.Thread(target=self._complete, name="gradwire-hook", daemon=True)
         self._waiter.start()
 
@@ -255,7 +257,7 @@ class HookState:
         params = list(bucket.parameters())
         layout = tuple(id(p) for p in params)
         entry = self._ef.get(index)
-        device = tensor_device(bucket.buffer())
+        device = self._ef_device(bucket.buffer())
         if (entry is not None and entry[0] == spec and entry[1] == layout and entry[2].count == count
                 and entry[2].device == device):
             return entry[2]
@@ -274,6 +276,15 @@ class HookState:
             self._retired.append(entry)
         self._ef[index] = (spec, layout, ef)
         return ef
+
+    def _ef_device(self, tensor):
+        """Where the EF state of a bucket on this tensor's memory lives: None (host), its CUDA
+        device, or "standin" (the stand-in accelerator's memory)."""
+        if tensor.is_cuda:
+            return tensor.device
+        if getattr(self.comm, "_standin", False) and _in_standin(tensor):
+            return "standin"
+        return None
 
     def take_momentum_from(self, optimizer):
         """Moves a torch.optim.SGD's momentum into the hook: the hook then keeps the velocity
@@ -428,9 +439,13 @@ class HookState:
             try:
                 request.wait()
             except Exception as e:  # the trainer sees it when DDP waits on the future
-                fut.set_exception(e)
+                if fut is None:  # completed on the stream already: the next hook call raises it
+                    self._async_error = self._async_error or e
+                else:
+                    fut.set_exception(e)
             else:
-                fut.set_result(tensor)
+                if fut is not None:
+                    fut.set_result(tensor)
 
     def _check_size(self):
         if self._checked_size:
@@ -447,6 +462,11 @@ class HookState:
         if self._waiter.is_alive():
             self._pending.put(None)
             self._waiter.join()
+
+
+def _in_standin(tensor):
+    from .core import _in_standin as inside
+    return inside(tensor)
 
 
 def tensor_device(tensor):
@@ -479,6 +499,9 @@ def comm_hook(state, bucket):
     # A future that completes with a CUDA tensor must name its device (torch checks it).
     fut = torch.futures.Future(devices=[tensor.device]) if tensor.is_cuda else torch.futures.Future()
     try:
+        if state._async_error is not None:
+            raise RuntimeError("gradwire: an earlier bucket's all-reduce failed after its future completed on the "
+                               "stream: %s" % state._async_error)
         state._check_size()
         is_last = bucket.is_last()
         if not _carried(tensor):
@@ -521,6 +544,14 @@ def comm_hook(state, bucket):
             request = state.comm.iallreduce(tensor, op="avg", codec=codec, ef=ef, algo=algo)
         if is_last:
             state.step += 1
+        if tensor.is_cuda:
+            # As ProcessGroupNCCL's futures: the current stream waits for the all-reduce on the
+            # device (no host wait), and the future completes at once on that stream, so DDP's
+            # backward goes on and its later work is ordered after the bucket's result.
+            request.stream_wait(torch.cuda.current_stream(tensor.device).cuda_stream)
+            fut.set_result(tensor)
+            state._pending.put((request, None, tensor))  # reaped there; an error is raised next call
+            return fut
     except Exception as e:
         fut.set_exception(e)
         return fut

@@ -1,0 +1,164 @@
+"""One rank of tests/python/test_torch_streams.py: the torch backend's stream order on gradwire's
+stand-in accelerator (gradwire.standin), whose streams run their work later on threads of their
+own, so that every missing wait reads a value that is not there yet.
+
+    python streams_worker.py SCENARIO OUTDIR      (RANK, WORLD_SIZE, MASTER_* set by ranks.py)
+
+Every check is recorded by name in OUTDIR/rank<R>.json ("failures": names that failed), so the
+test can also show which checks fail when one wait of the backend is left out.
+"""
+import json
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "..", "python"))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import gradwire.torch as gwt  # noqa: E402
+from gradwire import standin  # noqa: E402
+
+FILL_DELAY_S = 0.03  # the caller's stream writes the inputs this late
+
+
+class Checks:
+    def __init__(self):
+        self.failures = []
+        self.passed = []
+
+    def equal(self, name, got, want):
+        ok = got.shape == want.shape and bool((got == want).all())
+        (self.passed if ok else self.failures).append(name)
+        if not ok:
+            print("FAILED %s: got %s want %s" % (name, got.flatten()[:6].tolist(), want.flatten()[:6].tolist()),
+                  flush=True)
+
+
+def later(s, fn):
+    """fn runs on stream s after FILL_DELAY_S (work queued on a busy GPU stream)."""
+    s.enqueue(lambda: (time.sleep(FILL_DELAY_S), fn()))
+
+
+def read_on(s, tensor, box, key):
+    s.enqueue(lambda: box.__setitem__(key, tensor.clone()))
+
+
+def scenario_order(rank, size, checks):
+    s = standin.Stream(max_delay_us=2000, seed=rank + 1)
+    side = standin.Stream(max_delay_us=2000, seed=rank + 101)
+    seen = {}
+    total = float(sum(range(1, size + 1)))
+    with standin.stream(s):
+        # Two async all-reduces of one tensor, issued back to back, then used on the stream.
+        t = torch.zeros(4099)
+        later(s, lambda: t.fill_(rank + 1))
+        w1 = dist.all_reduce(t, async_op=True)
+        w2 = dist.all_reduce(t, async_op=True)
+        w1.wait()
+        w2.wait()
+        read_on(s, t, seen, "back_to_back")
+
+        # A non-contiguous tensor: packed on the caller's stream, unpacked on the group's.
+        m = torch.zeros(64, 33)
+        col = m[:, 5]
+        later(s, lambda: col.fill_(rank + 1))
+        dist.all_reduce(col)  # blocking call: its Work is waited on the stream
+        read_on(s, col, seen, "non_contiguous")
+
+        # Coalesced (a list packed into one buffer).
+        a, b = torch.zeros(7), torch.zeros(3, 5)
+        later(s, lambda: (a.fill_(rank + 1), b.fill_(10 * (rank + 1))))
+        dist.all_reduce_coalesced([a, b], async_op=True).wait()
+        read_on(s, a, seen, "coalesced_a")
+        read_on(s, b, seen, "coalesced_b")
+
+        # Reduce-scatter and all-gather into tensors (FSDP's pair).
+        rs_in = torch.zeros(size * 5)
+        rs_out = torch.zeros(5)
+        later(s, lambda: rs_in.copy_(torch.arange(size * 5, dtype=torch.float32) + rank))
+        dist.reduce_scatter_tensor(rs_out, rs_in, async_op=True).wait()
+        read_on(s, rs_out, seen, "reduce_scatter_tensor")
+        ag_in = torch.zeros(6)
+        ag_out = torch.zeros(size * 6)
+        later(s, lambda: ag_in.fill_(rank + 1))
+        dist.all_gather_into_tensor(ag_out, ag_in, async_op=True).wait()
+        read_on(s, ag_out, seen, "all_gather_into_tensor")
+
+        # All-gather into a list, broadcast, reduce, scatter, all-to-all.
+        outs = [torch.zeros(3) for _ in range(size)]
+        g_in = torch.zeros(3)
+        later(s, lambda: g_in.fill_(rank + 1))
+        dist.all_gather(outs, g_in, async_op=True).wait()
+        for r in range(size):
+            read_on(s, outs[r], seen, "all_gather_%d" % r)
+        bc = torch.zeros(9)
+        later(s, lambda: bc.fill_(rank + 7))
+        dist.broadcast(bc, src=size - 1, async_op=True).wait()
+        read_on(s, bc, seen, "broadcast")
+        rd = torch.zeros(5)
+        later(s, lambda: rd.fill_(rank + 1))
+        dist.reduce(rd, dst=0, async_op=True).wait()
+        read_on(s, rd, seen, "reduce")
+        a2a_in = torch.zeros(size * 2)
+        a2a_out = torch.zeros(size * 2)
+        later(s, lambda: a2a_in.copy_(torch.arange(size * 2, dtype=torch.float32) + 100 * rank))
+        dist.all_to_all_single(a2a_out, a2a_in, async_op=True).wait()
+        read_on(s, a2a_out, seen, "all_to_all_single")
+
+        # A side stream: the call is made while it is current, the main stream waits for it.
+        x = torch.zeros(1000)
+        with standin.stream(side):
+            later(side, lambda: x.fill_(rank + 1))
+            dist.all_reduce(x, async_op=True).wait()
+        s.wait_stream(side)
+        read_on(s, x, seen, "side_stream")
+    s.synchronize()
+    side.synchronize()
+
+    checks.equal("back_to_back", seen["back_to_back"], torch.full((4099,), size * total))
+    checks.equal("non_contiguous", seen["non_contiguous"], torch.full((64,), total))
+    checks.equal("coalesced_a", seen["coalesced_a"], torch.full((7,), total))
+    checks.equal("coalesced_b", seen["coalesced_b"], torch.full((3, 5), 10 * total))
+    want = sum(torch.arange(size * 5, dtype=torch.float32) + r for r in range(size))[rank * 5:(rank + 1) * 5]
+    checks.equal("reduce_scatter_tensor", seen["reduce_scatter_tensor"], want)
+    checks.equal("all_gather_into_tensor", seen["all_gather_into_tensor"],
+                 torch.cat([torch.full((6,), float(r + 1)) for r in range(size)]))
+    for r in range(size):
+        checks.equal("all_gather_%d" % r, seen["all_gather_%d" % r], torch.full((3,), float(r + 1)))
+    checks.equal("broadcast", seen["broadcast"], torch.full((9,), float(size - 1 + 7)))
+    checks.equal("reduce", seen["reduce"], torch.full((5,), total if rank == 0 else float(rank + 1)))
+    want = torch.cat([torch.arange(size * 2, dtype=torch.float32)[2 * rank:2 * rank + 2] + 100 * r for r in range(size)])
+    checks.equal("all_to_all_single", seen["all_to_all_single"], want)
+    checks.equal("side_stream", seen["side_stream"], torch.full((1000,), total))
+
+
+def main():
+    scenario, outdir = sys.argv[1], sys.argv[2]
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    checks = Checks()
+    out = {"rank": rank}
+    try:
+        dist.init_process_group("gradwire", init_method="env://", rank=rank, world_size=size,
+                                pg_options=gwt.BackendOptions(standin=True))
+        out["device_path"] = gwt.device_path()
+        standin.use_for_cpu_tensors()  # every tensor from here on is stand-in device memory
+        globals()["scenario_" + scenario](rank, size, checks)
+        dist.destroy_process_group()
+    except Exception:
+        out["exception"] = traceback.format_exc()
+        print(out["exception"], flush=True)
+    out["failures"] = checks.failures
+    out["passed"] = checks.passed
+    with open(os.path.join(outdir, "rank%d.json" % rank), "w") as f:
+        json.dump(out, f)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
