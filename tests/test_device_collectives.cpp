@@ -12,6 +12,7 @@
 
 #include "collectives/algorithms/device/device_algorithms.hpp"
 #include "gradwire/communicator.hpp"
+#include "tests/device_group.hpp"
 #include "tests/host_device_backend.hpp"
 #include "tests/test_util.hpp"
 #include "transport/local/local_transport.hpp"
@@ -23,34 +24,9 @@ using test::DeviceVector;
 using test::HostDeviceBackend;
 using test::StandInEf;
 
-using Comms = std::vector<std::unique_ptr<Communicator>>;
-
-Comms make_group(int p, bool device, std::chrono::milliseconds timeout = std::chrono::seconds(20),
-                 std::vector<HostDeviceBackend*>* backends = nullptr) {
-  CommConfig cfg;
-  cfg.timeout = timeout;
-  cfg.chunk_bytes = 4096;  // many chunks even for small buffers
-  auto group = transport::make_local_group(p);
-  Comms comms;
-  for (auto& t : group) {
-    auto c = Communicator::create(std::move(t), cfg);
-    EXPECT_TRUE(c.is_ok()) << c.status().to_string();
-    comms.push_back(std::move(c).value());
-    if (device) {
-      auto b = std::make_unique<HostDeviceBackend>(static_cast<uint64_t>(comms.size()) * 7919);
-      if (backends != nullptr) backends->push_back(b.get());
-      const Status s = comms.back()->use_device_backend(std::move(b));
-      EXPECT_TRUE(s.is_ok()) << s.to_string();
-    }
-  }
-  return comms;
-}
-
-void on_ranks(Comms& comms, const std::function<void(Communicator&, int)>& fn) {
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < comms.size(); ++r) threads.emplace_back([&, r] { fn(*comms[r], static_cast<int>(r)); });
-  for (auto& t : threads) t.join();
-}
+using test::Comms;
+using test::make_group;
+using test::on_ranks;
 
 std::vector<uint32_t> bits(const std::vector<float>& v) {
   std::vector<uint32_t> b(v.size());
