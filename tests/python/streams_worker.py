@@ -30,6 +30,14 @@ class Checks:
         self.failures = []
         self.passed = []
 
+    def true(self, name, cond):
+        (self.passed if cond else self.failures).append(name)
+        if not cond:
+            print("FAILED %s" % name, flush=True)
+
+    def close(self, name, got, want):
+        self.true(name, got.shape == want.shape and torch.allclose(got, want, rtol=1e-5, atol=1e-6))
+
     def equal(self, name, got, want):
         ok = got.shape == want.shape and bool((got == want).all())
         (self.passed if ok else self.failures).append(name)
@@ -134,6 +142,75 @@ def scenario_order(rank, size, checks):
     want = torch.cat([torch.arange(size * 2, dtype=torch.float32)[2 * rank:2 * rank + 2] + 100 * r for r in range(size)])
     checks.equal("all_to_all_single", seen["all_to_all_single"], want)
     checks.equal("side_stream", seen["side_stream"], torch.full((1000,), total))
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+
+
+def _train(ddp, steps, rank, start=0):
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    for step in range(start, start + steps):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        x = torch.randn(16, 32, generator=g)
+        y = torch.randint(0, 10, (16,), generator=g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+
+
+def _params(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def scenario_ddp(rank, size, checks):
+    """DDP on the stand-in device path (every tensor is stand-in memory; no stream is chosen,
+    so torch's own ops keep the host's order), without and with the gradwire hook, against
+    the same training on gloo; and the hook's device EF state saved and resumed."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    gloo = dist.new_group(backend="gloo")
+    # Without a hook: DDP's own all-reduces on the gradwire group (the stand-in device path).
+    a, b = _model(), _model()
+    _train(DDP(a), 3, rank)
+    _train(DDP(b, process_group=gloo), 3, rank)
+    # gloo and gradwire sum three or more ranks in other orders: equal to rounding.
+    checks.close("ddp_no_hook", _params(a), _params(b))
+    # With the hook, top-k and EF: the device path (stand-in EF states) against the host path
+    # (a communicator of its own over plain host buffers), bit for bit.
+    host_comm = gwt.init_communicator(gloo)
+    codec, ratio = "topk:ratio=0.05", None
+    del ratio
+    m1, m2, m3 = _model(), _model(), _model()
+    d1 = DDP(m1)
+    s1 = gwt.HookState(codec=codec, min_size=0, algo="sparse_allgather")
+    d1.register_comm_hook(s1, gwt.comm_hook)
+    d2 = DDP(m2, process_group=gloo)
+    s2 = gwt.HookState(comm=host_comm, codec=codec, min_size=0, algo="sparse_allgather", process_group=gloo)
+    d2.register_comm_hook(s2, gwt.comm_hook)
+    _train(d1, 2, rank)
+    _train(d2, 4, rank)
+    for i in s1._ef:
+        checks.true("hook_ef_on_device_%d" % i, s1._ef[i][2].device == "standin")
+    # Checkpoint the hook after 2 steps, resume into a fresh state and model, go on 2 steps.
+    saved_state, saved_model = s1.state_dict(), {k: v.clone() for k, v in m1.state_dict().items()}
+    m3.load_state_dict(saved_model)
+    d3 = DDP(m3)
+    s3 = gwt.HookState(codec=codec, min_size=0, algo="sparse_allgather")
+    s3.load_state_dict(saved_state)
+    d3.register_comm_hook(s3, gwt.comm_hook)
+    _train(d3, 2, rank, start=2)
+    checks.equal("hook_resumed_vs_host_path", _params(m3), _params(m2))
+    checks.true("hook_compressed", s3.stats["compressed"] > 0)
+    res3 = {i: torch.from_numpy(s3._ef[i][2].residual()) for i in s3._ef}
+    res2 = {i: torch.from_numpy(s2._ef[i][2].residual()) for i in s2._ef}
+    checks.true("hook_same_buckets", sorted(res3) == sorted(res2))
+    for i in res2:
+        checks.equal("hook_residual_%d" % i, res3.get(i, torch.zeros(0)), res2[i])
+    s1.close()
+    s2.close()
+    s3.close()
+    host_comm.close()
 
 
 def main():

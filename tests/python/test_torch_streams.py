@@ -78,3 +78,11 @@ def test_without_the_group_streams_wait_outputs_are_unpacked_too_early():
     failed = set.union(*_failures(_run("order", 2, env={"GRADWIRE_TEST_DROP_WAIT": "group"})))
     # The ops that unpack a temporary on the group's stream.
     assert {"non_contiguous", "coalesced_a", "reduce_scatter_tensor"} <= failed, sorted(failed)
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_ddp_and_the_hook_on_the_device_path_match_the_host_path(nranks):
+    results = _run("ddp", nranks)
+    for res, failed in zip(results, _failures(results)):
+        assert failed == set(), "rank %d: %s failed" % (res["rank"], sorted(failed))
+        assert {"ddp_no_hook", "hook_resumed_vs_host_path", "hook_compressed"} <= set(res["passed"]), res["passed"]
