@@ -211,7 +211,7 @@ class CudaAccelerator final : public Accelerator {
 
  private:
   struct Event final : StreamEvent {
-    at::cuda::CUDAEvent event{cudaEventDisableTiming};
+    mutable at::cuda::CUDAEvent event{cudaEventDisableTiming};
   };
   static c10::cuda::CUDAStream wrap(DevStream s) {
     return c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(s.handle), static_cast<c10::DeviceIndex>(s.device));
