@@ -10,6 +10,7 @@
 #include "gradwire/gradwire.h"
 #include "kernels/device_codec.hpp"
 #include "kernels/device_codecs.hpp"
+#include "kernels/device_scratch.hpp"
 
 namespace {
 
@@ -57,6 +58,16 @@ gw_result_t gw_cuda_device_count(int* count) {
     if (count == nullptr) return null_arg("count");
     *count = 0;
     GW_ASSIGN_OR_RETURN(*count, gw::kern::device_count());
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_set_device_allocator(gw_device_alloc_fn alloc, gw_device_free_fn free_fn, void* user) {
+  return guard("gw_set_device_allocator", [&]() -> Status {
+    if ((alloc == nullptr) != (free_fn == nullptr)) {
+      return gw::invalid_argument("alloc and free_fn must both be set, or both be null");
+    }
+    gw::kern::set_device_allocator(alloc, free_fn, user);
     return Status::ok();
   });
 }

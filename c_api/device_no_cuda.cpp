@@ -21,6 +21,10 @@ gw_result_t gw_cuda_device_count(int* count) {
   return no_cuda("gw_cuda_device_count");
 }
 
+gw_result_t gw_set_device_allocator(gw_device_alloc_fn, gw_device_free_fn, void*) {
+  return no_cuda("gw_set_device_allocator");
+}
+
 gw_result_t gw_ef_state_create_device(size_t, gw_ef_state_t* ef) {
   if (ef != nullptr) *ef = nullptr;
   return no_cuda("gw_ef_state_create_device");

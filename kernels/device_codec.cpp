@@ -1,4 +1,5 @@
 #include "kernels/device_codec.hpp"
+#include "kernels/device_scratch.hpp"
 
 #include <memory>
 #include <string>
@@ -55,7 +56,8 @@ Result<std::unique_ptr<DeviceResidual>> DeviceResidual::create(size_t count) {
   if (count > wire::kMaxCount) return invalid_argument("count " + std::to_string(count) + " exceeds 2^48");
   GW_RETURN_IF_ERROR(device_ready());
   void* p = nullptr;
-  const cudaError_t err = cudaMalloc(&p, count > 0 ? count * sizeof(float) : 1);
+  // The caller's allocator where one is set (gw_set_device_allocator), else cudaMalloc.
+  const cudaError_t err = stream_alloc(&p, count > 0 ? count * sizeof(float) : 1, nullptr, nullptr, false);
   if (err != cudaSuccess) {
     cudaGetLastError();
     return Status(err == cudaErrorMemoryAllocation ? Code::kOutOfMemory : Code::kCuda,
@@ -80,8 +82,8 @@ Status DeviceResidual::zero_fresh(float* p, size_t n) {
 }
 
 DeviceResidual::~DeviceResidual() {
-  cudaFree(data_);
-  cudaFree(owner_);
+  if (data_ != nullptr) stream_release(data_, nullptr, false);
+  if (owner_ != nullptr) stream_release(owner_, nullptr, false);
 }
 
 // Not a hot path (a reset, a new owner segment). The residual may be in use on any stream,
@@ -105,11 +107,11 @@ Result<float*> DeviceResidual::owner_residual(size_t n) {
   if (owner_ != nullptr && owner_count_ == n) return owner_;
   // Rare (the owner's segment changes size with the rank count or the algorithm), so the
   // synchronous calls are acceptable here.
-  if (owner_ != nullptr) GW_CUDA_RETURN_IF_ERROR(cudaFree(owner_));
+  if (owner_ != nullptr) GW_CUDA_RETURN_IF_ERROR(stream_release(owner_, nullptr, false));
   owner_ = nullptr;
   owner_count_ = 0;
   void* p = nullptr;
-  GW_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, n > 0 ? n * sizeof(float) : 1));
+  GW_CUDA_RETURN_IF_ERROR(stream_alloc(&p, n > 0 ? n * sizeof(float) : 1, nullptr, nullptr, false));
   owner_ = static_cast<float*>(p);
   owner_count_ = n;
   GW_RETURN_IF_ERROR(zero_fresh(owner_, n));

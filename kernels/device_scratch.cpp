@@ -1,6 +1,7 @@
 #include "kernels/device_scratch.hpp"
 
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -32,12 +33,67 @@ Result<bool> memory_pools_supported() {
   return answer == 1;
 }
 
+namespace {
+
+struct External {
+  DeviceAllocFn alloc = nullptr;
+  DeviceFreeFn free = nullptr;
+  void* user = nullptr;
+};
+struct ExternalBlock {
+  External from;
+  int device;
+};
+
+std::mutex& external_mu() {
+  static std::mutex mu;
+  return mu;
+}
+External& external() {
+  static External e;
+  return e;
+}
+// Blocks the caller's allocator gave, and which one (it may be replaced meanwhile).
+std::map<void*, ExternalBlock>& external_blocks() {
+  static auto* m = new std::map<void*, ExternalBlock>();  // never destroyed: freed at exit too
+  return *m;
+}
+
+}  // namespace
+
+void set_device_allocator(DeviceAllocFn alloc, DeviceFreeFn free, void* user) {
+  std::lock_guard<std::mutex> lock(external_mu());
+  external() = (alloc != nullptr && free != nullptr) ? External{alloc, free, user} : External{};
+}
+
 cudaError_t stream_alloc(void** p, size_t bytes, cudaStream_t stream, cudaMemPool_t pool, bool pools) {
+  {
+    std::lock_guard<std::mutex> lock(external_mu());
+    const External e = external();
+    if (e.alloc != nullptr) {
+      int device = 0;
+      if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+      *p = e.alloc(bytes, device, stream, e.user);
+      if (*p == nullptr) return cudaErrorMemoryAllocation;
+      external_blocks()[*p] = ExternalBlock{e, device};
+      return cudaSuccess;
+    }
+  }
   if (!pools) return cudaMalloc(p, bytes);
   return pool != nullptr ? cudaMallocFromPoolAsync(p, bytes, pool, stream) : cudaMallocAsync(p, bytes, stream);
 }
 
 cudaError_t stream_release(void* p, cudaStream_t stream, bool pools) {
+  {
+    std::lock_guard<std::mutex> lock(external_mu());
+    auto it = external_blocks().find(p);
+    if (it != external_blocks().end()) {
+      const ExternalBlock b = it->second;
+      external_blocks().erase(it);
+      b.from.free(p, b.device, stream, b.from.user);
+      return cudaSuccess;
+    }
+  }
   if (pools) return cudaFreeAsync(p, stream);
   // No stream-ordered free: work already queued on the stream may still use p, so wait for
   // it. cudaFree is then safe (it may wait for the whole device too; that is the slow part).

@@ -27,8 +27,15 @@ Result<cudaMemPool_t> scratch_pool();
 // two calls below fall back to cudaMalloc and, on release, a wait for the stream and cudaFree:
 // correct, but every release waits for the device.
 Result<bool> memory_pools_supported();
-// Device memory usable in `stream`'s order: from `pool` (the device's default pool when null)
-// with pools, else cudaMalloc.
+// The caller's device allocator (gw_set_device_allocator; e.g. torch's caching allocator):
+// while set, stream_alloc takes from it. Null functions: gradwire's own again. Each block is
+// given back to the allocator that gave it.
+using DeviceAllocFn = void* (*)(size_t bytes, int device, void* stream, void* user);
+using DeviceFreeFn = void (*)(void* p, int device, void* stream, void* user);
+void set_device_allocator(DeviceAllocFn alloc, DeviceFreeFn free, void* user);
+
+// Device memory usable in `stream`'s order: from the caller's allocator when one is set, else
+// from `pool` (the device's default pool when null) with pools, else cudaMalloc.
 cudaError_t stream_alloc(void** p, size_t bytes, cudaStream_t stream, cudaMemPool_t pool, bool pools);
 // Releases what stream_alloc gave after the work queued on `stream` that may use it.
 cudaError_t stream_release(void* p, cudaStream_t stream, bool pools);

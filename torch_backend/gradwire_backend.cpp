@@ -94,6 +94,7 @@ using Ms = std::chrono::milliseconds;
   X(gw_request_stream_wait) \
   X(gw_comm_enable_nccl) \
   X(gw_comm_trim) \
+  X(gw_set_device_allocator) \
   X(gw_comm_use_standin) \
   X(gw_standin_stream_enqueue) \
   X(gw_standin_event_record) \
@@ -1340,6 +1341,12 @@ class GradwireBackend : public BackendBase {
       return;
     }
     cuda_ = std::make_unique<CudaAccelerator>();
+    // gradwire's device scratch and EF residuals from torch's caching allocator, so that
+    // torch.cuda.memory_allocated() counts them and torch.cuda.empty_cache() can give them back
+    // (GRADWIRE_TORCH_OWN_ALLOCATOR=1 keeps gradwire's own pools).
+    if (!env_flag("GRADWIRE_TORCH_OWN_ALLOCATOR") && api().gw_set_device_allocator != nullptr) {
+      api().gw_set_device_allocator(&torch_device_alloc, &torch_device_free, nullptr);
+    }
     // NCCL wants one GPU per rank: the ranks compare (host, PCI bus id) of their current device
     // through the store first, so ranks that share a GPU fall back together, and say so once.
     char bus[64] = {0};
@@ -1379,6 +1386,18 @@ class GradwireBackend : public BackendBase {
     no_nccl_why_ = "extension built without CUDA";
 #endif
   }
+
+#ifdef GW_TORCH_CUDA
+  static void* torch_device_alloc(size_t bytes, int device, void* stream, void*) {
+    try {
+      c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+      return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, static_cast<cudaStream_t>(stream));
+    } catch (...) {
+      return nullptr;  // gradwire reports it as out of memory
+    }
+  }
+  static void torch_device_free(void* p, int, void*, void*) { c10::cuda::CUDACachingAllocator::raw_delete(p); }
+#endif
 
   void check_async_error(const char* name) {
     std::lock_guard<std::mutex> lock(async_mutex_);

@@ -475,6 +475,15 @@ GW_API gw_result_t gw_ibroadcast_device(gw_comm_t comm, void* buf, size_t bytes,
  * nothing. Collective requests only: GW_ERR_UNSUPPORTED for point-to-point ones. */
 GW_API gw_result_t gw_request_stream_wait(gw_request_t request, void* stream);
 
+/* Device memory gradwire allocates from now on (collective and codec scratch, EF residuals)
+ * comes from alloc and goes back through free, e.g. an application's caching allocator (the
+ * torch backend hands it torch's). alloc returns NULL when it cannot; stream is the stream the
+ * memory is first used on (NULL: the legacy default stream). Both NULL: gradwire's own pools
+ * again. Memory is always given back to the allocator that gave it. Process-wide. */
+typedef void* (*gw_device_alloc_fn)(size_t bytes, int device, void* stream, void* user);
+typedef void (*gw_device_free_fn)(void* ptr, int device, void* stream, void* user);
+GW_API gw_result_t gw_set_device_allocator(gw_device_alloc_fn alloc, gw_device_free_fn free_fn, void* user);
+
 /* Gives back the device scratch and pinned staging memory the device collectives keep between
  * calls (it runs after every earlier call; the next device call allocates again). What
  * gradwire holds between calls on a communicator: per device collective in use, scratch up to
