@@ -1720,15 +1720,20 @@ void LiveBackends::shutdown_all(Ms grace) {
 // plain c10d calls then take the stand-in device path end to end).
 class StandInCpuAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t n) override {
+#if TORCH_VERSION_MAJOR >= 2
+  c10::DataPtr allocate(size_t n) override { return make(n); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+#else
+  c10::DataPtr allocate(size_t n) const override { return make(n); }
+#endif
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+ private:
+  static c10::DataPtr make(size_t n) {
     void* p = nullptr;
     TORCH_CHECK(GWT_NEED(gw_standin_malloc)(n, &p) == GW_SUCCESS, "gradwire stand-in allocator: ", last_error());
     return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
-
- private:
   static void release(void* p) { api().gw_standin_free(p); }
 };
 
