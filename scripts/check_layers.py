@@ -18,7 +18,7 @@ import sys
 TYPES = {"gradwire/types.hpp", "gradwire/status.hpp", "gradwire/export.h", "gradwire/version.h"}
 CODEC_API = TYPES | {"gradwire/codec.hpp", "gradwire/ef_state.hpp"}
 COMM_API = CODEC_API | {"gradwire/communicator.hpp"}
-C_ABI = COMM_API | {"gradwire/gradwire.h"}
+C_ABI = COMM_API | {"gradwire/gradwire.h", "gradwire/standin.h"}
 
 # folder: (internal folders it may include, public headers it may include)
 RULES = {
@@ -45,8 +45,10 @@ RULES = {
     # The call checks and the C ABI name algorithms: they read the table of them
     # (algorithm_table.hpp), never an algorithm. The C ABI sits on the C++ API and reaches
     # internals only through the narrow headers below, never the communicator's private state.
+    # The stand-in accelerator's C ABI (gradwire/standin.h) makes its backend.
     "c_api": (["common", "compressors", "transport/bootstrap", "kernels", "collectives/checks",
-               "collectives/algorithms/algorithm_table.hpp", "collectives/comm/comm_init.hpp"], C_ABI),
+               "collectives/algorithms/algorithm_table.hpp", "collectives/comm/comm_init.hpp",
+               "collectives/algorithms/device/standin/standin_backend.hpp"], C_ABI),
 }
 LAYER_ROOTS = ("common", "compressors", "transport", "kernels", "collectives", "c_api", "gradwire")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

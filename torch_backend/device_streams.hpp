@@ -118,7 +118,8 @@ class StandInAccelerator final : public Accelerator {
     void* p = nullptr;
     TORCH_CHECK(api_.malloc_(bytes, &p) == 0, "gradwire backend: stand-in allocation of ", bytes, " bytes failed");
     auto free_fn = api_.free_;
-    return at::from_blob(p, {n}, [free_fn](void* q) { free_fn(q); }, opts.device(at::kCPU));
+    return at::from_blob(
+        p, {n}, [free_fn](void* q) { free_fn(q); }, opts.device(at::kCPU));
   }
   at::Tensor empty_host(int64_t bytes) override { return at::empty({bytes}, at::TensorOptions().dtype(at::kByte)); }
   void run_on(DevStream stream, std::function<void()> fn) override {
@@ -214,7 +215,8 @@ class CudaAccelerator final : public Accelerator {
     mutable at::cuda::CUDAEvent event{cudaEventDisableTiming};
   };
   static c10::cuda::CUDAStream wrap(DevStream s) {
-    return c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(s.handle), static_cast<c10::DeviceIndex>(s.device));
+    return c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(s.handle),
+                                            static_cast<c10::DeviceIndex>(s.device));
   }
   c10::cuda::CUDAStream group_of(c10::DeviceIndex device) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -47,9 +47,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #endif
 
+#include "device_streams.hpp"
 #include "gradwire/gradwire.h"
 #include "gradwire/standin.h"
-#include "device_streams.hpp"
 
 namespace gwtorch {
 
@@ -679,8 +679,17 @@ class GradwireBackend : public BackendBase {
     const gw_red_op_t op = gw_op(opts.reduceOp, t.scalar_type(), name);
     if (Accelerator* acc = accel_for(tensors)) {
       DeviceBuffer b = device_buffer(*acc, t);
-      DeviceOp d{c10d::OpType::ALLREDUCE, "gradwire:all_reduce", name, tensors, tensors, t, {b.flat}, nullptr,
-                 allreduce_start(b.flat, dt, op), nullptr, opts.timeout};
+      DeviceOp d{c10d::OpType::ALLREDUCE,
+                 "gradwire:all_reduce",
+                 name,
+                 tensors,
+                 tensors,
+                 t,
+                 {b.flat},
+                 nullptr,
+                 allreduce_start(b.flat, dt, op),
+                 nullptr,
+                 opts.timeout};
       if (b.temp) {
         at::Tensor flat = b.flat, user = t;
         d.pack = [flat, user]() { flat.view(user.sizes()).copy_(user); };
@@ -708,9 +717,17 @@ class GradwireBackend : public BackendBase {
       at::Tensor bytes = pack_device(*acc, tensors, tensors[0].options(), &pack);
       at::Tensor buf = bytes.view(tensors[0].scalar_type());
       Tensors users = tensors;
-      DeviceOp d{c10d::OpType::ALLREDUCE_COALESCED, "gradwire:all_reduce_coalesced", name, tensors, tensors,
-                 tensors[0], {bytes}, pack, allreduce_start(buf, dt, op),
-                 [bytes, users]() { unpack_bytes(bytes, 0, users); }, opts.timeout};
+      DeviceOp d{c10d::OpType::ALLREDUCE_COALESCED,
+                 "gradwire:all_reduce_coalesced",
+                 name,
+                 tensors,
+                 tensors,
+                 tensors[0],
+                 {bytes},
+                 pack,
+                 allreduce_start(buf, dt, op),
+                 [bytes, users]() { unpack_bytes(bytes, 0, users); },
+                 opts.timeout};
       return launch_device(*acc, std::move(d));
     }
     Staging s;
@@ -744,8 +761,15 @@ class GradwireBackend : public BackendBase {
       at::Tensor buf = acc->empty(t.numel(), t.options().memory_format(at::MemoryFormat::Contiguous));
       at::Tensor user = t;
       const bool mine = rank_ == root;
-      DeviceOp d{c10d::OpType::REDUCE, "gradwire:reduce", name, tensors, tensors, t, {buf},
-                 [buf, user]() { buf.view(user.sizes()).copy_(user); }, allreduce_start(buf, dt, op),
+      DeviceOp d{c10d::OpType::REDUCE,
+                 "gradwire:reduce",
+                 name,
+                 tensors,
+                 tensors,
+                 t,
+                 {buf},
+                 [buf, user]() { buf.view(user.sizes()).copy_(user); },
+                 allreduce_start(buf, dt, op),
                  [buf, user, mine]() {
                    if (mine) user.copy_(buf.view(user.sizes()));
                  },
@@ -814,11 +838,19 @@ class GradwireBackend : public BackendBase {
     if (Accelerator* acc = accel_for(tensors)) {
       DeviceBuffer b = device_buffer(*acc, t);
       at::Tensor flat = b.flat, user = t;
-      DeviceOp d{c10d::OpType::BROADCAST, "gradwire:broadcast", name, tensors, tensors, t, {flat}, nullptr,
+      DeviceOp d{c10d::OpType::BROADCAST,
+                 "gradwire:broadcast",
+                 name,
+                 tensors,
+                 tensors,
+                 t,
+                 {flat},
+                 nullptr,
                  [this, flat, root](gw_request_t* req, void* stream) {
                    return GWT_NEED(gw_ibroadcast_device)(comm_, ptr(flat), nbytes(flat), root, stream, req);
                  },
-                 nullptr, opts.timeout};
+                 nullptr,
+                 opts.timeout};
       if (b.temp) {
         d.pack = [flat, user]() { flat.view(user.sizes()).copy_(user); };
         d.unpack = [flat, user]() { user.copy_(flat.view(user.sizes())); };
@@ -852,14 +884,15 @@ class GradwireBackend : public BackendBase {
     Tensors everything = flatten(outputs);
     everything.push_back(in);
     if (Accelerator* acc = accel_for(everything)) {
-      if (equal) return gather_device(*acc, c10d::OpType::ALLGATHER, "gradwire:all_gather", name, inputs,
-                                      flatten(outputs), outs, opts.timeout);
+      if (equal)
+        return gather_device(*acc, c10d::OpType::ALLGATHER, "gradwire:all_gather", name, inputs, flatten(outputs), outs,
+                             opts.timeout);
       at::Tensor send_host = acc->empty_host(static_cast<int64_t>(nbytes(in)));
       at::Tensor recv_host = acc->empty_host(static_cast<int64_t>(total));
       auto held = std::make_shared<std::vector<size_t>>(sizes);
       auto start = [=](gw_request_t* req) {
-        return GWT_NEED(gw_iallgatherv)(comm_, ptr(send_host), nbytes(send_host), ptr(recv_host), held->data(),
-                                        nullptr, req);
+        return GWT_NEED(gw_iallgatherv)(comm_, ptr(send_host), nbytes(send_host), ptr(recv_host), held->data(), nullptr,
+                                        req);
       };
       return launch_staged(*acc, c10d::OpType::ALLGATHER, "gradwire:all_gather", name, inputs, outs, in, send_host,
                            recv_host, start, opts.timeout);
@@ -899,12 +932,19 @@ class GradwireBackend : public BackendBase {
     if (Accelerator* acc = accel_for(Tensors{in, out})) {
       if (in.is_contiguous() && out.is_contiguous()) {
         at::Tensor i = in, o = out;
-        DeviceOp d{c10d::OpType::_ALLGATHER_BASE, "gradwire:all_gather_into_tensor", name, {in}, {out}, out, {},
+        DeviceOp d{c10d::OpType::_ALLGATHER_BASE,
+                   "gradwire:all_gather_into_tensor",
+                   name,
+                   {in},
+                   {out},
+                   out,
+                   {},
                    nullptr,
                    [this, i, o](gw_request_t* req, void* stream) {
                      return GWT_NEED(gw_iallgather_device)(comm_, ptr(i), ptr(o), nbytes(i), stream, req);
                    },
-                   nullptr, opts.timeout};
+                   nullptr,
+                   opts.timeout};
         return launch_device(*acc, std::move(d));
       }
       return gather_device(*acc, c10d::OpType::_ALLGATHER_BASE, "gradwire:all_gather_into_tensor", name, {in}, {out},
@@ -1023,11 +1063,19 @@ class GradwireBackend : public BackendBase {
         buf = acc->empty(block * size_, out.options().dtype(at::kByte));
       }
       const int64_t from = block * rank_;
-      DeviceOp d{c10d::OpType::SCATTER, "gradwire:scatter", name, ins, outputs, out, {buf}, pack,
+      DeviceOp d{c10d::OpType::SCATTER,
+                 "gradwire:scatter",
+                 name,
+                 ins,
+                 outputs,
+                 out,
+                 {buf},
+                 pack,
                  [this, buf, root](gw_request_t* req, void* stream) {
                    return GWT_NEED(gw_ibroadcast_device)(comm_, ptr(buf), nbytes(buf), root, stream, req);
                  },
-                 [buf, from, out]() { unpack_bytes(buf, from, {out}); }, opts.timeout};
+                 [buf, from, out]() { unpack_bytes(buf, from, {out}); },
+                 opts.timeout};
       return launch_device(*acc, std::move(d));
     }
     Staging s;
@@ -1052,7 +1100,8 @@ class GradwireBackend : public BackendBase {
       if (outSplits.empty() && inSplits.empty()) {
         TORCH_CHECK(in.numel() % size_ == 0 && out.numel() == in.numel(), "gradwire backend: ", name, ": input (",
                     in.numel(), ") and output (", out.numel(),
-                    ") must have the same size, divisible by the world size (", size_, ") when no split sizes are given");
+                    ") must have the same size, divisible by the world size (", size_,
+                    ") when no split sizes are given");
         const size_t block = nbytes(in) / size_;
         start = [=](gw_request_t* req) {
           return GWT_NEED(gw_ialltoall)(comm_, ptr(send_host), ptr(recv_host), block, req);
@@ -1250,18 +1299,26 @@ class GradwireBackend : public BackendBase {
   // An all-gather of the inputs' bytes (packed on the caller's stream) into a device temporary,
   // unpacked on the group's stream into per_rank (rank after rank, each rank's inputs in order;
   // empty: nothing kept, as on a gather's other ranks).
-  c10::intrusive_ptr<c10d::Work> gather_device(Accelerator& acc, c10d::OpType type, const char* title,
-                                               const char* name, const Tensors& inputs, const Tensors& outputs,
-                                               const Tensors& per_rank, Ms timeout) {
+  c10::intrusive_ptr<c10d::Work> gather_device(Accelerator& acc, c10d::OpType type, const char* title, const char* name,
+                                               const Tensors& inputs, const Tensors& outputs, const Tensors& per_rank,
+                                               Ms timeout) {
     std::function<void()> pack;
     at::Tensor send = pack_device(acc, inputs, inputs[0].options(), &pack);
     at::Tensor recv = acc.empty(send.numel() * size_, send.options());
     Tensors outs = per_rank;
-    DeviceOp d{type, title, name, inputs, outputs, inputs[0], {send, recv}, pack,
+    DeviceOp d{type,
+               title,
+               name,
+               inputs,
+               outputs,
+               inputs[0],
+               {send, recv},
+               pack,
                [this, send, recv](gw_request_t* req, void* stream) {
                  return GWT_NEED(gw_iallgather_device)(comm_, ptr(send), ptr(recv), nbytes(send), stream, req);
                },
-               [recv, outs]() { unpack_bytes(recv, 0, outs); }, timeout};
+               [recv, outs]() { unpack_bytes(recv, 0, outs); },
+               timeout};
     return launch_device(acc, std::move(d));
   }
 
@@ -1276,8 +1333,17 @@ class GradwireBackend : public BackendBase {
     at::Tensor buf = bytes.view(out.scalar_type());
     const int64_t n = out.numel();
     const int64_t from = static_cast<int64_t>(rank_) * n * static_cast<int64_t>(out.element_size());
-    DeviceOp d{type, title, name, work_inputs, work_outputs, out, {bytes}, pack, allreduce_start(buf, dt, op),
-               [bytes, from, out]() { unpack_bytes(bytes, from, {out}); }, timeout};
+    DeviceOp d{type,
+               title,
+               name,
+               work_inputs,
+               work_outputs,
+               out,
+               {bytes},
+               pack,
+               allreduce_start(buf, dt, op),
+               [bytes, from, out]() { unpack_bytes(bytes, from, {out}); },
+               timeout};
     return launch_device(acc, std::move(d));
   }
 
@@ -1310,8 +1376,9 @@ class GradwireBackend : public BackendBase {
   void warn_once_staged() const {
     static std::once_flag once;
     std::call_once(once, [] {
-      TORCH_WARN("gradwire backend: this extension was built without CUDA; CUDA tensors are staged through host "
-                 "memory (rebuild it where torch has CUDA and a CUDA toolkit is found)");
+      TORCH_WARN(
+          "gradwire backend: this extension was built without CUDA; CUDA tensors are staged through host "
+          "memory (rebuild it where torch has CUDA and a CUDA toolkit is found)");
     });
   }
 
@@ -1366,7 +1433,8 @@ class GradwireBackend : public BackendBase {
       if (seen.count(id)) {
         no_nccl_why_ = "ranks " + std::to_string(seen[id]) + " and " + std::to_string(r) + " share GPU " + id;
         if (rank_ == 0) {
-          TORCH_WARN("gradwire backend: ", no_nccl_why_, ": NCCL needs a GPU per rank, so dense CUDA ops run on "
+          TORCH_WARN("gradwire backend: ", no_nccl_why_,
+                     ": NCCL needs a GPU per rank, so dense CUDA ops run on "
                      "gradwire's device path over its transport (UCX) instead");
         }
         return;
@@ -1378,8 +1446,10 @@ class GradwireBackend : public BackendBase {
       nccl_ = true;
     } else {
       no_nccl_why_ = describe(r, last_error());
-      if (rank_ == 0) TORCH_WARN("gradwire backend: NCCL did not start (", no_nccl_why_, "); dense CUDA ops run on "
-                                 "gradwire's device path over its transport");
+      if (rank_ == 0)
+        TORCH_WARN("gradwire backend: NCCL did not start (", no_nccl_why_,
+                   "); dense CUDA ops run on "
+                   "gradwire's device path over its transport");
     }
 #else
     (void)g;
@@ -1401,8 +1471,10 @@ class GradwireBackend : public BackendBase {
 
   void check_async_error(const char* name) {
     std::lock_guard<std::mutex> lock(async_mutex_);
-    TORCH_CHECK(async_error_.empty(), "gradwire ", name, ": an earlier op on this group failed after its Work was "
-                "waited on its stream: ", async_error_);
+    TORCH_CHECK(async_error_.empty(), "gradwire ", name,
+                ": an earlier op on this group failed after its Work was "
+                "waited on its stream: ",
+                async_error_);
   }
 
   using DeviceStart = std::function<gw_result_t(gw_request_t*, void* stream)>;
@@ -1540,10 +1612,10 @@ class GradwireBackend : public BackendBase {
   // the caller's stream and waited for on the host (the one host wait of the device path),
   // the host call is made, and the outputs are copied up on the group's stream once the request
   // is done. Point-to-point requests cannot be waited on a stream, so their Works block.
-  c10::intrusive_ptr<c10d::Work> launch_staged(Accelerator& acc, c10d::OpType type, const char* title,
-                                               const char* name, const Tensors& inputs, const Tensors& outputs,
-                                               const at::Tensor& anchor, const at::Tensor& send_host,
-                                               const at::Tensor& recv_host, const Start& start, Ms op_timeout) {
+  c10::intrusive_ptr<c10d::Work> launch_staged(Accelerator& acc, c10d::OpType type, const char* title, const char* name,
+                                               const Tensors& inputs, const Tensors& outputs, const at::Tensor& anchor,
+                                               const at::Tensor& send_host, const at::Tensor& recv_host,
+                                               const Start& start, Ms op_timeout) {
     const DevStream S = acc.current_stream(anchor);
     if (send_host.defined() && !inputs.empty()) {
       at::Tensor dst = send_host;
@@ -1583,6 +1655,7 @@ class GradwireBackend : public BackendBase {
     }
     return launch(type, title, name, inputs, outputs, s, start, op_timeout, finalize);
   }
+
  public:
   // Pending requests get `grace` to finish, then the communicator is aborted (they fail);
   // either way the completion thread has let go of every Work before the connections close.
@@ -1696,11 +1769,11 @@ class GradwireBackend : public BackendBase {
   }
 
   gw_comm_t comm_ = nullptr;
-  std::unique_ptr<Accelerator> cuda_;                 // CUDA tensors' path (GW_TORCH_CUDA builds)
-  std::unique_ptr<StandInAccelerator> standin_;      // a stand-in group's
-  bool nccl_ = false;                                 // gw_comm_enable_nccl succeeded
+  std::unique_ptr<Accelerator> cuda_;            // CUDA tensors' path (GW_TORCH_CUDA builds)
+  std::unique_ptr<StandInAccelerator> standin_;  // a stand-in group's
+  bool nccl_ = false;                            // gw_comm_enable_nccl succeeded
   std::string no_nccl_why_;
-  bool blocking_wait_ = false;                        // GRADWIRE_TORCH_BLOCKING_WAIT=1
+  bool blocking_wait_ = false;  // GRADWIRE_TORCH_BLOCKING_WAIT=1
   std::mutex async_mutex_;
   std::string async_error_;  // the first failure of a device op waited on a stream
   Ms timeout_;

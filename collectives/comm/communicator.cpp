@@ -535,8 +535,9 @@ Result<Communicator::StreamPoint> Communicator::DeviceOrder::point(coll::DeviceB
 
 Status Communicator::stream_wait(Work& work, void* stream) {
   if (work.seq == 0) {
-    return unsupported("only collective calls can be waited for on a stream (point-to-point messages are not queued "
-                       "in call order)");
+    return unsupported(
+        "only collective calls can be waited for on a stream (point-to-point messages are not queued "
+        "in call order)");
   }
   GW_ASSIGN_OR_RETURN(coll::DeviceBackend * dev, impl_->device_backend());
   if (work.test(nullptr)) return Status::ok();

@@ -21,7 +21,7 @@ class DeviceEfState;
 namespace coll {
 class DeviceBackend;
 class StreamMark;
-}
+}  // namespace coll
 
 namespace transport {
 class Transport;

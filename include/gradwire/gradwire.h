@@ -453,8 +453,8 @@ GW_API gw_result_t gw_iallreduce_device(gw_comm_t comm, const void* sendbuf, voi
                                         gw_algo_t algo, void* stream, gw_request_t* request);
 GW_API gw_result_t gw_allgather_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, void* stream);
 GW_API gw_result_t gw_broadcast_device(gw_comm_t comm, void* buf, size_t bytes, int root, void* stream);
-GW_API gw_result_t gw_iallgather_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes,
-                                        void* stream, gw_request_t* request);
+GW_API gw_result_t gw_iallgather_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t bytes, void* stream,
+                                        gw_request_t* request);
 GW_API gw_result_t gw_ibroadcast_device(gw_comm_t comm, void* buf, size_t bytes, int root, void* stream,
                                         gw_request_t* request);
 

@@ -36,8 +36,7 @@ GW_API gw_result_t gw_standin_stream_query(gw_standin_stream_t stream, int* idle
 /* An event: *event = the stream's position now; gw_standin_stream_wait_event makes another
  * stream wait (in its order, not the host) until the first has reached it. */
 GW_API gw_result_t gw_standin_event_record(gw_standin_stream_t stream, uint64_t* event);
-GW_API gw_result_t gw_standin_stream_wait_event(gw_standin_stream_t waiter, gw_standin_stream_t stream,
-                                                uint64_t event);
+GW_API gw_result_t gw_standin_stream_wait_event(gw_standin_stream_t waiter, gw_standin_stream_t stream, uint64_t event);
 GW_API gw_result_t gw_standin_event_synchronize(gw_standin_stream_t stream, uint64_t event);
 
 /* Stand-in device memory (filled with 0xA5 bytes); *ptr is 8-byte aligned or better. */

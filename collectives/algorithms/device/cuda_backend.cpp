@@ -7,8 +7,8 @@
 
 #include <atomic>
 #include <deque>
-#include <memory>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -136,7 +136,8 @@ class CudaBackend final : public DeviceBackend {
     }
     auto* s = static_cast<cudaStream_t>(stream);
     if (WaitValue32 wait = wait_value_.load(); wait != nullptr) {
-      if (wait(s, reinterpret_cast<unsigned long long>(word_on_device_), value, kWaitValueGeq) == 0) return Status::ok();
+      if (wait(s, reinterpret_cast<unsigned long long>(word_on_device_), value, kWaitValueGeq) == 0)
+        return Status::ok();
       wait_value_.store(nullptr);  // the driver refused stream memory operations: poll with a kernel
     }
     return kern::launch_wait_word(word_on_device_, value, s);
@@ -354,7 +355,8 @@ class CudaBackend final : public DeviceBackend {
     const CudaBackend* owner;
     std::shared_ptr<EventPool> pool;
     cudaEvent_t event;
-    CudaMark(const CudaBackend* o, std::shared_ptr<EventPool> p, cudaEvent_t e) : owner(o), pool(std::move(p)), event(e) {}
+    CudaMark(const CudaBackend* o, std::shared_ptr<EventPool> p, cudaEvent_t e)
+        : owner(o), pool(std::move(p)), event(e) {}
     // Back to the pool: a wait enqueued on it (begin) keeps the state it saw, so the event
     // may be recorded again at once.
     ~CudaMark() override { pool->give(event); }
@@ -367,8 +369,7 @@ class CudaBackend final : public DeviceBackend {
   static WaitValue32 driver_wait_value32() {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 11070, cudaEnableDefault, &found) !=
-            cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 11070, cudaEnableDefault, &found) != cudaSuccess ||
         found != cudaDriverEntryPointSuccess) {
       cudaGetLastError();
       return nullptr;
@@ -397,8 +398,8 @@ class CudaBackend final : public DeviceBackend {
   bool pools_ = true;  // stream-ordered allocation on device_ (kern::memory_pools_supported)
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<EventPool> marks_ = std::make_shared<EventPool>();
-  uint32_t* word_ = nullptr;              // the completion word (pinned, mapped)
-  uint32_t* word_on_device_ = nullptr;    // its device address
+  uint32_t* word_ = nullptr;            // the completion word (pinned, mapped)
+  uint32_t* word_on_device_ = nullptr;  // its device address
   std::atomic<WaitValue32> wait_value_{nullptr};
   std::mutex wait_mu_;
   bool any_wait_ = false;

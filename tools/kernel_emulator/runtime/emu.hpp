@@ -6,13 +6,13 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <thread>
 #include <vector>
 #include "cuda_runtime_api.h"
 

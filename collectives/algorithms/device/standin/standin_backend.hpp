@@ -92,7 +92,7 @@ class StandInBackend final : public DeviceBackend {
   Status node_nccl_wait(Deadline, const Progress&) override;
 
   // What tests look at.
-  int node_calls = 0;                     // node_nccl_wait calls
+  int node_calls = 0;                       // node_nccl_wait calls
   std::atomic<void*> last_stream{nullptr};  // the stream of the last mark
   int begins = 0;
   int encodes = 0;
