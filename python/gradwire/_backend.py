@@ -7,15 +7,19 @@
     dist.all_reduce(t)                         # dense and exact: c10d calls never compress
     comm = gradwire.torch.get_communicator()   # the group's own communicator, for the comm hook
 
-The backend is a C++ extension (torch_backend/, built by scripts/build-torch-backend.sh for the
-PyTorch of the Python that runs it) that opens the libgradwire this package loaded
-(gradwire._lib.path). It bootstraps through the process group's Store (no extra port), takes
-the group's timeout as the communicator's timeout_s, and returns asynchronous Works whose
-futures complete on a thread of the backend's own.
+The backend is a C++ extension (torch_backend/, built by gradwire._build_torch for the PyTorch
+of the Python that runs it) that opens the libgradwire this package loaded (gradwire._lib.path).
+It bootstraps through the process group's Store (no extra port), takes the group's timeout as
+the communicator's timeout_s, and returns asynchronous Works whose futures complete on a thread
+of the backend's own.
 
 Where the extension comes from, first match wins: $GRADWIRE_TORCH_BACKEND (path to the .so),
-then build-torch/_torch_backend_<major>_<minor>/ of this source tree. Without it, init_process_group
-("gradwire") fails with a message that says how to build it.
+build-torch/_torch_backend_<major>_<minor>/ of this source tree (scripts/build-torch-backend.sh),
+the copy `pip install` built inside the package when torch was importable there, the per-user
+cache (~/.cache/gradwire/torch_backend, or $GRADWIRE_TORCH_BACKEND_CACHE); else it is compiled
+into that cache on first import, once (ranks importing together wait for one build), unless
+GRADWIRE_TORCH_BACKEND_NO_BUILD=1. When it cannot be had (no compiler, no ninja, a failed
+build), available() is False and init_process_group("gradwire") fails with unavailable_reason().
 """
 import atexit
 import ctypes
@@ -27,7 +31,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from . import _lib
+from . import _build_torch, _lib
 from .core import Codec, Communicator
 
 __all__ = ["BackendOptions", "available", "get_communicator", "get_options", "is_gradwire_group", "register",
@@ -46,10 +50,9 @@ def _module_name():
 def _load():
     """(module, None) or (None, why not)."""
     name = _module_name()
-    path = os.environ.get("GRADWIRE_TORCH_BACKEND") or os.path.join(_ROOT, "build-torch", name, name + ".so")
-    if not os.path.exists(path):
-        return None, ("the gradwire torch backend for torch %s is not built (no %s); run "
-                      "scripts/build-torch-backend.sh %s" % (torch.__version__, path, _python_hint()))
+    path, why = _build_torch.find_or_build(name, _HERE, tree_root=_ROOT)
+    if path is None:
+        return None, why
     # The file's module name is fixed at build time; a module built for another torch would not
     # import cleanly, so the name (which carries the torch version) must match.
     file_name = os.path.basename(path).split(".")[0]
@@ -64,11 +67,6 @@ def _load():
             path, mod.TORCH_VERSION_MAJOR, mod.TORCH_VERSION_MINOR, torch.__version__)
     mod.load_library(_lib.path)  # the very library gradwire.core uses
     return mod, None
-
-
-def _python_hint():
-    import sys
-    return sys.executable
 
 
 _ext, _why_not = _load()
