@@ -13,13 +13,19 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # pip builds in the tree it is given: give it a copy, so the source tree stays untouched.
 mkdir -p "$work/src"
-cp -r "$src/pyproject.toml" "$src/setup.py" "$src/CMakeLists.txt" "$src/python" "$work/src/"
+cp -r "$src/pyproject.toml" "$src/setup.py" "$src/CMakeLists.txt" "$src/python" "$src/torch_backend" "$src/include" \
+  "$src/cmake" "$work/src/"
 find "$work/src/python" -name __pycache__ -prune -exec rm -rf {} +
 "$python" -m venv --system-site-packages "$work/venv"
+# Debian's torch is visible here: neither the install nor gradwire.info may compile the torch
+# backend (check_pip_torch_backend.sh checks that part).
+export GRADWIRE_TORCH_BACKEND_NO_BUILD=1
 GRADWIRE_PREBUILT_LIB=$build/libgradwire.so "$work/venv/bin/pip" install -q --no-build-isolation --no-index \
   "$work/src" > "$work/pip.log" 2>&1 || { cat "$work/pip.log"; exit 1; }
 site=$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 test -f "$site/gradwire/libgradwire.so" || { echo "libgradwire.so is not inside the installed package"; exit 1; }
+ls "$site"/gradwire/_torch_src/torch_backend/*.cpp "$site/gradwire/_torch_src/include/gradwire/version.h" >/dev/null ||
+  { echo "the torch backend's sources are not inside the installed package"; exit 1; }
 cd "$work"
 unset PYTHONPATH GRADWIRE_LIB
 "$work/venv/bin/python" -m gradwire.info > info.txt
