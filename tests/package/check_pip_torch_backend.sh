@@ -31,7 +31,9 @@ find "$work/src/python" -name __pycache__ -prune -exec rm -rf {} +
 py=$work/venv/bin/python
 # --no-compile: byte-compiling torch's thousands of files is most of the install's time, and
 # this venv is thrown away.
-pip() { "$py" -m pip --disable-pip-version-check "$@" >> "$work/pip.log" 2>&1 || { tail -50 "$work/pip.log"; exit 1; }; }
+pip() {
+  "$py" -m pip --disable-pip-version-check "$@" >> "$work/pip.log" 2>&1 || { tail -50 "$work/pip.log"; exit 1; }
+}
 pip install --no-compile "torch==$torch_version"
 lap "pip install torch==$torch_version"
 export GRADWIRE_PREBUILT_LIB=$build/libgradwire.so
