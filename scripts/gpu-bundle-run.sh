@@ -9,7 +9,8 @@
 #                    GW_REQUIRE_GPU is left unset, so the GPU tests skip, and a step passes
 #                    when it ran and failed nothing. Without it every skip is a failure.
 #   --steps          run only these (env always runs): codecs, collectives, nccl, ucx,
-#                    python, bench, sanitizer
+#                    python, bench, sanitizer; and torch (the torch backend on CUDA tensors,
+#                    built for the machine's torch first), which runs only when named here
 #   --budget         wall-clock seconds for the whole run (default 330): each step's time
 #                    limit is cut to what is left, and a step with no time left is NOT RUN.
 # Logs go to $OUT (default ./out), eight files at most: summary.md env.log cxx.log python.log
@@ -85,6 +86,7 @@ trap print_summary EXIT
 trap interrupted INT TERM
 
 want() { [ -z "$only" ] || [[ "$only" == *",$1,"* ]]; }
+named() { [[ "$only" == *",$1,"* ]]; }  # steps that run only when --steps names them
 left() { echo $((deadline - reserve - $(date +%s))); }
 limit() {  # the step's own limit, cut to what is left
   local l; l=$(left)
@@ -229,6 +231,15 @@ if want python; then
     env "${require[@]}" "${ucx_env[@]}" GRADWIRE_LIB="$here/lib/libgradwire.so" PYTHONPATH="$here/python" \
     PYTHONUNBUFFERED=1 "$py" -m pytest -q -rs -p no:cacheprovider --junitxml="$work/junit/python.xml" \
     "$here/tests/python/test_cuda.py" "$here/tests/python/test_cuda_procs.py"
+fi
+
+# ---- The torch backend on CUDA tensors (--steps torch only: it compiles the extension for
+# this machine's torch first, a minute or two): stream order on torch's streams, NCCL, DDP.
+if named torch; then
+  run_step "torch backend: CUDA streams, NCCL, DDP" "$out/python.log" 420 "$work/junit/torch.xml" \
+    env "${require[@]}" "${ucx_env[@]}" GRADWIRE_LIB="$here/lib/libgradwire.so" PYTHONPATH="$here/python" \
+    PATH="$here/bin:$PATH" GRADWIRE_TORCH_BACKEND_CACHE="$work/torch-backend" PYTHONUNBUFFERED=1 \
+    "$py" -m pytest -q -rs -s -p no:cacheprovider --junitxml="$work/junit/torch.xml" "$here/tests/python/test_torch_cuda.py"
 fi
 
 # ---- Speed: kernels against copy bandwidth and torch, fixed seed, rows as they finish.

@@ -102,6 +102,11 @@ done
 
 # Python: the package, its CUDA tests with what they import, and the kernel benchmark.
 cp -r "$root/python/gradwire" "$stage/python/"
+# The torch backend's sources, where gradwire._backend builds it from on first import on the
+# GPU machine (its torch and Python are not this machine's), and ninja, which that build needs.
+python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); from gradwire import _build_torch as b; b.copy_sources(sys.argv[2], sys.argv[3])' \
+  "$root/python" "$root" "$stage/python/gradwire/_torch_src"
+cp "$(command -v ninja)" "$stage/bin/ninja"
 cp "$root"/tests/python/*.py "$stage/tests/python/"
 cp "$root/perf/kernel_bench.py" "$stage/perf/"
 find "$stage" -name __pycache__ -prune -exec rm -rf {} +
