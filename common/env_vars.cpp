@@ -11,11 +11,20 @@ namespace {
 // Read by the library: each is in docs/configuration.md's table (tests/env/check_env_doc.py
 // checks both ways against the sources).
 const char* const kLibrary[] = {
-    "GW_RANK",        "GW_SIZE",          "GW_LOCAL_RANK", "GW_LOCAL_SIZE",   "GW_ROOT",           "GW_PORT",
-    "GW_SOCKET_ADDR", "GW_SOCKET_IFNAME", "GW_TOKEN",      "GW_JOB_ID",       "GW_INSECURE_LOCAL", "GW_TIMEOUT_S",
-    "GW_ALGO",        "GW_CODEC",         "GW_TUNE",       "GW_LINK_GBPS",    "GW_CHUNK_BYTES",    "GW_DENSE_THRESHOLD",
-    "GW_HOST_SIMD",   "GW_NCCL_LIBRARY",  "GW_DEBUG",      "GW_DEBUG_SUBSYS", "GW_DEBUG_FILE",     "GW_TIMELINE",
-    "GW_UCX_SPIN_US", "GW_HOST_ID",       "GW_INTER_ALGO",
+    "GW_RANK",           "GW_SIZE",
+    "GW_LOCAL_RANK",     "GW_LOCAL_SIZE",
+    "GW_ROOT",           "GW_PORT",
+    "GW_SOCKET_ADDR",    "GW_SOCKET_IFNAME",
+    "GW_TOKEN",          "GW_JOB_ID",
+    "GW_INSECURE_LOCAL", "GW_TIMEOUT_S",
+    "GW_ALGO",           "GW_CODEC",
+    "GW_TUNE",           "GW_LINK_GBPS",
+    "GW_CHUNK_BYTES",    "GW_DENSE_THRESHOLD",
+    "GW_HOST_SIMD",      "GW_NCCL_LIBRARY",
+    "GW_DEBUG",          "GW_DEBUG_SUBSYS",
+    "GW_DEBUG_FILE",     "GW_TIMELINE",
+    "GW_UCX_SPIN_US",    "GW_HOST_ID",
+    "GW_INTER_ALGO",     "GW_STANDIN_SKIP_CALLER_WAIT",
 };
 
 // Read by scripts/, tests/ and tools/ (docs/configuration.md, "Scripts and tests").
