@@ -815,7 +815,8 @@ void compare_piece(int p, size_t n, const char* spec, Algo algo, uint32_t piece,
       g.upload(grad(call, r));
       out.fill(0x7F);
       DeviceEfState* e = with_ef ? ef.value().get() : nullptr;
-      Status s = dev.value()->begin(nullptr);
+      auto mark = dev.value()->mark(nullptr);
+      Status s = mark.is_ok() ? dev.value()->begin(*mark.value()) : mark.status();
       if (s.is_ok()) {
         s = algo == Algo::kSparseAllgather
                 ? coll::device_sparse_allgather_allreduce(c, *dev.value(), g.data(), out.data(), n, ReduceOp::kAvg,
