@@ -158,8 +158,8 @@ static void stream_order(gw_comm_t comm) {
   CHECK(wrong == 0);
 
   /* Host memory is not stand-in device memory: named, from the request. */
-  EXPECT_OK(gw_iallreduce_device(comm, read->got, read->got, kN, GW_FLOAT32, GW_SUM, NULL, NULL, GW_ALGO_AUTO, s,
-                                 &req));
+  EXPECT_OK(
+      gw_iallreduce_device(comm, read->got, read->got, kN, GW_FLOAT32, GW_SUM, NULL, NULL, GW_ALGO_AUTO, s, &req));
   EXPECT_OK(gw_request_stream_wait(req, s));
   EXPECT_OK(gw_standin_stream_synchronize(s)); /* released, error or not */
   {

@@ -22,7 +22,6 @@
 #ifdef GW_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -62,11 +61,6 @@ class Accelerator {
   virtual std::shared_ptr<StreamEvent> record(DevStream stream) = 0;
   virtual void stream_wait(DevStream stream, const StreamEvent& e) = 0;
   virtual void host_wait(const StreamEvent& e) = 0;
-  // The caching allocator must not reuse t's memory before stream's work so far is done.
-  virtual void keep_for(const at::Tensor& t, DevStream stream) {
-    (void)t;
-    (void)stream;
-  }
   // A Future for outputs on device, completed now "on" stream (waiters' streams wait for what
   // stream has queued so far); null where futures cannot be stream-completed (stand-in).
   virtual c10::intrusive_ptr<c10::ivalue::Future> completed_future(const std::vector<at::Tensor>& outputs,
@@ -191,11 +185,6 @@ class CudaAccelerator final : public Accelerator {
     static_cast<const Event&>(ev).event.block(wrap(stream));
   }
   void host_wait(const StreamEvent& ev) override { static_cast<const Event&>(ev).event.synchronize(); }
-  void keep_for(const at::Tensor& t, DevStream stream) override {
-    if (t.defined() && t.is_cuda() && t.numel() > 0) {
-      c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), wrap(stream));
-    }
-  }
   c10::intrusive_ptr<c10::ivalue::Future> completed_future(const std::vector<at::Tensor>& outputs,
                                                            DevStream stream) override {
     std::vector<c10::Device> devices;

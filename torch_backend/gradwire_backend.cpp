@@ -47,6 +47,10 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #endif
 
+#ifdef GW_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 #include "device_streams.hpp"
 #include "gradwire/gradwire.h"
 #include "gradwire/standin.h"
@@ -1589,10 +1593,11 @@ class GradwireBackend : public BackendBase {
       const int64_t n = static_cast<int64_t>(nbytes(o));
       if (n > 0) {
         at::Tensor piece = src.narrow(0, off, n);
+        // non_blocking: from pinned staging the copy is ordered on the stream, not waited for.
         if (o.is_contiguous()) {
-          as_bytes(o).copy_(piece);
+          as_bytes(o).copy_(piece, /*non_blocking=*/true);
         } else {
-          o.copy_(piece.view(o.scalar_type()).view(o.sizes()));
+          o.copy_(piece.view(o.scalar_type()).view(o.sizes()), /*non_blocking=*/true);
         }
       }
       off += n;
