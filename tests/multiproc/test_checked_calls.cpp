@@ -1175,7 +1175,8 @@ void thread_calls(gw_comm_t comm, int t, int rank, int np, std::atomic<int>& go,
 // while the other thread waits for a core; seen in about 1 run in 30 on this oversubscribed
 // machine) calls of the same shape have the same descriptor and pair up crosswise: nothing on
 // the wire tells them apart. So a wrong sum is tolerated only on calls that started before the
-// other thread's first call on that rank (counted, printed); none after.
+// other thread's first call on that rank (counted, printed), and on the other rank only as the
+// counterparts of those (the same crosswise collectives); none else.
 TEST_P(CheckedCalls, TwoThreadsInOneCommunicatorBreakItOnceSeen) {
   JobOptions opt;
   opt.np = 2;
@@ -1206,7 +1207,14 @@ TEST_P(CheckedCalls, TwoThreadsInOneCommunicatorBreakItOnceSeen) {
       invalid_usage += 1;
       continue;
     }
-    EXPECT_EQ(rep.v[kWrong], 0) << "a call succeeded with a wrong sum: " << rep.o[4].msg << " " << rep.o[5].msg;
+    // A crosswise pairing is one collective, wrong on both ranks: where the peer's side of it
+    // started before the peer could see two threads, this rank could not see them either (its
+    // other thread had stamped its first call but not yet entered the library). So a wrong sum
+    // here is tolerated only as the counterpart of one of the peer's wrong-before-seen calls.
+    const Report& peer = rs[static_cast<size_t>(1 - r)].rep;
+    EXPECT_LE(rep.v[kWrong], peer.v[kWrongFirst])
+        << "a call succeeded with a wrong sum that neither rank's unseen calls explain: " << rep.o[4].msg << " "
+        << rep.o[5].msg;
     long long errors = 0;
     for (int code = 1; code < static_cast<int>(GW_NUM_RESULTS); ++code) errors += rep.v[kCodes + code];
     EXPECT_EQ(rep.v[kOk] + rep.v[kWrong] + rep.v[kWrongFirst] + errors, 2 * kThreadCalls);
