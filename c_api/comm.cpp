@@ -128,6 +128,15 @@ Status submit_call(gw_comm_t comm, gw_request_t* request, F&& fn) {
   return Status::ok();
 }
 
+// A non-blocking device call: its point on the caller's stream is taken here, in the caller's
+// thread (mark_stream also reports a missing device backend), and fn(cm, point) runs later on
+// the progress thread.
+template <class F>
+Status submit_device_call(gw_comm_t comm, void* stream, gw_request_t* request, F&& fn) {
+  GW_ASSIGN_OR_RETURN(gw::Communicator::StreamPoint after, comm->comm->mark_stream(stream));
+  return submit_call(comm, request, [after, fn = std::forward<F>(fn)](gw::Communicator& cm) { return fn(cm, after); });
+}
+
 // Whether a call is the non-blocking twin (holding its request out-pointer) or blocking.
 struct Async {
   gw_request_t* request = nullptr;
@@ -347,7 +356,6 @@ Status submit_allreduce(gw_comm_t comm, bool device, const void* sendbuf, void* 
   // what the caller queued before it, not after what it queues while the call waits its turn.
   gw::Communicator::StreamPoint after;
   if (device) {
-    GW_RETURN_IF_ERROR(comm->comm->device_ready());
     GW_ASSIGN_OR_RETURN(after, comm->comm->mark_stream(stream));
   }
   gw::Codec* c = codec_of(codec);
@@ -544,10 +552,10 @@ gw_result_t gw_iallgather_device(gw_comm_t comm, const void* sendbuf, void* recv
   return guard("gw_iallgather_device", [&]() -> Status {
     GW_RETURN_IF_ERROR(check_comm(comm));
     GW_RETURN_IF_ERROR(check_request(request));
-    GW_RETURN_IF_ERROR(comm->comm->device_ready());
-    GW_ASSIGN_OR_RETURN(gw::Communicator::StreamPoint after, comm->comm->mark_stream(stream));
-    return submit_call(comm, request,
-                       [=](gw::Communicator& cm) { return cm.allgather_device(sendbuf, recvbuf, bytes, after); });
+    return submit_device_call(comm, stream, request,
+                              [=](gw::Communicator& cm, const gw::Communicator::StreamPoint& after) {
+                                return cm.allgather_device(sendbuf, recvbuf, bytes, after);
+                              });
   });
 }
 
@@ -556,10 +564,10 @@ gw_result_t gw_ibroadcast_device(gw_comm_t comm, void* buf, size_t bytes, int ro
   return guard("gw_ibroadcast_device", [&]() -> Status {
     GW_RETURN_IF_ERROR(check_comm(comm));
     GW_RETURN_IF_ERROR(check_request(request));
-    GW_RETURN_IF_ERROR(comm->comm->device_ready());
-    GW_ASSIGN_OR_RETURN(gw::Communicator::StreamPoint after, comm->comm->mark_stream(stream));
-    return submit_call(comm, request,
-                       [=](gw::Communicator& cm) { return cm.broadcast_device(buf, bytes, root, after); });
+    return submit_device_call(comm, stream, request,
+                              [=](gw::Communicator& cm, const gw::Communicator::StreamPoint& after) {
+                                return cm.broadcast_device(buf, bytes, root, after);
+                              });
   });
 }
 
