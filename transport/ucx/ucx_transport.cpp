@@ -32,6 +32,7 @@
 
 #include <dirent.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -345,6 +346,9 @@ class UcxTransportImpl final : public UcxTransport {
       const auto spin_until = Clock::now() + spin_;
       do {
         if (drive()) return;
+        // With more ranks than cores the peer this rank waits for may be waiting for this
+        // core: give it up between looks (a no-op when nothing else is runnable here).
+        sched_yield();
       } while (Clock::now() < spin_until);
       if (abort_flag_.load(std::memory_order_acquire) || worker_ == nullptr) return;
       const ucs_status_t s = ucp_worker_arm(worker_);
