@@ -54,6 +54,79 @@ TEST(RingAllreduce, ExactSumsForEveryRankCountAndSize) {
   }
 }
 
+// Recursive doubling asked for by name on every rank count (powers of two and not), every
+// op, awkward sizes, in and out of place; every rank ends with the same bits, NaN payloads
+// and signed zeros included.
+TEST(RecursiveDoubling, ExactForEveryRankCountOpAndSize) {
+  for (int p : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1031}, size_t{70001}}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd}) {
+        std::vector<float> expect(n, op == ReduceOp::kProd ? 1.0f : 0.0f);
+        for (int r = 0; r < p; ++r) {
+          const auto d = int_data(n, r, 3);
+          for (size_t i = 0; i < n; ++i) {
+            const float v = op == ReduceOp::kProd ? (d[i] > 0 ? 1.0f : -1.0f) : d[i];
+            if (op == ReduceOp::kMax)
+              expect[i] = r == 0 ? v : std::max(expect[i], v);
+            else if (op == ReduceOp::kMin)
+              expect[i] = r == 0 ? v : std::min(expect[i], v);
+            else if (op == ReduceOp::kProd)
+              expect[i] *= v;
+            else
+              expect[i] += v;
+          }
+        }
+        if (op == ReduceOp::kAvg) {
+          for (float& e : expect) e /= static_cast<float>(p);
+        }
+        run_local_ranks(p, [&](Communicator& c, int r) {
+          auto x = int_data(n, r, 3);
+          if (op == ReduceOp::kProd) {
+            for (float& v : x) v = v > 0 ? 1.0f : -1.0f;
+          }
+          std::vector<float> out(n, -7.0f);
+          const Status s =
+              c.allreduce(x.data(), out.data(), n, DType::kFloat32, op, nullptr, nullptr, Algo::kRecursiveDoubling);
+          ASSERT_TRUE(s.is_ok()) << s.to_string();
+          EXPECT_EQ(out, expect) << "p=" << p << " n=" << n << " op " << red_op_name(op) << " rank " << r;
+          EXPECT_EQ(c.stats()->last_algo, Algo::kRecursiveDoubling);
+          ASSERT_TRUE(
+              c.allreduce(x.data(), x.data(), n, DType::kFloat32, op, nullptr, nullptr, Algo::kRecursiveDoubling)
+                  .is_ok());
+          EXPECT_EQ(x, expect) << "in place, p=" << p << " n=" << n;
+        });
+      }
+    }
+  }
+}
+
+TEST(RecursiveDoubling, EveryRankGetsTheSameBitsForNaNPayloadsAndSignedZeros) {
+  for (int p : {2, 3, 5, 6}) {
+    const size_t n = 64;
+    std::vector<std::vector<uint32_t>> got(static_cast<size_t>(p));
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+      run_local_ranks(p, [&](Communicator& c, int r) {
+        std::vector<float> x(n);
+        for (size_t i = 0; i < n; ++i) {
+          // Different NaN payloads on different ranks, and +0 / -0 by rank parity.
+          const uint32_t nan = 0x7fc00000u | static_cast<uint32_t>(r * 64 + static_cast<int>(i) + 1);
+          float v = r % 2 == 0 ? 0.0f : -0.0f;
+          if (i % 3 == 0) std::memcpy(&v, &nan, sizeof v);
+          x[i] = v;
+        }
+        std::vector<float> out(n);
+        ASSERT_TRUE(
+            c.allreduce(x.data(), out.data(), n, DType::kFloat32, op, nullptr, nullptr, Algo::kRecursiveDoubling)
+                .is_ok());
+        std::vector<uint32_t> bits(n);
+        std::memcpy(bits.data(), out.data(), n * sizeof(float));
+        got[static_cast<size_t>(r)] = bits;
+      });
+      for (int r = 1; r < p; ++r) EXPECT_EQ(got[static_cast<size_t>(r)], got[0]) << "p=" << p << " rank " << r;
+    }
+  }
+}
+
 TEST(RingAllreduce, HalfPrecisionTypes) {
   for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
     for (int p : {2, 3, 4}) {
@@ -292,7 +365,11 @@ TEST(Policy, PicksByCodecSizeAndOverrides) {
     auto t = test::make_codec("topk:ratio=0.01");
     auto dense = test::make_codec("topk:ratio=0.5");
     EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, nullptr, Algo::kAuto), Algo::kRing);
-    EXPECT_EQ(c.choose_algo(100, DType::kFloat32, q.get(), Algo::kAuto), Algo::kRing);
+    // Small dense calls (a codec on a buffer under the threshold runs dense): log p steps.
+    EXPECT_EQ(c.choose_algo(100, DType::kFloat32, q.get(), Algo::kAuto), Algo::kRecursiveDoubling);
+    EXPECT_EQ(c.choose_algo(1000, DType::kInt64, nullptr, Algo::kAuto), Algo::kRecursiveDoubling);
+    // On device buffers the dense choice is the ring (recursive doubling runs on the host).
+    EXPECT_EQ(c.choose_algo(100, DType::kFloat32, nullptr, Algo::kAuto, true), Algo::kRing);
     EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, q.get(), Algo::kAuto), Algo::kScatterReduce);
     EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, t.get(), Algo::kAuto), Algo::kSparseAllgather);
     EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, dense.get(), Algo::kAuto), Algo::kScatterReduce);

@@ -20,7 +20,7 @@ constexpr double kSparseSumBps = 1e9;
 double ring_cost(const CostInput& in) {
   const double p = in.ranks;
   const double wire = 2 * (p - 1) / p * in.bytes;
-  return std::max(wire / in.link_bytes_per_s, 0.0);
+  return 2 * (p - 1) * in.message_s + wire / in.link_bytes_per_s;
 }
 Status ring_host(Context& c, const HostAllreduce& a) {
   return ring_allreduce(c, a.send, a.recv, a.count, a.dtype, a.op);
@@ -29,12 +29,26 @@ Status ring_device(Context& c, DeviceBackend& dev, const DeviceAllreduce& a) {
   return device_dense_allreduce(c, dev, a.send, a.recv, a.count, a.dtype, a.op);
 }
 
+// --- recursive doubling: dense, log p whole-buffer exchanges (two more when p is not a
+// power of two). Wins over the ring where the per-message cost dominates.
+double recursive_doubling_cost(const CostInput& in) {
+  int m = 0;
+  while ((2 << m) <= static_cast<int>(in.ranks)) ++m;
+  const bool pow2 = (1 << m) == static_cast<int>(in.ranks);
+  const double exchanges = m + (pow2 ? 0 : 2);
+  return exchanges * (in.message_s + in.bytes / in.link_bytes_per_s);
+}
+Status recursive_doubling_host(Context& c, const HostAllreduce& a) {
+  return recursive_doubling_allreduce(c, a.send, a.recv, a.count, a.dtype, a.op);
+}
+
 // --- compressed ring: every hop decodes, adds and re-encodes.
 double compressed_ring_cost(const CostInput& in) {
   const double p = in.ranks;
   const double wire = 2 * (p - 1) / p * in.encoded;
   const double work = in.bytes / kEncodeBps + 2 * in.bytes / kDecodeBps;
-  return wire / in.link_bytes_per_s + work;  // each hop waits for the previous one's decode and encode
+  return 2 * (p - 1) * in.message_s + wire / in.link_bytes_per_s +
+         work;  // each hop waits for the previous one's decode and encode
 }
 // With 2 ranks it is scatter-reduce's twin; it has no device version.
 bool compressed_ring_weighed(const TuneInput& in) { return !in.sparse_codec && in.nranks > 2 && !in.on_device; }
@@ -50,7 +64,7 @@ double scatter_reduce_cost(const CostInput& in) {
   const double p = in.ranks, bytes = in.bytes;
   const double wire = 2 * (p - 1) / p * in.encoded;
   const double work = (bytes + bytes / p) / kEncodeBps + ((p - 1) / p * bytes + bytes) / kDecodeBps;
-  return std::max(wire / in.link_bytes_per_s, work);
+  return 2 * in.message_s + std::max(wire / in.link_bytes_per_s, work);  // its messages go out at once
 }
 // The alternative to a sparse all-gather (the static rule's choice while k p < n).
 bool scatter_reduce_weighed(const TuneInput& in) {
@@ -71,7 +85,7 @@ double sparse_allgather_cost(const CostInput& in) {
   const double p = in.ranks;
   const double wire = (p - 1) * in.encoded;
   const double work = in.bytes / kEncodeBps + p * in.encoded / kSparseSumBps;
-  return std::max(wire / in.link_bytes_per_s, work);
+  return (p - 1) * in.message_s + std::max(wire / in.link_bytes_per_s, work);  // a ring of p - 1 steps
 }
 Status sparse_allgather_host(Context& c, const HostAllreduce& a) {
   return sparse_allgather_allreduce(c, static_cast<const float*>(a.send), static_cast<float*>(a.recv), a.count, a.op,
@@ -93,26 +107,31 @@ constexpr uint32_t kNoSlots = 0;
 //   id, name, description,
 //   collectives, memory, codecs, composite, device_counterpart,
 //   cost, weighed, host, device,
-//   steps, step_ranges, host_slots, device_slots, staging_slots
+//   steps, step_ranges, host_slots, device_slots, staging_slots, check
 constexpr AlgorithmRow kRows[] = {
     {Algo::kRing, "ring", "dense ring: reduce-scatter then all-gather", kServesAllreduce, kHostMemory | kDeviceMemory,
      kNoCodec, false, Algo::kRing, ring_cost, nullptr, ring_host, ring_device, &kFlatSteps, 1, kFlatHostSlots.mask(),
-     kNoSlots, kFlatStagingSlots.mask()},
+     kNoSlots, kFlatStagingSlots.mask(), CheckGraph::kRing},
     {Algo::kCompressedRing, "compressed_ring", "every hop decodes, adds and re-encodes", kServesAllreduce, kHostMemory,
      kLossyCodecs, false, Algo::kScatterReduce, compressed_ring_cost, compressed_ring_weighed, compressed_ring_host,
-     nullptr, &kFlatSteps, 1, kFlatHostSlots.mask(), kNoSlots, kNoSlots},
+     nullptr, &kFlatSteps, 1, kFlatHostSlots.mask(), kNoSlots, kNoSlots, CheckGraph::kRing},
     {Algo::kScatterReduce, "scatter_reduce", "compressed all-to-all, owners encode the sum once", kServesAllreduce,
      kHostMemory | kDeviceMemory, kLossyCodecs, false, Algo::kScatterReduce, scatter_reduce_cost,
      scatter_reduce_weighed, scatter_reduce_host, scatter_reduce_device, &kFlatSteps, 1, kFlatHostSlots.mask(),
-     kFlatDeviceSlots.mask(), kFlatStagingSlots.mask()},
+     kFlatDeviceSlots.mask(), kFlatStagingSlots.mask(), CheckGraph::kAllPeers},
     {Algo::kSparseAllgather, "sparse_allgather", "every rank's message to every rank, summed in rank order",
      kServesAllreduce | kServesSparseAllgather, kHostMemory | kDeviceMemory, kLossyCodecs, false,
      Algo::kSparseAllgather, sparse_allgather_cost, nullptr, sparse_allgather_host, sparse_allgather_device,
-     kSparseAllgatherSteps, 2, kFlatHostSlots.mask(), kFlatDeviceSlots.mask(), kFlatStagingSlots.mask()},
+     kSparseAllgatherSteps, 2, kFlatHostSlots.mask(), kFlatDeviceSlots.mask(), kFlatStagingSlots.mask(),
+     CheckGraph::kAllPeers},
     {Algo::kHierarchical, "hierarchical", "dense inside each node, the policy's algorithm between nodes",
      kServesAllreduce | kServesSparseAllgather, kHostMemory | kDeviceMemory, kNoCodec | kLossyCodecs, true,
      Algo::kHierarchical, hierarchical_cost, nullptr, nullptr, nullptr, kHierarchicalSteps, 5, kNoSlots,
-     kHierDeviceSlots.mask(), kHierStagingSlots.mask()},
+     kHierDeviceSlots.mask(), kHierStagingSlots.mask(), CheckGraph::kAllPeers},
+    {Algo::kRecursiveDoubling, "recursive_doubling", "dense, whole-buffer exchanges at distance 1, 2, 4, ...",
+     kServesAllreduce, kHostMemory, kNoCodec, false, Algo::kRing, recursive_doubling_cost, nullptr,
+     recursive_doubling_host, nullptr, &kFlatSteps, 1, kFlatHostSlots.mask(), kNoSlots, kNoSlots,
+     CheckGraph::kDoubling},
 };
 
 constexpr size_t kRowCount = sizeof kRows / sizeof kRows[0];
@@ -166,6 +185,11 @@ const AlgorithmRow* find_algorithm(const std::string& name) {
     if (name == row.name) return &row;
   }
   return nullptr;
+}
+
+bool dense_algorithm(Algo a) {
+  const AlgorithmRow* row = find_algorithm(a);
+  return row != nullptr && !row->composite && row->codecs == kNoCodec;
 }
 
 bool algo_value_known(int value) {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "collectives/algorithms/scratch_slots.hpp"
+#include "collectives/checks/check_graph.hpp"
 #include "collectives/common/context.hpp"
 #include "collectives/common/step_ranges.hpp"
 #include "gradwire/codec.hpp"
@@ -66,12 +67,15 @@ using HostEntry = Status (*)(Context& c, const HostAllreduce& call);
 using DeviceEntry = Status (*)(Context& c, DeviceBackend& dev, const DeviceAllreduce& call);
 
 // The cost model's view of one call (policy.hpp: model_seconds): ranks, the buffer's bytes,
-// the codec's encoded bound for it (the buffer's bytes when dense) and the link in bytes/s.
+// the codec's encoded bound for it (the buffer's bytes when dense), the link in bytes/s and
+// the time of one small message (latency and per-message software cost), paid once per step
+// a rank waits on.
 struct CostInput {
   double ranks;
   double bytes;
   double encoded;
   double link_bytes_per_s;
+  double message_s;
 };
 using CostHook = double (*)(const CostInput& in);
 
@@ -107,6 +111,7 @@ struct AlgorithmRow {
   uint32_t host_slots;
   uint32_t device_slots;
   uint32_t staging_slots;
+  CheckGraph check;  // whose call descriptors a call checks (check_graph.hpp)
 };
 
 struct AlgorithmList {
@@ -121,6 +126,8 @@ AlgorithmList algorithms();
 // The row of id, or null (kAuto, or a value that names no algorithm).
 const AlgorithmRow* find_algorithm(Algo id);
 const AlgorithmRow* find_algorithm(const std::string& name);
+// Whether a runs dense (takes no codec: ring, recursive doubling). kAuto is not.
+bool dense_algorithm(Algo a);
 // Whether value is an Algo: kAuto or a row's id.
 bool algo_value_known(int value);
 // "auto" and every row's name, separated by ", ", the last by last_separator.

@@ -4,13 +4,34 @@
 #include <string>
 
 #include "collectives/common/context.hpp"
+#include "collectives/common/doubling.hpp"
 #include "collectives/common/step_ranges.hpp"
 
 namespace gw::coll {
 
-uint64_t CallCheck::tag() { return static_cast<uint64_t>(kCallCheckSteps.base) << kChunkBits; }
+uint64_t CallCheck::tag(uint64_t seq) {
+  return ((seq & ((uint64_t{1} << kSeqBits) - 1)) << (kStepBits + kChunkBits)) |
+         (static_cast<uint64_t>(kCallCheckSteps.base) << kChunkBits);
+}
 
-Status CallCheck::start(transport::Transport& tp, const CallDescriptor& mine) {
+void CallCheck::add_in(int peer, Edge how) {
+  const size_t i = static_cast<size_t>(peer);
+  if (peer == rank_ || in_[i] == kOwnMessage) return;  // a message of its own covers a carried copy
+  if (in_[i] == kNone) {
+    ins_.push_back(peer);
+    ++unjudged_;
+  }
+  in_[i] = how;
+}
+
+void CallCheck::add_out(int peer) {
+  const size_t i = static_cast<size_t>(peer);
+  if (peer == rank_ || out_[i] != 0) return;
+  out_[i] = 1;
+  outs_.push_back(peer);
+}
+
+Status CallCheck::start(transport::Transport& tp, const CallDescriptor& mine, CheckGraph graph) {
   tp_ = &tp;
   rank_ = tp.rank();
   size_ = tp.size();
@@ -24,15 +45,50 @@ Status CallCheck::start(transport::Transport& tp, const CallDescriptor& mine) {
     inbox_.assign(p * CallDescriptor::kMaxBytes, 0);
     ops_ = p;
   }
+  in_.assign(p, kNone);
+  out_.assign(p, 0);
   judged_.assign(p, 0);
-  judged_[static_cast<size_t>(rank_)] = 1;
-  unjudged_ = size_ - 1;
+  ins_.clear();
+  outs_.clear();
+  unjudged_ = 0;
   active_ = true;
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
+  if (size_ > 1) {
+    const int prev = (rank_ + size_ - 1) % size_, next = (rank_ + 1) % size_;
+    switch (graph) {
+      case CheckGraph::kAllPeers:
+        for (int i = 1; i < size_; ++i) {  // starting after this rank spreads the load
+          add_in((rank_ + i) % size_, kOwnMessage);
+          add_out((rank_ + i) % size_);
+        }
+        break;
+      case CheckGraph::kRing:
+        add_in(prev, kOwnMessage);
+        add_out(next);
+        break;
+      case CheckGraph::kDoubling: {
+        add_in(prev, kOwnMessage);
+        add_out(next);
+        const Doubling d(rank_, size_);
+        if (d.folded >= 0) add_in(d.folded, kCarried);
+        if (d.takes >= 0) add_in(d.takes, kCarried);
+        if (d.newrank >= 0) {
+          for (int k = 0; k < d.m; ++k) add_in(d.partner(k), kCarried);
+        }
+        break;
+      }
+      case CheckGraph::kDissemination:
+        for (int dist = 1; dist < size_; dist *= 2) {
+          add_in(((rank_ - dist) % size_ + size_) % size_, kOwnMessage);
+          add_out((rank_ + dist) % size_);
+        }
+        break;
+    }
+  }
+  for (int r : ins_) {
     const size_t i = static_cast<size_t>(r);
-    GW_RETURN_IF_ERROR(
-        tp.irecv(r, tag(), inbox_.data() + i * CallDescriptor::kMaxBytes, CallDescriptor::kMaxBytes, recvs_[i]));
+    if (in_[i] != kOwnMessage) continue;
+    GW_RETURN_IF_ERROR(tp.irecv(r, tag(mine.seq), inbox_.data() + i * CallDescriptor::kMaxBytes,
+                                CallDescriptor::kMaxBytes, recvs_[i]));
   }
   unsent_ = true;
   return Status::ok();
@@ -40,11 +96,16 @@ Status CallCheck::start(transport::Transport& tp, const CallDescriptor& mine) {
 
 Status CallCheck::send() {
   unsent_ = false;
-  for (int i = 1; i < size_; ++i) {  // starting after this rank spreads the load
-    const int r = (rank_ + i) % size_;
-    GW_RETURN_IF_ERROR(tp_->isend(r, tag(), mine_bytes_, mine_len_, sends_[static_cast<size_t>(r)]));
+  for (int r : outs_) {
+    GW_RETURN_IF_ERROR(tp_->isend(r, tag(mine_.seq), mine_bytes_, mine_len_, sends_[static_cast<size_t>(r)]));
   }
   return Status::ok();
+}
+
+Status CallCheck::judge_bytes(int peer, const uint8_t* got, size_t len) {
+  if (len == mine_len_ && std::memcmp(got, mine_bytes_, mine_len_) == 0) return Status::ok();
+  GW_ASSIGN_OR_RETURN(CallDescriptor theirs, parse_descriptor(got, len, peer));
+  return invalid_usage("mismatched collective calls: " + describe_mismatch(theirs, peer, mine_, rank_));
 }
 
 Status CallCheck::judge(int peer) {
@@ -53,18 +114,39 @@ Status CallCheck::judge(int peer) {
   if (op.current() == transport::OpState::kFailed) return op.status;
   judged_[i] = 1;
   --unjudged_;
-  const uint8_t* got = inbox_.data() + i * CallDescriptor::kMaxBytes;
-  if (op.bytes == mine_len_ && std::memcmp(got, mine_bytes_, mine_len_) == 0) return Status::ok();
-  GW_ASSIGN_OR_RETURN(CallDescriptor theirs, parse_descriptor(got, op.bytes, peer));
-  return invalid_usage("mismatched collective calls: " + describe_mismatch(theirs, peer, mine_, rank_));
+  return judge_bytes(peer, inbox_.data() + i * CallDescriptor::kMaxBytes, op.bytes);
+}
+
+Status CallCheck::take_carried(int peer, const uint8_t* msg, size_t len, size_t* header) {
+  *header = 0;
+  if (!failure_.is_ok()) return failure_;
+  const size_t i = static_cast<size_t>(peer);
+  if (peer < 0 || peer >= size_ || in_[i] == kNone) {
+    return internal_error("a descriptor carried from rank " + std::to_string(peer) +
+                          ", which this call does not check");
+  }
+  const size_t have = descriptor_length(msg, len);
+  if (have == 0) {  // not kept: the caller may still find the mismatch that explains it
+    return Status(Code::kRemote,
+                  "rank " + std::to_string(peer) + " sent a message without a call descriptor at its head");
+  }
+  failure_ = judge_bytes(peer, msg, have);
+  if (!failure_.is_ok()) return failure_;
+  if (in_[i] == kCarried && judged_[i] == 0) {
+    judged_[i] = 1;
+    --unjudged_;
+  }
+  *header = have;
+  return Status::ok();
 }
 
 Status CallCheck::poll() {
   if (!active_ || !failure_.is_ok()) return failure_;
   if (unsent_) GW_RETURN_IF_ERROR(send());
-  for (int r = 0; r < size_ && unjudged_ > 0; ++r) {
+  if (unjudged_ == 0) return Status::ok();
+  for (int r : ins_) {
     const size_t i = static_cast<size_t>(r);
-    if (judged_[i] != 0 || !recvs_[i].finished()) continue;
+    if (in_[i] != kOwnMessage || judged_[i] != 0 || !recvs_[i].finished()) continue;
     failure_ = judge(r);
     if (!failure_.is_ok()) return failure_;
   }
@@ -75,7 +157,13 @@ Status CallCheck::require(int peer, transport::Clock::time_point deadline) {
   if (!active_ || !failure_.is_ok()) return failure_;
   if (unsent_) GW_RETURN_IF_ERROR(send());
   const size_t i = static_cast<size_t>(peer);
-  if (peer < 0 || peer >= size_ || judged_[i] != 0) return Status::ok();
+  if (peer < 0 || peer >= size_ || peer == rank_ || judged_[i] != 0) return Status::ok();
+  if (in_[i] == kCarried) return Status::ok();  // the algorithm judges it (take_carried)
+  if (in_[i] == kNone) {
+    failure_ = internal_error("data from rank " + std::to_string(peer) + ", which the check of this call (#" +
+                              std::to_string(mine_.seq) + " " + call_kind_name(mine_.kind) + ") does not cover");
+    return failure_;
+  }
   const Status waited = tp_->wait(recvs_[i], deadline);
   if (!recvs_[i].finished()) {
     return Status(Code::kTimeout, "rank " + std::to_string(peer) + " did not start collective #" +
@@ -89,9 +177,9 @@ std::string CallCheck::not_started() const {
   if (!active_) return "";
   std::string ranks;
   int n = 0;
-  for (int r = 0; r < size_; ++r) {
+  for (int r : ins_) {
     const size_t i = static_cast<size_t>(r);
-    if (judged_[i] != 0 || recvs_[i].finished()) continue;
+    if (in_[i] != kOwnMessage || judged_[i] != 0 || recvs_[i].finished()) continue;
     ranks += (n++ == 0 ? "" : ", ") + std::to_string(r);
   }
   if (n == 0) return "";
@@ -101,17 +189,20 @@ std::string CallCheck::not_started() const {
 }
 
 Status CallCheck::require_all(transport::Clock::time_point deadline) {
-  for (int r = 0; r < size_; ++r) {
-    if (r != rank_) GW_RETURN_IF_ERROR(require(r, deadline));
-  }
+  for (int r : ins_) GW_RETURN_IF_ERROR(require(r, deadline));
   return failure_;
 }
 
 Status CallCheck::finish(transport::Clock::time_point deadline) {
-  GW_RETURN_IF_ERROR(require_all(deadline));  // sends this rank's descriptor too, if it is still unsent
-  for (int r = 0; r < size_; ++r) {
-    if (r != rank_) GW_RETURN_IF_ERROR(tp_->wait(sends_[static_cast<size_t>(r)], deadline));
+  GW_RETURN_IF_ERROR(require_all(deadline));  // sends this rank's descriptors too, if still unsent
+  for (int r : ins_) {
+    if (judged_[static_cast<size_t>(r)] == 0) {
+      failure_ = internal_error("call #" + std::to_string(mine_.seq) + " (" + call_kind_name(mine_.kind) +
+                                ") ended without judging the descriptor rank " + std::to_string(r) + " carries");
+      return failure_;
+    }
   }
+  for (int r : outs_) GW_RETURN_IF_ERROR(tp_->wait(sends_[static_cast<size_t>(r)], deadline));
   active_ = false;
   return Status::ok();
 }

@@ -1,9 +1,10 @@
 // The check that every rank made the same call (call_descriptor.hpp): each call sends this
-// rank's descriptor to every other rank and receives theirs, beside the call's own messages.
-// Nothing waits for the exchange up front; instead data received from a peer is used only
-// once that peer's descriptor has matched (Context::wait), and a call returns success only
-// once every peer's has. A mismatch therefore fails the call on every rank, before any
-// mismatched byte is reduced or returned.
+// rank's descriptor to the peers its check graph names (check_graph.hpp) and receives
+// theirs, beside the call's own messages or at the head of them. Nothing waits for the
+// exchange up front; instead data received from a peer is used only once that peer's
+// descriptor has matched (Context::wait, or Context::take_carried for a descriptor carried
+// in the data), and a call returns success only once every descriptor it expects has. A
+// mismatch therefore fails the call before any mismatched byte is reduced or returned.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "collectives/checks/call_descriptor.hpp"
+#include "collectives/checks/check_graph.hpp"
 #include "gradwire/status.hpp"
 #include "transport/transport.hpp"
 
@@ -20,22 +22,25 @@ namespace gw::coll {
 
 class CallCheck {
  public:
-  // The tag of descriptor messages: a step no algorithm uses, sequence bits zero. Every call
-  // takes exactly one descriptor from each peer, so they match in call order, and a peer that
-  // is a call ahead or behind shows as a different call number.
-  static uint64_t tag();
+  // The tag of call seq's descriptor messages: a step no algorithm uses. A peer that is a
+  // call ahead or behind sends its own call seq, which shows as a different call.
+  static uint64_t tag(uint64_t seq);
 
-  // Posts a receive for every other rank's descriptor; mine goes out at the call's first
-  // wait (poll, require or finish), behind the call's first data messages, so that a peer
-  // woken by the data finds the descriptor in the same wake-up.
-  Status start(transport::Transport& tp, const CallDescriptor& mine);
+  // Posts a receive for the descriptor of every peer of graph that sends one of its own;
+  // mine goes out at the call's first wait (poll, require or finish), behind the call's
+  // first data messages, so that a peer woken by the data finds the descriptor in the same
+  // wake-up.
+  Status start(transport::Transport& tp, const CallDescriptor& mine, CheckGraph graph = CheckGraph::kAllPeers);
   // Judges the descriptors that have arrived; the first mismatch is returned (and kept).
   Status poll();
   // Waits (until deadline) for peer's descriptor and judges it. kTimeout if it has not come.
+  // A peer whose descriptor is carried in its data is the algorithm's to judge (carried):
+  // OK here. A peer the graph does not name is an internal error (data from an unchecked
+  // edge).
   Status require(int peer, transport::Clock::time_point deadline);
-  // require() for every peer: waits until every peer's descriptor has arrived and matched.
+  // Waits until every descriptor sent on its own has arrived and matched.
   Status require_all(transport::Clock::time_point deadline);
-  // require_all(), then waits for this rank's sends.
+  // require_all(), that every carried descriptor was judged, then waits for this rank's sends.
   Status finish(transport::Clock::time_point deadline);
   // For a timeout's message: the ranks that have not started this call (their descriptor
   // has not arrived), e.g. "; rank 2 has not started this call (#7 allreduce)"; "" if none.
@@ -43,22 +48,36 @@ class CallCheck {
   // Whether a call is being checked (start ran, finish has not).
   bool active() const { return active_; }
 
+  // Descriptors carried in data (graph kDoubling): this rank's bytes, to put at the head of
+  // every message to a partner, and the judgement of one at the head of a message from peer
+  // (len bytes in all; *header: the descriptor's length, where the data begins).
+  const uint8_t* carried_bytes() const { return mine_bytes_; }
+  size_t carried_len() const { return mine_len_; }
+  Status take_carried(int peer, const uint8_t* msg, size_t len, size_t* header);
+
  private:
+  enum Edge : uint8_t { kNone = 0, kOwnMessage = 1, kCarried = 2 };
   Status judge(int peer);
+  Status judge_bytes(int peer, const uint8_t* got, size_t len);
   Status send();
+  void add_in(int peer, Edge how);
+  void add_out(int peer);
 
   transport::Transport* tp_ = nullptr;
   bool active_ = false;
-  bool unsent_ = false;  // this rank's descriptor is still to be sent
+  bool unsent_ = false;  // this rank's descriptors are still to be sent
   int rank_ = 0;
   int size_ = 0;
-  int unjudged_ = 0;
+  int unjudged_ = 0;  // of ins_
   Status failure_;
   CallDescriptor mine_;
   uint8_t mine_bytes_[CallDescriptor::kMaxBytes];
   size_t mine_len_ = 0;
-  std::vector<uint8_t> judged_;
-  std::vector<uint8_t> inbox_;  // size * kMaxBytes
+  std::vector<uint8_t> in_;      // per peer: how its descriptor comes (Edge)
+  std::vector<uint8_t> judged_;  // per peer
+  std::vector<uint8_t> out_;     // per peer: this rank sends it a descriptor message
+  std::vector<int> ins_, outs_;  // the peers of in_ and out_, in order
+  std::vector<uint8_t> inbox_;   // size * kMaxBytes
   std::unique_ptr<transport::Op[]> sends_, recvs_;
   size_t ops_ = 0;
 };

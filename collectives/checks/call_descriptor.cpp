@@ -133,6 +133,13 @@ size_t encode_descriptor(const CallDescriptor& d, uint8_t* out) {
   return CallDescriptor::kFixedBytes + spec_len;
 }
 
+size_t descriptor_length(const uint8_t* data, size_t len) {
+  if (len < CallDescriptor::kFixedBytes || std::memcmp(data, kMagic, 4) != 0) return 0;
+  const size_t spec_len = get<uint16_t>(data + 10);
+  if (spec_len > CallDescriptor::kMaxSpec || CallDescriptor::kFixedBytes + spec_len > len) return 0;
+  return CallDescriptor::kFixedBytes + spec_len;
+}
+
 Result<CallDescriptor> parse_descriptor(const uint8_t* data, size_t len, int peer) {
   auto bad = [&](const std::string& why) {
     return Status(Code::kRemote, "rank " + std::to_string(peer) + " sent a malformed call descriptor: " + why);

@@ -62,6 +62,9 @@ uint64_t size_digest(const uint64_t* sizes, size_t n);
 
 // Writes d into out (kMaxBytes available); returns the length written.
 size_t encode_descriptor(const CallDescriptor& d, uint8_t* out);
+// The length of the descriptor at the head of len untrusted bytes (a message that carries
+// one ahead of its data), or 0 when they do not start with one.
+size_t descriptor_length(const uint8_t* data, size_t len);
 // Parses untrusted bytes from `peer`: kRemote (naming the peer) when they are not a descriptor.
 Result<CallDescriptor> parse_descriptor(const uint8_t* data, size_t len, int peer);
 

@@ -1,7 +1,8 @@
 // The communicator: a transport, its scratch memory, and one progress thread that runs the
-// collectives in the order they were submitted (ranks must submit the same sequence). The
-// calling thread only enqueues and waits, so a trainer can overlap its backward pass with
-// communication, and the transport is only ever driven from one thread.
+// collectives in the order they were submitted (ranks must submit the same sequence), so a
+// trainer can overlap its backward pass with communication. A blocking host call made while
+// nothing is queued or running runs on the calling thread instead (no two thread hand-offs
+// per small call). Either way one thread at a time drives the transport (Impl::running).
 #include "gradwire/communicator.hpp"
 
 #include <chrono>
@@ -26,6 +27,8 @@
 #include "transport/transport.hpp"
 
 namespace gw {
+
+thread_local const Communicator::Impl* Communicator::Impl::driving = nullptr;
 
 // How often an idle progress thread drives the transport.
 constexpr std::chrono::milliseconds kIdleProgress{5};
@@ -68,6 +71,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
   Communicator* self = comm.get();
   im->serving = std::make_unique<comm_detail::P2pServingTransport>(*im->counted, [im] { return im->serve_p2p(); });
   im->worker = std::thread([im, self] {
+    Impl::driving = im;
     while (true) {
       std::shared_ptr<Work> w;
       {
@@ -77,22 +81,33 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
         // something else, such as a torch barrier; without them that peer's init times out.
         // Point-to-point messages are posted at once and, while any is in flight, watched in
         // the transport's own wait (woken by its events) rather than every kIdleProgress.
-        while (!im->stopping && im->queue.empty()) {
+        // While a caller drives (running), it does all of that itself.
+        while (im->running || (!im->stopping && im->queue.empty())) {
+          if (im->running) {
+            // A caller drives; it wakes us when it is done if anything is left to do.
+            im->cv.wait_for(lock, kIdleProgress);
+            continue;
+          }
           if (!im->p2p_new.empty() || !im->p2p_posted.empty()) {
+            im->running = true;
             lock.unlock();
             bool moved = im->tp->progress();
             moved = im->serve_p2p() || moved;
             if (!moved && !im->p2p_posted.empty()) im->tp->wait_for_events(transport::Clock::now() + kP2pNap);
             lock.lock();
+            im->running = false;
             continue;
           }
-          if (im->cv.wait_for(lock, kIdleProgress,
-                              [&] { return im->stopping || !im->queue.empty() || !im->p2p_new.empty(); })) {
+          if (im->cv.wait_for(lock, kIdleProgress, [&] {
+                return im->running || im->stopping || !im->queue.empty() || !im->p2p_new.empty();
+              })) {
             continue;
           }
+          im->running = true;
           lock.unlock();
           while (im->tp->progress()) {}
           lock.lock();
+          im->running = false;
         }
         if (im->queue.empty()) {
           lock.unlock();
@@ -101,29 +116,17 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
         }
         w = std::move(im->queue.front());
         im->queue.pop_front();
+        im->running = true;
       }
-      Status s = im->broken_status();
-      if (s.is_ok()) {
-        im->collective_failed = false;
-        try {
-          s = w->fn()(*self);
-        } catch (const std::bad_alloc&) {
-          s = Status(Code::kOutOfMemory, "out of memory in a collective");
-        } catch (const std::exception& e) {
-          s = internal_error(e.what());
-        }
-        // A failed collective leaves peers mid-protocol: nothing after it can be trusted. Argument
-        // errors found before any message moved leave every rank where it was.
-        const bool argument_error =
-            s.code() == Code::kInvalidArgument || s.code() == Code::kUnsupported || s.code() == Code::kBufferTooSmall;
-        if (!s.is_ok() && (im->collective_failed || !argument_error)) {
-          im->break_with(s);
-          im->tp->progress();
-        }
-      }
+      const Status s = im->execute([&] { return w->fn()(*self); });
       im->signal_finished(w->seq);
-      w->finish(std::move(s));
+      w->finish(s);
       im->serve_p2p();
+      {
+        std::lock_guard<std::mutex> lock(im->mu);
+        im->running = false;
+      }
+      im->cv.notify_all();
     }
   });
   GW_INFO(kInit, "communicator up: rank %d of %d over %s; %s, this rank is local rank %d of node %d", comm->rank(),
@@ -158,7 +161,7 @@ Algo Communicator::Impl::layout_choice(Algo flat, Algo requested, bool on_device
       requested == Algo::kHierarchical || (requested == Algo::kAuto && config.algo == Algo::kHierarchical);
   const bool automatic = requested == Algo::kAuto && config.algo == Algo::kAuto;
   if (!named && !automatic) return flat;
-  const bool nccl_dense = on_device && flat == Algo::kRing && nccl_on();
+  const bool nccl_dense = on_device && coll::dense_algorithm(flat) && nccl_on();
   if (topo.hierarchical() && !nccl_dense) return Algo::kHierarchical;
   if (named && !told_flat.exchange(true)) {
     const std::string why = nccl_dense ? "dense device all-reduces run on NCCL, which is topology-aware itself"
@@ -171,11 +174,13 @@ Algo Communicator::Impl::layout_choice(Algo flat, Algo requested, bool on_device
 
 Algo Communicator::Impl::inter_algo(Algo flat, size_t count, DType dtype, const Codec* codec) const {
   const bool lossy =
-      flat != Algo::kRing && codec != nullptr && codec->id() != CodecId::kNone && dtype == DType::kFloat32;
+      !coll::dense_algorithm(flat) && codec != nullptr && codec->id() != CodecId::kNone && dtype == DType::kFloat32;
   if (!lossy) return Algo::kRing;
   if (config.inter_algo != Algo::kAuto) return config.inter_algo;
   // One rank per node takes part: the flat policy's rules with nodes for ranks.
-  return coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, topo.nnodes, Algo::kAuto, Algo::kAuto, 0});
+  const Algo a =
+      coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, topo.nnodes, Algo::kAuto, Algo::kAuto, 0});
+  return coll::dense_algorithm(a) ? Algo::kRing : a;
 }
 int Communicator::size() const { return impl_->tp->size(); }
 Status Communicator::error() const { return impl_->broken_status(); }
@@ -185,8 +190,8 @@ void Communicator::abort(const std::string& why) {
 }
 
 Status Communicator::Impl::enter() {
+  if (driven_here()) return Status::ok();  // a call's own function calling a collective
   const std::thread::id me = std::this_thread::get_id();
-  if (me == worker.get_id()) return Status::ok();  // a submitted function calling a collective
   {
     std::lock_guard<std::mutex> lock(entry_mu);
     if (depth == 0 || caller == me) {
@@ -203,7 +208,7 @@ Status Communicator::Impl::enter() {
 }
 
 void Communicator::Impl::leave() {
-  if (std::this_thread::get_id() == worker.get_id()) return;
+  if (driven_here()) return;
   std::lock_guard<std::mutex> lock(entry_mu);
   --depth;
 }
@@ -228,18 +233,42 @@ std::shared_ptr<Communicator::Work> Communicator::submit(std::function<Status(Co
 bool Communicator::test(Work& work, Status* status) { return work.test(status); }
 Status Communicator::wait(Work& work) { return work.wait(); }
 
-Status Communicator::run(std::function<Status()> fn, bool collective) {
-  // Already on the progress thread (a submitted function calling a collective): run inline.
-  if (std::this_thread::get_id() == impl_->worker.get_id()) return fn();
-  if (collective) GW_RETURN_IF_ERROR(impl_->enter());
-  auto w = std::make_shared<Work>([fn = std::move(fn)](Communicator&) { return fn(); });
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->enqueue_locked(w);
+Status Communicator::run(std::function<Status()> fn, bool collective, Where where) {
+  Impl& im = *impl_;
+  // Already driving (a call's own function calling a collective): run inline.
+  if (im.driven_here()) return fn();
+  if (collective) GW_RETURN_IF_ERROR(im.enter());
+  bool here = false;
+  if (where == Where::kAnyThread) {
+    std::lock_guard<std::mutex> lock(im.mu);
+    here = !im.running && im.queue.empty() && !im.stopping;
+    if (here) im.running = true;
   }
-  impl_->cv.notify_all();
-  const Status s = w->wait();
-  if (collective) impl_->leave();
+  Status s;
+  if (here) {
+    // Nothing is queued or running: this thread drives, in call order as the queue would.
+    const Impl* outer = Impl::driving;
+    Impl::driving = &im;
+    s = im.execute(fn);
+    im.serve_p2p();
+    Impl::driving = outer;
+    bool work_left = false;
+    {
+      std::lock_guard<std::mutex> lock(im.mu);
+      im.running = false;
+      work_left = !im.queue.empty() || !im.p2p_new.empty() || !im.p2p_posted.empty();
+    }
+    if (work_left) im.cv.notify_all();
+  } else {
+    auto w = std::make_shared<Work>([fn = std::move(fn)](Communicator&) { return fn(); });
+    {
+      std::lock_guard<std::mutex> lock(im.mu);
+      im.enqueue_locked(w);
+    }
+    im.cv.notify_all();
+    s = w->wait();
+  }
+  if (collective) im.leave();
   return s;
 }
 
@@ -250,7 +279,7 @@ Algo flat_request(Algo a) { return a == Algo::kHierarchical ? Algo::kAuto : a; }
 
 // Whether the measured policy decides this call (see AllreduceTuner).
 bool tunable(bool tune, Algo static_choice, Algo requested, Algo configured, const Codec* codec, int nranks) {
-  return tune && static_choice != Algo::kRing && requested == Algo::kAuto && configured == Algo::kAuto &&
+  return tune && !coll::dense_algorithm(static_choice) && requested == Algo::kAuto && configured == Algo::kAuto &&
          codec != nullptr && nranks > 1;
 }
 
@@ -275,7 +304,8 @@ Algo Communicator::choose_algo(size_t count, DType dtype, const Codec* codec, Al
                              size(),
                              flat_request(requested),
                              flat_request(impl_->config.algo),
-                             impl_->config.dense_threshold_bytes};
+                             impl_->config.dense_threshold_bytes,
+                             on_device};
   const Algo a = coll::choose_allreduce(in);
   const Algo chosen = impl_->layout_choice(a, requested, on_device);
   if (tunable(impl_->tune, a, requested, impl_->config.algo, codec, size())) {
@@ -331,9 +361,9 @@ Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* 
                             std::to_string(count));
   }
   codec = impl_->effective_codec(codec, dtype);
-  const Algo flat =
-      coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, size(), flat_request(algo),
-                                               flat_request(impl_->config.algo), impl_->config.dense_threshold_bytes});
+  const Algo flat = coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, size(), flat_request(algo),
+                                                             flat_request(impl_->config.algo),
+                                                             impl_->config.dense_threshold_bytes, on_device});
   const Algo chosen = impl_->layout_choice(flat, algo, on_device);
   const bool tuned = tunable(impl_->tune, flat, algo, impl_->config.algo, codec, size());
   if (const coll::AlgorithmRow* row = coll::find_algorithm(flat); row == nullptr || !(row->codecs & coll::kNoCodec)) {
@@ -360,11 +390,11 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
   return run([=]() -> Status {
     return impl_->allreduce_planned(
         count, dtype, op, codec, ef, chosen, tuned, false, [&](coll::Context& c, Algo ran, bool flush) -> Status {
-          const bool hier_ef = ran == Algo::kHierarchical && inner != Algo::kRing && ef != nullptr;
+          const bool hier_ef = ran == Algo::kHierarchical && !coll::dense_algorithm(inner) && ef != nullptr;
           if (ef != nullptr && (ran == Algo::kCompressedRing || ran == Algo::kScatterReduce || hier_ef)) {
             impl_->efs.rehome_owner_residual(*ef, ran, count, c.rank, c.size);
           }
-          if (ef != nullptr && ran != Algo::kRing && !hier_ef) impl_->efs.mark_flat_filled(ef);
+          if (ef != nullptr && !coll::dense_algorithm(ran) && !hier_ef) impl_->efs.mark_flat_filled(ef);
           switch (ran) {
             case Algo::kHierarchical: {
               const bool flush_ef = hier_ef && !impl_->efs.hier_filled(ef);
@@ -397,13 +427,13 @@ Status Communicator::Impl::allreduce_planned(size_t count, DType dtype, ReduceOp
   if (tuned) {
     key = (on_device ? "device|" : "") + coll::AllreduceTuner::key(count, dtype, *codec);
     const coll::PolicyInput in{
-        count, dtype, codec, im.tp->size(), Algo::kAuto, Algo::kAuto, im.config.dense_threshold_bytes};
+        count, dtype, codec, im.tp->size(), Algo::kAuto, Algo::kAuto, im.config.dense_threshold_bytes, on_device};
     plan = im.tuner.plan(key, coll::allreduce_candidates(in, chosen, on_device, im.link_gbps));
     ran = plan.algo;
   }
   // A dense call decided by the tuner first sends what a compressed call left in the EF
   // residual, so that no gradient stays behind (trial calls leave it for the next one).
-  const bool flush = tuned && ran == Algo::kRing && !plan.trial && ef != nullptr && im.efs.needs_flush(ef);
+  const bool flush = tuned && coll::dense_algorithm(ran) && !plan.trial && ef != nullptr && im.efs.needs_flush(ef);
   double seconds = 0;
   const Status st = im.collective([&](coll::Context& c) { return run_algo(c, ran, flush); },
                                   allreduce_call(count, dtype, op, codec, ran, on_device), &seconds);
@@ -554,7 +584,7 @@ Status Communicator::trim_device() {
         std::lock_guard<std::mutex> lock(impl_->device_mu);
         return impl_->device->trim();
       },
-      /*collective=*/false);
+      /*collective=*/false, Where::kProgressThread);
 }
 
 Status Communicator::allreduce_device_at(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
@@ -576,40 +606,44 @@ Status Communicator::allreduce_device_at(const void* send, void* recv, size_t co
   codec = ch.codec;
   const Algo inner = impl_->inter_algo(ch.flat, count, dtype, codec);
   const auto* s = static_cast<const float*>(send);
-  return run([=]() -> Status {
-    GW_RETURN_IF_ERROR(dev->begin(*after));
-    return impl_->allreduce_planned(
-        count, dtype, op, codec, ef, ch.chosen, ch.tuned, true, [&](coll::Context& c, Algo ran, bool flush) -> Status {
-          // Error feedback on the inter-node leg only (see the host all-reduce): the first
-          // hierarchical call after a flat compressed one sends the whole residual once.
-          const bool hier_ef = ran == Algo::kHierarchical && inner != Algo::kRing && ef != nullptr;
-          if (ef != nullptr && ran != Algo::kRing && !hier_ef) impl_->efs.mark_flat_filled(ef);
-          return settled(*dev, [&]() -> Status {
-            switch (ran) {
-              case Algo::kHierarchical: {
-                const bool flush_ef = hier_ef && !impl_->efs.hier_filled(ef);
-                GW_RETURN_IF_ERROR(coll::device_hierarchical_allreduce(
-                    c, *dev, impl_->topo,
-                    coll::DeviceHierarchicalArgs{send, recv, count, dtype, op, codec, inner, hier_ef ? ef : nullptr,
-                                                 flush_ef}));
-                if (hier_ef) impl_->efs.mark_hier_filled(ef);
-                return Status::ok();
-              }
-              default:
-                if (flush) {
-                  float* acc = ef->residual();
-                  GW_RETURN_IF_ERROR(dev->add(acc, s, count));  // residual += send
-                  GW_RETURN_IF_ERROR(coll::device_dense_allreduce(c, *dev, acc, recv, count, dtype, op));
-                  GW_RETURN_IF_ERROR(dev->zero(acc, count * sizeof(float)));
-                  return coll::drain(c, *dev);
+  return run(
+      [=]() -> Status {
+        GW_RETURN_IF_ERROR(dev->begin(*after));
+        return impl_->allreduce_planned(
+            count, dtype, op, codec, ef, ch.chosen, ch.tuned, true,
+            [&](coll::Context& c, Algo ran, bool flush) -> Status {
+              // Error feedback on the inter-node leg only (see the host all-reduce): the first
+              // hierarchical call after a flat compressed one sends the whole residual once.
+              const bool hier_ef = ran == Algo::kHierarchical && !coll::dense_algorithm(inner) && ef != nullptr;
+              if (ef != nullptr && !coll::dense_algorithm(ran) && !hier_ef) impl_->efs.mark_flat_filled(ef);
+              return settled(*dev, [&]() -> Status {
+                switch (ran) {
+                  case Algo::kHierarchical: {
+                    const bool flush_ef = hier_ef && !impl_->efs.hier_filled(ef);
+                    GW_RETURN_IF_ERROR(coll::device_hierarchical_allreduce(
+                        c, *dev, impl_->topo,
+                        coll::DeviceHierarchicalArgs{send, recv, count, dtype, op, codec, inner, hier_ef ? ef : nullptr,
+                                                     flush_ef}));
+                    if (hier_ef) impl_->efs.mark_hier_filled(ef);
+                    return Status::ok();
+                  }
+                  default:
+                    if (flush) {
+                      float* acc = ef->residual();
+                      GW_RETURN_IF_ERROR(dev->add(acc, s, count));  // residual += send
+                      GW_RETURN_IF_ERROR(coll::device_dense_allreduce(c, *dev, acc, recv, count, dtype, op));
+                      GW_RETURN_IF_ERROR(dev->zero(acc, count * sizeof(float)));
+                      return coll::drain(c, *dev);
+                    }
+                    const coll::DeviceEntry entry = device_entry(ran);
+                    if (entry == nullptr)
+                      return unsupported(std::string(algo_name(ran)) + " runs on host buffers only");
+                    return entry(c, *dev, coll::DeviceAllreduce{send, recv, count, dtype, op, codec, ef});
                 }
-                const coll::DeviceEntry entry = device_entry(ran);
-                if (entry == nullptr) return unsupported(std::string(algo_name(ran)) + " runs on host buffers only");
-                return entry(c, *dev, coll::DeviceAllreduce{send, recv, count, dtype, op, codec, ef});
-            }
-          });
-        });
-  });
+              });
+            });
+      },
+      /*collective=*/true, Where::kProgressThread);
 }
 
 Status Communicator::allgather_device_at(const void* send, void* recv, size_t bytes, const DeviceOrder& order) {
@@ -622,11 +656,13 @@ Status Communicator::allgather_device_at(const void* send, void* recv, size_t by
     GW_RETURN_IF_ERROR(dev->check_buffer(recv, "recvbuf"));
   }
   GW_ASSIGN_OR_RETURN(StreamPoint after, order.point(*dev));
-  return run([=]() -> Status {
-    return impl_->device_collective(*dev, *after, call(CallKind::kAllgather, bytes), [&](coll::Context& c) {
-      return coll::device_allgather(c, *dev, send, recv, bytes);
-    });
-  });
+  return run(
+      [=]() -> Status {
+        return impl_->device_collective(*dev, *after, call(CallKind::kAllgather, bytes), [&](coll::Context& c) {
+          return coll::device_allgather(c, *dev, send, recv, bytes);
+        });
+      },
+      /*collective=*/true, Where::kProgressThread);
 }
 
 Status Communicator::broadcast_device_at(void* buf, size_t bytes, int root, const DeviceOrder& order) {
@@ -636,11 +672,13 @@ Status Communicator::broadcast_device_at(void* buf, size_t bytes, int root, cons
   GW_ASSIGN_OR_RETURN(coll::DeviceBackend * dev, impl_->device_backend());
   if (bytes > 0) GW_RETURN_IF_ERROR(dev->check_buffer(buf, "buf"));
   GW_ASSIGN_OR_RETURN(StreamPoint after, order.point(*dev));
-  return run([=]() -> Status {
-    return impl_->device_collective(*dev, *after, call(CallKind::kBroadcast, bytes, root), [&](coll::Context& c) {
-      return coll::device_broadcast(c, *dev, buf, bytes, root);
-    });
-  });
+  return run(
+      [=]() -> Status {
+        return impl_->device_collective(*dev, *after, call(CallKind::kBroadcast, bytes, root), [&](coll::Context& c) {
+          return coll::device_broadcast(c, *dev, buf, bytes, root);
+        });
+      },
+      /*collective=*/true, Where::kProgressThread);
 }
 
 Status Communicator::use_device_backend(std::unique_ptr<coll::DeviceBackend> backend) {
@@ -651,7 +689,7 @@ Status Communicator::use_device_backend(std::unique_ptr<coll::DeviceBackend> bac
         impl_->nccl = false;
         return Status::ok();
       },
-      /*collective=*/false);
+      /*collective=*/false, Where::kProgressThread);
 }
 
 Status Communicator::device_ready() { return impl_->device_backend().status(); }
@@ -667,74 +705,78 @@ Status Communicator::enable_nccl() {
   auto made = impl_->device_backend();
   const Status local = made.status();
   coll::DeviceBackend* dev = made.is_ok() ? made.value() : nullptr;
-  return run([=]() -> Status {
-    Impl& im = *impl_;
-    const int p = im.tp->size();
-    // Rank 0's unique id, or why it has none, to everyone.
-    struct IdBlob {
-      uint8_t ok;
-      uint8_t id[128];
-      char why[383];
-    } blob{};
-    if (im.tp->rank() == 0) {
-      Status s = local.is_ok() ? dev->nccl_unique_id(blob.id, sizeof blob.id) : local;
-      blob.ok = s.is_ok() ? 1 : 0;
-      std::snprintf(blob.why, sizeof blob.why, "%s", s.message().c_str());
-    }
-    GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::broadcast(c, &blob, sizeof blob, 0); },
-                                     call(CallKind::kNcclSetup, sizeof blob, 0)));
-    if (blob.ok == 0) return unsupported(std::string("NCCL did not start on rank 0: ") + blob.why);
-    auto agree = [&](const Status& mine, const char* stage) -> Status {
-      const uint8_t flag = mine.is_ok() ? 1 : 0;
-      std::vector<uint8_t> all(static_cast<size_t>(p));
-      GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, &flag, all.data(), 1); },
-                                       call(CallKind::kNcclSetup, 1)));
-      if (!mine.is_ok()) return unsupported(std::string(stage) + " on this rank: " + mine.message());
-      for (int r = 0; r < p; ++r) {
-        if (all[r] == 0) return unsupported(std::string(stage) + " on rank " + std::to_string(r) + " (see its error)");
-      }
-      return Status::ok();
-    };
-    GW_RETURN_IF_ERROR(agree(local, "no CUDA device for NCCL"));
-    const Status joined = dev->nccl_join(blob.id, sizeof blob.id, p, im.tp->rank(),
-                                         transport::Clock::now() + im.config.timeout, [&] { im.tp->progress(); });
-    if (joined.code() == Code::kTimeout) return joined;  // a rank stopped mid-join: nothing to agree with
-    if (Status s = agree(joined, "NCCL init failed"); !s.is_ok()) {
-      dev->nccl_leave();
-      return s;
-    }
-    if (im.topo.hierarchical()) {
-      // The hierarchical all-reduce's legs inside a node: one more communicator per node, from
-      // its local rank 0's id. Every rank learns the outcome everywhere, so all nodes run
-      // those legs alike; without it they go through host memory.
-      struct NodeId {
-        uint8_t ok;
-        uint8_t id[128];
-      } mine{};
-      if (im.topo.local_rank == 0) mine.ok = dev->nccl_unique_id(mine.id, sizeof mine.id).is_ok() ? 1 : 0;
-      std::vector<NodeId> ids(static_cast<size_t>(p));
-      GW_RETURN_IF_ERROR(
-          im.collective([&](coll::Context& c) { return coll::allgather(c, &mine, ids.data(), sizeof mine); },
-                        call(CallKind::kNcclSetup, sizeof mine)));
-      const NodeId& leader = ids[static_cast<size_t>(im.topo.members[static_cast<size_t>(im.topo.node)][0])];
-      const Status node_joined =
-          leader.ok != 0 ? dev->node_nccl_join(leader.id, sizeof leader.id, im.topo.local_size, im.topo.local_rank,
-                                               transport::Clock::now() + im.config.timeout, [&] { im.tp->progress(); })
-                         : unsupported("local rank 0 has no NCCL id");
-      if (node_joined.code() == Code::kTimeout) return node_joined;
-      if (Status s = agree(node_joined, "NCCL inside the node failed"); !s.is_ok()) {
-        dev->node_nccl_leave();
-        if (s.code() != Code::kUnsupported) return s;
-        GW_WARN(kNccl, "%s: the hierarchical all-reduce's legs inside nodes go through host memory",
-                s.message().c_str());
-      }
-    }
-    std::lock_guard<std::mutex> lock(im.device_mu);
-    im.nccl = true;
-    GW_INFO(kNccl, "NCCL up on rank %d of %d%s", im.tp->rank(), p,
-            dev->node_nccl_ready() ? ", and inside its node" : "");
-    return Status::ok();
-  });
+  return run(
+      [=]() -> Status {
+        Impl& im = *impl_;
+        const int p = im.tp->size();
+        // Rank 0's unique id, or why it has none, to everyone.
+        struct IdBlob {
+          uint8_t ok;
+          uint8_t id[128];
+          char why[383];
+        } blob{};
+        if (im.tp->rank() == 0) {
+          Status s = local.is_ok() ? dev->nccl_unique_id(blob.id, sizeof blob.id) : local;
+          blob.ok = s.is_ok() ? 1 : 0;
+          std::snprintf(blob.why, sizeof blob.why, "%s", s.message().c_str());
+        }
+        GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::broadcast(c, &blob, sizeof blob, 0); },
+                                         call(CallKind::kNcclSetup, sizeof blob, 0)));
+        if (blob.ok == 0) return unsupported(std::string("NCCL did not start on rank 0: ") + blob.why);
+        auto agree = [&](const Status& mine, const char* stage) -> Status {
+          const uint8_t flag = mine.is_ok() ? 1 : 0;
+          std::vector<uint8_t> all(static_cast<size_t>(p));
+          GW_RETURN_IF_ERROR(im.collective([&](coll::Context& c) { return coll::allgather(c, &flag, all.data(), 1); },
+                                           call(CallKind::kNcclSetup, 1)));
+          if (!mine.is_ok()) return unsupported(std::string(stage) + " on this rank: " + mine.message());
+          for (int r = 0; r < p; ++r) {
+            if (all[r] == 0)
+              return unsupported(std::string(stage) + " on rank " + std::to_string(r) + " (see its error)");
+          }
+          return Status::ok();
+        };
+        GW_RETURN_IF_ERROR(agree(local, "no CUDA device for NCCL"));
+        const Status joined = dev->nccl_join(blob.id, sizeof blob.id, p, im.tp->rank(),
+                                             transport::Clock::now() + im.config.timeout, [&] { im.tp->progress(); });
+        if (joined.code() == Code::kTimeout) return joined;  // a rank stopped mid-join: nothing to agree with
+        if (Status s = agree(joined, "NCCL init failed"); !s.is_ok()) {
+          dev->nccl_leave();
+          return s;
+        }
+        if (im.topo.hierarchical()) {
+          // The hierarchical all-reduce's legs inside a node: one more communicator per node, from
+          // its local rank 0's id. Every rank learns the outcome everywhere, so all nodes run
+          // those legs alike; without it they go through host memory.
+          struct NodeId {
+            uint8_t ok;
+            uint8_t id[128];
+          } mine{};
+          if (im.topo.local_rank == 0) mine.ok = dev->nccl_unique_id(mine.id, sizeof mine.id).is_ok() ? 1 : 0;
+          std::vector<NodeId> ids(static_cast<size_t>(p));
+          GW_RETURN_IF_ERROR(
+              im.collective([&](coll::Context& c) { return coll::allgather(c, &mine, ids.data(), sizeof mine); },
+                            call(CallKind::kNcclSetup, sizeof mine)));
+          const NodeId& leader = ids[static_cast<size_t>(im.topo.members[static_cast<size_t>(im.topo.node)][0])];
+          const Status node_joined =
+              leader.ok != 0
+                  ? dev->node_nccl_join(leader.id, sizeof leader.id, im.topo.local_size, im.topo.local_rank,
+                                        transport::Clock::now() + im.config.timeout, [&] { im.tp->progress(); })
+                  : unsupported("local rank 0 has no NCCL id");
+          if (node_joined.code() == Code::kTimeout) return node_joined;
+          if (Status s = agree(node_joined, "NCCL inside the node failed"); !s.is_ok()) {
+            dev->node_nccl_leave();
+            if (s.code() != Code::kUnsupported) return s;
+            GW_WARN(kNccl, "%s: the hierarchical all-reduce's legs inside nodes go through host memory",
+                    s.message().c_str());
+          }
+        }
+        std::lock_guard<std::mutex> lock(im.device_mu);
+        im.nccl = true;
+        GW_INFO(kNccl, "NCCL up on rank %d of %d%s", im.tp->rank(), p,
+                dev->node_nccl_ready() ? ", and inside its node" : "");
+        return Status::ok();
+      },
+      /*collective=*/true, Where::kProgressThread);
 }
 
 }  // namespace gw

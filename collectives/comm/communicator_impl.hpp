@@ -92,6 +92,7 @@ class Communicator::Work {
       std::lock_guard<std::mutex> lock(mu_);
       if (callbacks_.empty()) {  // none was added while those ran
         done_ = true;
+        done_seen_.store(true, std::memory_order_release);
         cv_.notify_all();
         return;
       }
@@ -104,6 +105,12 @@ class Communicator::Work {
     return done_;
   }
   Status wait() {
+    // A short spin first: a small call finishes within microseconds, and a thread put to
+    // sleep on the condition variable takes longer than that to be woken.
+    const auto spin_until = std::chrono::steady_clock::now() + kWaitSpin;
+    while (!done_seen_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spin_until) {
+      std::this_thread::yield();
+    }
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return done_; });
     return status_;
@@ -132,7 +139,9 @@ class Communicator::Work {
   uint32_t seq = 0;
 
  private:
+  static constexpr std::chrono::microseconds kWaitSpin{50};
   std::function<Status(Communicator&)> fn_;
+  std::atomic<bool> done_seen_{false};  // done_, read without the lock
   std::mutex mu_;
   std::condition_variable cv_;
   bool finishing_ = false;  // the result is set, callbacks are running
@@ -268,6 +277,37 @@ struct Communicator::Impl {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::shared_ptr<Work>> queue;
+  // A thread drives the transport and runs a work (under mu). Whoever sets it is the driver
+  // until it clears it: the progress thread, or a caller running its blocking call itself
+  // (Communicator::run). "Progress thread only" below means: the driver only.
+  bool running = false;
+  // The communicator the calling thread is driving now (nested calls run inline).
+  static thread_local const Impl* driving;
+  bool driven_here() const { return driving == this; }
+  // Runs one work's function as the driver: refuses it on a broken communicator, turns
+  // exceptions into errors and breaks the communicator where a collective failed midway.
+  template <class F>
+  Status execute(F&& fn) {
+    Status s = broken_status();
+    if (!s.is_ok()) return s;
+    collective_failed = false;
+    try {
+      s = fn();
+    } catch (const std::bad_alloc&) {
+      s = Status(Code::kOutOfMemory, "out of memory in a collective");
+    } catch (const std::exception& e) {
+      s = internal_error(e.what());
+    }
+    // A failed collective leaves peers mid-protocol: nothing after it can be trusted. Argument
+    // errors found before any message moved leave every rank where it was.
+    const bool argument_error =
+        s.code() == Code::kInvalidArgument || s.code() == Code::kUnsupported || s.code() == Code::kBufferTooSmall;
+    if (!s.is_ok() && (collective_failed || !argument_error)) {
+      break_with(s);
+      tp->progress();
+    }
+    return s;
+  }
   // Point-to-point messages not posted yet (any thread adds, under mu), and those posted
   // (progress thread only). Neither waits behind the queue above.
   std::deque<std::unique_ptr<comm_detail::P2pMessage>> p2p_new;
@@ -306,7 +346,7 @@ struct Communicator::Impl {
     Status s;
     if (c.size > 1) {
       c.check = &check;
-      s = check.start(*tp, d);
+      s = check.start(*tp, d, coll::check_graph(d));
     }
     if (s.is_ok()) s = fn(c);
     if (s.is_ok() && c.check != nullptr) s = check.finish(c.deadline);

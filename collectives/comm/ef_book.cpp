@@ -1,5 +1,6 @@
 #include "collectives/comm/ef_book.hpp"
 
+#include "collectives/algorithms/algorithm_table.hpp"
 #include "collectives/algorithms/schedules/ef_rules.hpp"
 #include "collectives/common/context.hpp"
 
@@ -16,7 +17,7 @@ bool EfBook::needs_flush(const void* ef) const {
 }
 
 void EfBook::after_allreduce(const void* ef, Algo ran, bool flushed) {
-  if (ran != Algo::kRing) {
+  if (!coll::dense_algorithm(ran)) {
     states_[ef].unflushed = true;
   } else if (flushed) {
     states_[ef].unflushed = false;

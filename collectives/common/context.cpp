@@ -25,6 +25,19 @@ Status Context::check_calls() const { return check != nullptr ? check->poll() : 
 
 Status Context::verify_all_calls() const { return check != nullptr ? check->require_all(deadline) : Status::ok(); }
 
+size_t Context::carried_len() const { return check != nullptr ? check->carried_len() : 0; }
+const uint8_t* Context::carried_bytes() const { return check != nullptr ? check->carried_bytes() : nullptr; }
+Status Context::take_carried(int peer, const uint8_t* msg, size_t len, size_t* header) const {
+  *header = 0;
+  if (check == nullptr) return Status::ok();
+  const Status s = check->take_carried(peer, msg, len, header);
+  if (s.code() != Code::kRemote) return s;
+  // A message without a descriptor is most likely another call's data: the descriptors
+  // still coming may name the mismatch.
+  const Status why = check->require_all(std::min(deadline, transport::Clock::now() + kExplainWait));
+  return why.code() == Code::kInvalidUsage ? why : s;
+}
+
 Status Context::wait(transport::Op& op) const {
   // Time spent waiting on the network is the "transfer" of the timeline (GW_TIMELINE).
   Timeline* tl = op.finished() ? nullptr : Timeline::current();
@@ -41,7 +54,9 @@ Status Context::wait(transport::Op& op) const {
   if (!op.finished() || check == nullptr || !op.is_recv) return waited;
   const bool failed = !waited.is_ok();
   const auto until = failed ? std::min(deadline, transport::Clock::now() + kExplainWait) : deadline;
-  const Status s = check->require(op.peer, until);
+  // A failed receive (a message of another size) is most likely a mismatched call: any
+  // descriptor still coming may say so, not only this peer's (whose may ride in the data).
+  const Status s = failed ? check->require_all(until) : check->require(op.peer, until);
   if (!s.is_ok() && (!failed || s.code() == Code::kInvalidUsage)) return s;
   return waited;
 }

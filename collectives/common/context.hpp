@@ -92,6 +92,13 @@ struct Context {
   // Waits until every peer's descriptor has arrived and matched (for work that bypasses
   // wait(), such as NCCL calls).
   Status verify_all_calls() const;
+  // Descriptors carried at the head of data messages (check graph kDoubling): this rank's,
+  // to put ahead of every message's data (none when the call is unchecked), and the
+  // judgement of the one at the head of a message of len bytes from peer, whose data then
+  // begins at *header. A mismatch is kInvalidUsage naming both calls.
+  size_t carried_len() const;
+  const uint8_t* carried_bytes() const;
+  Status take_carried(int peer, const uint8_t* msg, size_t len, size_t* header) const;
 };
 
 // Balanced split of n elements into parts: part j is [start(j), start(j + 1)).

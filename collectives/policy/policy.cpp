@@ -17,12 +17,20 @@ namespace gw {
 
 namespace coll {
 
+Algo choose_dense(const PolicyInput& in) {
+  const double bytes = static_cast<double>(in.count) * static_cast<double>(dtype_size(in.dtype));
+  if (in.on_device || in.nranks <= 1 || bytes > static_cast<double>(kDoublingMaxBytes)) return Algo::kRing;
+  const CostInput ci{static_cast<double>(in.nranks), bytes, bytes, kDefaultLinkBytesPerS, kDefaultMessageSeconds};
+  const double doubling = find_algorithm(Algo::kRecursiveDoubling)->cost(ci);
+  return doubling < find_algorithm(Algo::kRing)->cost(ci) ? Algo::kRecursiveDoubling : Algo::kRing;
+}
+
 Algo choose_allreduce(const PolicyInput& in) {
   if (in.requested != Algo::kAuto) return in.requested;
   if (in.configured != Algo::kAuto) return in.configured;
-  if (in.codec == nullptr || in.codec->id() == CodecId::kNone) return Algo::kRing;
-  if (in.dtype != DType::kFloat32) return Algo::kRing;
-  if (in.count * dtype_size(in.dtype) < in.dense_threshold_bytes) return Algo::kRing;
+  if (in.codec == nullptr || in.codec->id() == CodecId::kNone) return choose_dense(in);
+  if (in.dtype != DType::kFloat32) return choose_dense(in);
+  if (in.count * dtype_size(in.dtype) < in.dense_threshold_bytes) return choose_dense(in);
   if (in.nranks == 1) return Algo::kScatterReduce;
   if (in.codec->spec().is_sparse()) {
     // All-gather moves (p - 1) messages of about k entries into every rank; a ring or
@@ -207,10 +215,10 @@ double model_seconds(const PolicyInput& in, Algo algo, double link_gbps) {
   const double p = in.nranks > 0 ? in.nranks : 1;
   const double bytes = static_cast<double>(in.count) * static_cast<double>(dtype_size(in.dtype));
   double enc = bytes;
-  if (in.codec != nullptr && algo != Algo::kRing) {
+  if (in.codec != nullptr && !dense_algorithm(algo)) {
     enc = static_cast<double>(in.codec->max_encoded_bytes(in.count, in.dtype));
   }
-  return row->cost(CostInput{p, bytes, enc, link_gbps * 1e9 / 8});
+  return row->cost(CostInput{p, bytes, enc, link_gbps * 1e9 / 8, kDefaultMessageSeconds});
 }
 
 AllreduceTuner::Candidates allreduce_candidates(const PolicyInput& in, Algo static_choice, bool on_device,

@@ -19,7 +19,16 @@ struct PolicyInput {
   Algo requested;   // per call
   Algo configured;  // GW_ALGO
   size_t dense_threshold_bytes;
+  bool on_device = false;  // device buffers: only algorithms with a device entry
 };
+
+// The dense algorithm for in (ring or recursive doubling): whichever the cost model rates
+// faster with the default link (kDefaultLinkBytesPerS, kDefaultMessageSeconds), recursive
+// doubling only up to kDoublingMaxBytes (it does not pipeline the reduction with the wire).
+Algo choose_dense(const PolicyInput& in);
+constexpr double kDefaultLinkBytesPerS = 12.5e9;  // 100 Gbit/s
+constexpr double kDefaultMessageSeconds = 3e-6;   // a small message's latency, software included
+constexpr size_t kDoublingMaxBytes = size_t{128} << 10;
 
 // The static choice: from the arguments alone.
 Algo choose_allreduce(const PolicyInput& in);

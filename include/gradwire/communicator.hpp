@@ -30,11 +30,12 @@ class Transport;
 // Values match gw_algo_t.
 enum class Algo : uint8_t {
   kAuto = 0,
-  kRing = 1,             // dense ring: reduce-scatter then all-gather
-  kCompressedRing = 2,   // every hop decodes, adds and re-encodes
-  kScatterReduce = 3,    // compressed all-to-all, owners reduce, encode once, all-gather
-  kSparseAllgather = 4,  // every rank's message to every rank, summed in rank order
-  kHierarchical = 5,     // dense inside nodes, the policy's algorithm between them
+  kRing = 1,               // dense ring: reduce-scatter then all-gather
+  kCompressedRing = 2,     // every hop decodes, adds and re-encodes
+  kScatterReduce = 3,      // compressed all-to-all, owners reduce, encode once, all-gather
+  kSparseAllgather = 4,    // every rank's message to every rank, summed in rank order
+  kHierarchical = 5,       // dense inside nodes, the policy's algorithm between them
+  kRecursiveDoubling = 6,  // dense, whole-buffer exchanges at distance 1, 2, 4, ...: log p steps
 };
 GW_API const char* algo_name(Algo algo);
 GW_API Result<Algo> parse_algo(const std::string& name);
@@ -223,9 +224,14 @@ class GW_API Communicator {
   explicit Communicator(std::unique_ptr<Impl> impl);
   // isend / irecv: queues the message for the progress thread to post.
   std::shared_ptr<Work> post_p2p(void* buf, size_t bytes, int peer, uint32_t tag, bool is_recv);
-  // Runs fn on the progress thread after every earlier call. collective: a call that every
+  // Runs fn after every earlier call and returns its result. collective: a call that every
   // rank makes (two threads doing that at once are refused and break the communicator).
-  Status run(std::function<Status()> fn, bool collective = true);
+  // Where: kAnyThread runs it on the calling thread when nothing is queued or running (no
+  // hand-off to the progress thread and back: small blocking calls pay two thread wake-ups
+  // otherwise), else on the progress thread; kProgressThread always there (device work:
+  // the CUDA backend binds its device to the thread that drives it).
+  enum class Where { kAnyThread, kProgressThread };
+  Status run(std::function<Status()> fn, bool collective = true, Where where = Where::kAnyThread);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -326,9 +326,11 @@ TEST(DenseCollectives, HierarchicalAllreduceEveryLayoutOpAndDtype) {
               if (c.local_size() != per_node[static_cast<size_t>(layout[static_cast<size_t>(rank)])]) {
                 return fail(rank, "local_size %d", c.local_size());
               }
+              // Flat, the dense choice is by size: recursive doubling for 4 KB, the ring for 12 MB.
               const Algo want_algo = hier ? Algo::kHierarchical : Algo::kRing;
-              if (c.choose_algo(1000, DType::kFloat32, nullptr, Algo::kAuto) != want_algo ||
-                  c.choose_algo(1000, DType::kFloat32, nullptr, Algo::kHierarchical) != want_algo) {
+              const Algo want_small = hier ? Algo::kHierarchical : p > 1 ? Algo::kRecursiveDoubling : Algo::kRing;
+              if (c.choose_algo(1000, DType::kFloat32, nullptr, Algo::kAuto) != want_small ||
+                  c.choose_algo(1000, DType::kFloat32, nullptr, Algo::kHierarchical) != want_small) {
                 return fail(rank, "the policy picks %s",
                             algo_name(c.choose_algo(1000, DType::kFloat32, nullptr, Algo::kAuto)));
               }

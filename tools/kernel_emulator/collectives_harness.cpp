@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/algorithms/algorithm_table.hpp"
 #include "collectives/algorithms/device/device_algorithms.hpp"
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "compressors/wire_header.hpp"
@@ -320,7 +321,7 @@ void compare_allreduce(int p, size_t n, const Case& k, const Options& o) {
       // float32 all-reduce: without NCCL the device scatter-reduce with codec "none", whose
       // rank-order sums are the host scatter-reduce's with "none" (not the ring's order). EF
       // is left alone by both.
-      const bool dense = c.choose_algo(n, DType::kFloat32, codec.value().get(), k.algo) == Algo::kRing;
+      const bool dense = coll::dense_algorithm(c.choose_algo(n, DType::kFloat32, codec.value().get(), k.algo));
       ErrorFeedback ef(n);
       for (int step = 0; step < kSteps; ++step) {
         std::vector<float> g = grad(step, r);

@@ -157,7 +157,7 @@ Status device_hierarchical_allreduce(Context& c, DeviceBackend& dev, const Topol
   HierarchicalGroups g(c, t, a.n);
   const Partition& part = g.part;
   const uint64_t start = g.start, len = g.len;
-  const bool dense = a.inner == Algo::kRing || a.codec == nullptr;
+  const bool dense = dense_algorithm(a.inner) || a.codec == nullptr;
   const ReduceOp sum_op = a.op == ReduceOp::kAvg ? ReduceOp::kSum : a.op;
   auto* out = static_cast<uint8_t*>(a.recv);
   uint8_t* shard = out + start * es;

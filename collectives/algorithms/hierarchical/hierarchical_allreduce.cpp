@@ -35,7 +35,7 @@ struct LegIo {
 Status inter_leg(Context& across, const Topology& t, const HierarchicalArgs& a, uint8_t* data, uint64_t start,
                  uint64_t len, const LegIo& io) {
   const ReduceOp sum_op = a.op == ReduceOp::kAvg ? ReduceOp::kSum : a.op;
-  if (a.inner == Algo::kRing || a.codec == nullptr) return ring_allreduce(across, data, data, len, a.dtype, sum_op);
+  if (dense_algorithm(a.inner) || a.codec == nullptr) return ring_allreduce(across, data, data, len, a.dtype, sum_op);
   const int N = t.nnodes;
   auto* f = reinterpret_cast<float*>(data);
   ErrorFeedback* ef = nullptr;
@@ -113,7 +113,7 @@ Status hierarchical_allreduce(Context& c, const Topology& t, const HierarchicalA
 
   // A sparse codec's sum across nodes is a few scattered elements: each shard's messages go
   // to every local rank through the segment, and each decodes them into its own output.
-  const bool dense = a.inner == Algo::kRing || a.codec == nullptr;
+  const bool dense = dense_algorithm(a.inner) || a.codec == nullptr;
   const bool sparse_results = !dense && a.inner == Algo::kSparseAllgather && a.codec->spec().is_sparse();
   const size_t msg_cap = sparse_results ? a.codec->max_encoded_bytes(part.length(0), DType::kFloat32) : 0;
   uint8_t* seg = nullptr;

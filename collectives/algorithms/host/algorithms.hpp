@@ -15,6 +15,8 @@
 namespace gw::coll {
 
 Status ring_allreduce(Context& c, const void* send, void* recv, size_t n, DType dtype, ReduceOp op);
+// Whole-buffer exchanges with partners at distance 1, 2, 4, ...: log p steps (small buffers).
+Status recursive_doubling_allreduce(Context& c, const void* send, void* recv, size_t n, DType dtype, ReduceOp op);
 
 // The lossy algorithms take float32. ef may be null.
 Status compressed_ring_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op, Codec& codec,
