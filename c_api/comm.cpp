@@ -120,10 +120,12 @@ struct SizeArray {
   const size_t* get() const { return null ? nullptr : v.data(); }
 };
 
-// A non-blocking call: fn runs on the progress thread after every earlier call.
+// A non-blocking call: fn runs after every earlier call, on the progress thread or, for host
+// calls the progress thread has not started when gw_wait comes, on the waiting thread.
 template <class F>
-Status submit_call(gw_comm_t comm, gw_request_t* request, F&& fn) {
-  auto work = comm->comm->submit(std::forward<F>(fn));
+Status submit_call(gw_comm_t comm, gw_request_t* request, F&& fn,
+                   gw::Communicator::Where where = gw::Communicator::Where::kAnyThread) {
+  auto work = comm->comm->submit(std::forward<F>(fn), where);
   *request = new gw_request_s{std::move(work), comm->comm.get()};
   return Status::ok();
 }
@@ -134,7 +136,9 @@ Status submit_call(gw_comm_t comm, gw_request_t* request, F&& fn) {
 template <class F>
 Status submit_device_call(gw_comm_t comm, void* stream, gw_request_t* request, F&& fn) {
   GW_ASSIGN_OR_RETURN(gw::Communicator::StreamPoint after, comm->comm->mark_stream(stream));
-  return submit_call(comm, request, [after, fn = std::forward<F>(fn)](gw::Communicator& cm) { return fn(cm, after); });
+  return submit_call(
+      comm, request, [after, fn = std::forward<F>(fn)](gw::Communicator& cm) { return fn(cm, after); },
+      gw::Communicator::Where::kProgressThread);
 }
 
 // Whether a call is the non-blocking twin (holding its request out-pointer) or blocking.
@@ -176,8 +180,8 @@ Status check_reduction_call(gw_comm_t comm, const Async& async, gw_dtype_t dtype
 Status p2p_call(gw_comm_t comm, void* buf, size_t bytes, int peer, uint32_t tag, bool is_recv, const Async& async) {
   GW_RETURN_IF_ERROR(check_call(comm, async, {buf}));
   GW_RETURN_IF_ERROR(gw::comm_detail::check_p2p_args(buf, bytes, peer, comm->comm->size()));
+  if (!async.on) return is_recv ? comm->comm->recv(buf, bytes, peer, tag) : comm->comm->send(buf, bytes, peer, tag);
   auto work = is_recv ? comm->comm->irecv(buf, bytes, peer, tag) : comm->comm->isend(buf, bytes, peer, tag);
-  if (!async.on) return gw::Communicator::wait(*work);
   *async.request = new gw_request_s{std::move(work), comm->comm.get()};
   return Status::ok();
 }
@@ -359,9 +363,11 @@ Status submit_allreduce(gw_comm_t comm, bool device, const void* sendbuf, void* 
     GW_ASSIGN_OR_RETURN(after, comm->comm->mark_stream(stream));
   }
   gw::Codec* c = codec_of(codec);
-  auto work = comm->comm->submit([=](gw::Communicator& cm) {
-    return allreduce_where(cm, device, sendbuf, recvbuf, count, dtype, op, c, ef, algo, stream, after);
-  });
+  auto work = comm->comm->submit(
+      [=](gw::Communicator& cm) {
+        return allreduce_where(cm, device, sendbuf, recvbuf, count, dtype, op, c, ef, algo, stream, after);
+      },
+      device ? gw::Communicator::Where::kProgressThread : gw::Communicator::Where::kAnyThread);
   *request = new gw_request_s{std::move(work), comm->comm.get()};
   return Status::ok();
 }

@@ -32,9 +32,6 @@ thread_local const Communicator::Impl* Communicator::Impl::driving = nullptr;
 
 // How often an idle progress thread drives the transport.
 constexpr std::chrono::milliseconds kIdleProgress{5};
-// The longest an idle progress thread with point-to-point messages in flight sleeps in the
-// transport (which wakes on its events) before it looks at the queue again.
-constexpr std::chrono::milliseconds kP2pNap{1};
 
 using namespace comm_detail;
 using coll::CallDescriptor;
@@ -88,7 +85,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
             im->cv.wait_for(lock, kIdleProgress);
             continue;
           }
-          if (!im->p2p_new.empty() || !im->p2p_posted.empty()) {
+          if ((!im->p2p_new.empty() || !im->p2p_posted.empty()) && im->p2p_waiters == 0) {
             im->running = true;
             lock.unlock();
             bool moved = im->tp->progress();
@@ -99,7 +96,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
             continue;
           }
           if (im->cv.wait_for(lock, kIdleProgress, [&] {
-                return im->running || im->stopping || !im->queue.empty() || !im->p2p_new.empty();
+                return im->running || im->stopping || !im->queue.empty() ||
+                       (!im->p2p_new.empty() && im->p2p_waiters == 0);
               })) {
             continue;
           }
@@ -213,7 +211,7 @@ void Communicator::Impl::leave() {
   --depth;
 }
 
-std::shared_ptr<Communicator::Work> Communicator::submit(std::function<Status(Communicator&)> fn) {
+std::shared_ptr<Communicator::Work> Communicator::submit(std::function<Status(Communicator&)> fn, Where where) {
   const Status entered = impl_->enter();
   if (!entered.is_ok()) {
     auto refused = std::make_shared<Work>(nullptr);
@@ -221,6 +219,7 @@ std::shared_ptr<Communicator::Work> Communicator::submit(std::function<Status(Co
     return refused;
   }
   auto w = std::make_shared<Work>(std::move(fn));
+  if (where == Where::kAnyThread) w->owner = this;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->enqueue_locked(w);
@@ -231,7 +230,44 @@ std::shared_ptr<Communicator::Work> Communicator::submit(std::function<Status(Co
 }
 
 bool Communicator::test(Work& work, Status* status) { return work.test(status); }
-Status Communicator::wait(Work& work) { return work.wait(); }
+
+Status Communicator::wait(Work& work) {
+  if (Communicator* owner = work.owner.load(std::memory_order_acquire)) {
+    if (work.p2p) {
+      owner->impl_->drive_p2p_until(work);
+    } else {
+      owner->impl_->run_if_next(work, *owner);
+    }
+  }
+  return work.wait();
+}
+
+void Communicator::Impl::run_if_next(Work& w, Communicator& self) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (running || stopping || queue.empty() || queue.front().get() != &w) return;
+    queue.pop_front();
+    running = true;
+  }
+  const Impl* outer = driving;
+  driving = this;
+  const Status s = execute([&] { return w.fn()(self); });
+  signal_finished(w.seq);
+  w.finish(s);
+  serve_p2p();
+  driving = outer;
+  release_driver();
+}
+
+void Communicator::Impl::release_driver() {
+  bool work_left = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    running = false;
+    work_left = !queue.empty() || ((!p2p_new.empty() || !p2p_posted.empty()) && p2p_waiters == 0);
+  }
+  if (work_left) cv.notify_all();
+}
 
 Status Communicator::run(std::function<Status()> fn, bool collective, Where where) {
   Impl& im = *impl_;
@@ -252,13 +288,7 @@ Status Communicator::run(std::function<Status()> fn, bool collective, Where wher
     s = im.execute(fn);
     im.serve_p2p();
     Impl::driving = outer;
-    bool work_left = false;
-    {
-      std::lock_guard<std::mutex> lock(im.mu);
-      im.running = false;
-      work_left = !im.queue.empty() || !im.p2p_new.empty() || !im.p2p_posted.empty();
-    }
-    if (work_left) im.cv.notify_all();
+    im.release_driver();
   } else {
     auto w = std::make_shared<Work>([fn = std::move(fn)](Communicator&) { return fn(); });
     {

@@ -35,6 +35,10 @@ namespace gw {
 
 namespace comm_detail {
 
+// The longest a thread driving point-to-point messages in flight (the idle progress thread,
+// or a waiter) sleeps in the transport, which wakes on its events, before it looks again.
+inline constexpr std::chrono::milliseconds kP2pNap{1};
+
 using coll::CallDescriptor;
 using coll::CallKind;
 
@@ -78,6 +82,7 @@ class Communicator::Work {
   // Sets the result once (later calls are ignored), runs the completion callbacks outside the
   // lock, and only then wakes the waiters: a caller whose wait returned sees its callback done.
   void finish(Status s) {
+    owner.store(nullptr, std::memory_order_release);
     std::vector<std::function<void(const Status&)>> run;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -137,6 +142,12 @@ class Communicator::Work {
   // The work's number in the queue (Impl::queued; 0: not queued, e.g. point-to-point), which
   // the device backend's completion word reaches when it finishes.
   uint32_t seq = 0;
+  // Set for work any thread may run (submit's kAnyThread): a waiter runs it itself when the
+  // progress thread has not started it (Impl::run_if_next). Cleared when it finishes, so a
+  // request waited on after its communicator is gone never reaches it.
+  std::atomic<Communicator*> owner{nullptr};
+  bool p2p = false;             // a point-to-point message's (waiters drive the transport for it)
+  bool waiter_counted = false;  // its waiter is already in Impl::p2p_waiters (send, recv)
 
  private:
   static constexpr std::chrono::microseconds kWaitSpin{50};
@@ -284,6 +295,13 @@ struct Communicator::Impl {
   // The communicator the calling thread is driving now (nested calls run inline).
   static thread_local const Impl* driving;
   bool driven_here() const { return driving == this; }
+  // A waiter's thread: runs w now, as the driver, if w is next in the queue and nothing runs.
+  void run_if_next(Work& w, Communicator& self);
+  // A waiter's thread: drives the transport and the point-to-point messages until w (one of
+  // them) finishes, as long as no collective is queued or running.
+  void drive_p2p_until(Work& w);
+  // The driver lets go of running; wakes the progress thread if anything is left for it.
+  void release_driver();
   // Runs one work's function as the driver: refuses it on a broken communicator, turns
   // exceptions into errors and breaks the communicator where a collective failed midway.
   template <class F>
@@ -313,6 +331,7 @@ struct Communicator::Impl {
   std::deque<std::unique_ptr<comm_detail::P2pMessage>> p2p_new;
   std::vector<std::unique_ptr<comm_detail::P2pMessage>> p2p_posted;
   bool serving_p2p = false;  // serve_p2p is running (progress thread only): no re-entry
+  int p2p_waiters = 0;       // threads in drive_p2p_until (under mu)
   bool stopping = false;
   Status broken;  // sticky, under mu
   std::thread worker;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "collectives/comm/communicator_impl.hpp"
@@ -60,8 +61,16 @@ std::shared_ptr<Communicator::Work> Communicator::irecv(void* buf, size_t bytes,
   return post_p2p(buf, bytes, peer, tag, /*is_recv=*/true);
 }
 
+Status Communicator::send(const void* buf, size_t bytes, int peer, uint32_t tag) {
+  return wait(*post_p2p(const_cast<void*>(buf), bytes, peer, tag, /*is_recv=*/false, /*waiter=*/true));
+}
+
+Status Communicator::recv(void* buf, size_t bytes, int peer, uint32_t tag) {
+  return wait(*post_p2p(buf, bytes, peer, tag, /*is_recv=*/true, /*waiter=*/true));
+}
+
 std::shared_ptr<Communicator::Work> Communicator::post_p2p(void* buf, size_t bytes, int peer, uint32_t tag,
-                                                           bool is_recv) {
+                                                           bool is_recv, bool waiter) {
   if (Status s = comm_detail::check_p2p_args(buf, bytes, peer, size()); !s.is_ok()) return finished_work(s);
   auto m = std::make_unique<P2pMessage>();
   m->is_recv = is_recv;
@@ -70,13 +79,52 @@ std::shared_ptr<Communicator::Work> Communicator::post_p2p(void* buf, size_t byt
   m->peer = peer;
   m->tag = tag;
   m->work = std::make_shared<Work>(nullptr);
+  m->work->owner = this;  // a waiter may drive it (Impl::drive_p2p_until)
+  m->work->p2p = true;
   auto w = m->work;
+  w->waiter_counted = waiter;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->p2p_new.push_back(std::move(m));
+    if (waiter) ++impl_->p2p_waiters;  // the idle progress thread leaves it to the caller
   }
-  impl_->cv.notify_all();
+  if (!waiter) impl_->cv.notify_all();
   return w;
+}
+
+void Communicator::Impl::drive_p2p_until(Work& w) {
+  if (!w.waiter_counted) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++p2p_waiters;  // the idle progress thread leaves the messages to us meanwhile
+  }
+  while (!w.test(nullptr)) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stopping || !queue.empty()) break;  // the progress thread serves it
+      if (running) {                          // the progress thread is finishing a round
+        mu.unlock();
+        std::this_thread::yield();
+        mu.lock();
+        continue;
+      }
+      running = true;
+    }
+    const Impl* outer = driving;
+    driving = this;
+    bool moved = tp->progress();
+    moved = serve_p2p() || moved;
+    if (!moved && !w.test(nullptr)) tp->wait_for_events(transport::Clock::now() + comm_detail::kP2pNap);
+    driving = outer;
+    release_driver();
+  }
+  bool left = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    --p2p_waiters;
+    w.waiter_counted = false;
+    left = !p2p_new.empty() || !p2p_posted.empty();
+  }
+  if (left) cv.notify_all();
 }
 
 Status Communicator::wait_for(Work& work, std::chrono::milliseconds timeout) {

@@ -145,6 +145,10 @@ class GW_API Communicator {
   // than the message fails with kInvalidUsage.
   std::shared_ptr<Work> isend(const void* buf, size_t bytes, int peer, uint32_t tag);
   std::shared_ptr<Work> irecv(void* buf, size_t bytes, int peer, uint32_t tag);
+  // Blocking: the calling thread posts the message and drives the transport until it is done
+  // (unless a collective is queued or running, which serves it meanwhile).
+  Status send(const void* buf, size_t bytes, int peer, uint32_t tag);
+  Status recv(void* buf, size_t bytes, int peer, uint32_t tag);
 
   // The collectives on device buffers (docs/architecture.md, "Device buffers"): the work is
   // ordered after what the caller queued on stream (a cudaStream_t; null: the legacy default
@@ -187,9 +191,14 @@ class GW_API Communicator {
   // Zeroes the counters, after every call made before this one.
   Status reset_stats();
 
-  // Runs fn on the communicator's progress thread after every earlier call; the returned
-  // handle reports its status. This is how the non-blocking C calls work.
-  std::shared_ptr<Work> submit(std::function<Status(Communicator&)> fn);
+  // Where a call may run: kAnyThread on the calling (or waiting) thread when nothing else is
+  // queued or running, else on the progress thread; kProgressThread always there (device
+  // work: the CUDA backend binds its device to the thread that drives it).
+  enum class Where { kAnyThread, kProgressThread };
+  // Runs fn after every earlier call; the returned handle reports its status. This is how the
+  // non-blocking C calls work. With kAnyThread, wait() runs fn itself when the progress thread
+  // has not started it yet (no hand-off to it and back).
+  std::shared_ptr<Work> submit(std::function<Status(Communicator&)> fn, Where where = Where::kProgressThread);
   static bool test(Work& work, Status* status);
   static Status wait(Work& work);
   // kTimeout (the work still pending) when it has not finished within timeout.
@@ -222,15 +231,13 @@ class GW_API Communicator {
   Status allgather_device_at(const void* send, void* recv, size_t bytes, const DeviceOrder& order);
   Status broadcast_device_at(void* buf, size_t bytes, int root, const DeviceOrder& order);
   explicit Communicator(std::unique_ptr<Impl> impl);
-  // isend / irecv: queues the message for the progress thread to post.
-  std::shared_ptr<Work> post_p2p(void* buf, size_t bytes, int peer, uint32_t tag, bool is_recv);
+  // isend / irecv: queues the message for the progress thread to post; waiter: the calling
+  // thread will wait for it at once and drive it itself (the progress thread is not woken).
+  std::shared_ptr<Work> post_p2p(void* buf, size_t bytes, int peer, uint32_t tag, bool is_recv, bool waiter = false);
   // Runs fn after every earlier call and returns its result. collective: a call that every
   // rank makes (two threads doing that at once are refused and break the communicator).
-  // Where: kAnyThread runs it on the calling thread when nothing is queued or running (no
-  // hand-off to the progress thread and back: small blocking calls pay two thread wake-ups
-  // otherwise), else on the progress thread; kProgressThread always there (device work:
-  // the CUDA backend binds its device to the thread that drives it).
-  enum class Where { kAnyThread, kProgressThread };
+  // kAnyThread: on the calling thread when nothing is queued or running (small blocking calls
+  // would otherwise pay two thread wake-ups, most of their time).
   Status run(std::function<Status()> fn, bool collective = true, Where where = Where::kAnyThread);
   std::unique_ptr<Impl> impl_;
 };
