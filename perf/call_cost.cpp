@@ -93,9 +93,12 @@ int main(int argc, char** argv) {
            check(gw_send(comm, msg.data(), bytes, 0, 2), "gw_send");
          }
        }},
-      {"allreduce_0", [&] { check(gw_allreduce(comm, x.data(), y.data(), 0, GW_FLOAT32, GW_SUM, nullptr, nullptr), "0"); }},
+      {"allreduce_0",
+       [&] { check(gw_allreduce(comm, x.data(), y.data(), 0, GW_FLOAT32, GW_SUM, nullptr, nullptr), "0"); }},
       {"allreduce",
-       [&] { check(gw_allreduce(comm, x.data(), y.data(), count, GW_FLOAT32, GW_SUM, nullptr, nullptr), "allreduce"); }},
+       [&] {
+         check(gw_allreduce(comm, x.data(), y.data(), count, GW_FLOAT32, GW_SUM, nullptr, nullptr), "allreduce");
+       }},
       {"allreduce_ring",
        [&] {
          check(gw_allreduce_ex(comm, x.data(), y.data(), count, GW_FLOAT32, GW_SUM, nullptr, nullptr, GW_ALGO_RING),

@@ -876,10 +876,10 @@ static void test_communicator(void) {
   EXPECT_ERR(gw_allreduce(comm, NULL, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT, "sendbuf");
   EXPECT_ERR(gw_allreduce(comm, x, NULL, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT, "recvbuf");
   EXPECT_ERR(gw_allreduce(comm, x, y, COMM_N, (gw_dtype_t)0, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT, "dtype");
-  EXPECT_ERR(gw_allreduce_ex(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL, (gw_algo_t)7), GW_ERR_INVALID_ARGUMENT,
-             "algo 7");
-  EXPECT_ERR(gw_iallreduce(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL, (gw_algo_t)8, &req),
-             GW_ERR_INVALID_ARGUMENT, "algo 8");
+  EXPECT_ERR(gw_allreduce_ex(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL, (gw_algo_t)8), GW_ERR_INVALID_ARGUMENT,
+             "algo 8");
+  EXPECT_ERR(gw_iallreduce(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL, (gw_algo_t)9, &req),
+             GW_ERR_INVALID_ARGUMENT, "algo 9");
   CHECK(req == NULL);
   EXPECT_ERR(gw_iallreduce(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL, GW_ALGO_AUTO, NULL),
              GW_ERR_INVALID_ARGUMENT, "request");

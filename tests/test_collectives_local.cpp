@@ -127,6 +127,50 @@ TEST(RecursiveDoubling, EveryRankGetsTheSameBitsForNaNPayloadsAndSignedZeros) {
   }
 }
 
+// Halving-doubling on every rank count, powers of two and not, awkward sizes (fewer elements
+// than owners included): exact with codec "none", the same bits on every rank with a lossy
+// codec, and 2 log p messages per rank (scatter-reduce: 2 (p - 1)).
+TEST(HalvingDoubling, EveryRankCountExactWithNoneSameBitsLossyAndLogPMessages) {
+  for (int p : {1, 2, 3, 4, 5, 6, 7, 9, 12, 16}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{3}, size_t{13}, size_t{1031}, size_t{40009}}) {
+      std::vector<float> expect(n, 0.0f);
+      for (int r = 0; r < p; ++r) {
+        const auto d = int_data(n, r, 5);
+        for (size_t i = 0; i < n; ++i) expect[i] += d[i];
+      }
+      std::vector<std::vector<float>> lossy(static_cast<size_t>(p));
+      std::mutex mu;
+      run_local_ranks(p, [&](Communicator& c, int r) {
+        auto none = test::make_codec("none");
+        auto q = test::make_codec("qsgd:bits=4,bucket=64");
+        const auto x = int_data(n, r, 5);
+        std::vector<float> out(n, -3.0f);
+        ASSERT_TRUE(c.reset_stats().is_ok());
+        Status s = c.allreduce(x.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, none.get(), nullptr,
+                               Algo::kHalvingDoubling);
+        ASSERT_TRUE(s.is_ok()) << s.to_string();
+        EXPECT_EQ(out, expect) << "p=" << p << " n=" << n << " rank " << r;
+        const auto st = c.stats();
+        ASSERT_TRUE(st.is_ok());
+        EXPECT_EQ(st->last_algo, Algo::kHalvingDoubling);
+        int m = 0;
+        while ((2 << m) <= p) ++m;
+        const bool folded_or_taker = r < 2 * (p - (1 << m));
+        const bool folded = folded_or_taker && r % 2 == 0;
+        const uint64_t want = folded ? 1 : 2 * static_cast<uint64_t>(m) + (folded_or_taker ? 1 : 0);
+        EXPECT_EQ(st->messages_sent, want) << "p=" << p << " n=" << n << " rank " << r;
+        ErrorFeedback ef(n);
+        std::vector<float> g = x;
+        s = c.allreduce(g.data(), g.data(), n, DType::kFloat32, ReduceOp::kAvg, q.get(), &ef, Algo::kHalvingDoubling);
+        ASSERT_TRUE(s.is_ok()) << s.to_string();
+        std::lock_guard<std::mutex> lock(mu);
+        lossy[static_cast<size_t>(r)] = g;
+      });
+      for (int r = 1; r < p; ++r) EXPECT_EQ(lossy[static_cast<size_t>(r)], lossy[0]) << "p=" << p << " n=" << n;
+    }
+  }
+}
+
 TEST(RingAllreduce, HalfPrecisionTypes) {
   for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
     for (int p : {2, 3, 4}) {
@@ -159,7 +203,9 @@ std::vector<LossyCase> lossy_cases() {
   std::vector<LossyCase> cases;
   for (const char* spec : {"none", "fp16", "bf16", "qsgd:bits=8", "qsgd:bits=4,bucket=64", "qsgd:bits=1",
                            "sign:bucket=128", "topk:ratio=0.05", "dgc:ratio=0.05", "randomk:ratio=0.1"}) {
-    for (Algo a : {Algo::kCompressedRing, Algo::kScatterReduce, Algo::kSparseAllgather}) cases.push_back({spec, a});
+    for (Algo a : {Algo::kCompressedRing, Algo::kScatterReduce, Algo::kSparseAllgather, Algo::kHalvingDoubling}) {
+      cases.push_back({spec, a});
+    }
   }
   return cases;
 }

@@ -292,6 +292,25 @@ TEST(PolicyTuner, CandidatesByCodecRanksAndMemory) {
   check(in(t.get(), 4), false, {Algo::kSparseAllgather, Algo::kScatterReduce, Algo::kRing});
   check(in(t.get(), 4), true, {Algo::kSparseAllgather, Algo::kScatterReduce, Algo::kRing});
   check(in(tdense.get(), 4), false, {Algo::kScatterReduce, Algo::kRing});
+  // Beyond 8 ranks halving-doubling replaces the compressed ring among the candidates, and
+  // beyond 64 it is the static choice (host buffers; on device scatter-reduce stays).
+  check(in(q.get(), 9), false, {Algo::kScatterReduce, Algo::kHalvingDoubling, Algo::kRing});
+  check(in(q.get(), 64), false, {Algo::kScatterReduce, Algo::kHalvingDoubling, Algo::kRing});
+  check(in(q.get(), 65), false, {Algo::kHalvingDoubling, Algo::kRing});
+  check(in(t.get(), 64), false, {Algo::kSparseAllgather, Algo::kScatterReduce, Algo::kRing});  // k p < n
+  check(in(t.get(), 1024), false, {Algo::kHalvingDoubling, Algo::kRing});                      // k p > n
+  check(in(tdense.get(), 1024), false, {Algo::kHalvingDoubling, Algo::kRing});
+  coll::PolicyInput dev = in(q.get(), 1024);
+  dev.on_device = true;
+  EXPECT_EQ(coll::choose_allreduce(dev), Algo::kScatterReduce);
+  // The dense choice: log p steps for small buffers on host memory, the ring for large ones.
+  coll::PolicyInput small = in(nullptr, 8);
+  small.count = 1024;
+  EXPECT_EQ(coll::choose_allreduce(small), Algo::kRecursiveDoubling);
+  small.on_device = true;
+  EXPECT_EQ(coll::choose_allreduce(small), Algo::kRing);
+  coll::PolicyInput large = in(nullptr, 8);
+  EXPECT_EQ(coll::choose_allreduce(large), Algo::kRing);
 }
 
 TEST(PolicyTuner, LinkSpeedSeedsTheFirstChoice) {

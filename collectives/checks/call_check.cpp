@@ -76,6 +76,21 @@ Status CallCheck::start(transport::Transport& tp, const CallDescriptor& mine, Ch
         }
         break;
       }
+      case CheckGraph::kPartners: {
+        add_in(prev, kOwnMessage);
+        add_out(next);
+        const Doubling d(rank_, size_);
+        for (int q : {d.folded, d.takes}) {
+          if (q < 0) continue;
+          add_in(q, kOwnMessage);
+          add_out(q);
+        }
+        for (int k = 0; d.newrank >= 0 && k < d.m; ++k) {
+          add_in(d.partner(k), kOwnMessage);
+          add_out(d.partner(k));
+        }
+        break;
+      }
       case CheckGraph::kDissemination:
         for (int dist = 1; dist < size_; dist *= 2) {
           add_in(((rank_ - dist) % size_ + size_) % size_, kOwnMessage);

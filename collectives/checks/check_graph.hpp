@@ -11,6 +11,8 @@
 //              checked edges, so one rank's success means every rank made its call.
 //   kDoubling  the ring edge, and recursive doubling's partners, whose descriptor rides at the
 //              head of each data message (CallCheck::carried_bytes).
+//   kPartners  the ring edge, and recursive doubling's partners with messages of their own
+//              (halving-doubling, whose messages carry no descriptor).
 //   kDissemination  rank r - 2^k's descriptor for k = 0, 1, ... (the dissemination barrier's
 //              edges), as messages of their own.
 #pragma once
@@ -21,7 +23,7 @@ namespace gw::coll {
 
 struct CallDescriptor;
 
-enum class CheckGraph : uint8_t { kAllPeers, kRing, kDoubling, kDissemination };
+enum class CheckGraph : uint8_t { kAllPeers, kRing, kDoubling, kDissemination, kPartners };
 
 // The graph of a call, from what every rank states alike (kind, algorithm, device flag).
 CheckGraph check_graph(const CallDescriptor& d);

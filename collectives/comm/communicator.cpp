@@ -421,7 +421,8 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DType
     return impl_->allreduce_planned(
         count, dtype, op, codec, ef, chosen, tuned, false, [&](coll::Context& c, Algo ran, bool flush) -> Status {
           const bool hier_ef = ran == Algo::kHierarchical && !coll::dense_algorithm(inner) && ef != nullptr;
-          if (ef != nullptr && (ran == Algo::kCompressedRing || ran == Algo::kScatterReduce || hier_ef)) {
+          if (ef != nullptr && (ran == Algo::kCompressedRing || ran == Algo::kScatterReduce ||
+                                ran == Algo::kHalvingDoubling || hier_ef)) {
             impl_->efs.rehome_owner_residual(*ef, ran, count, c.rank, c.size);
           }
           if (ef != nullptr && !coll::dense_algorithm(ran) && !hier_ef) impl_->efs.mark_flat_filled(ef);

@@ -32,13 +32,16 @@ Algo choose_allreduce(const PolicyInput& in) {
   if (in.dtype != DType::kFloat32) return choose_dense(in);
   if (in.count * dtype_size(in.dtype) < in.dense_threshold_bytes) return choose_dense(in);
   if (in.nranks == 1) return Algo::kScatterReduce;
+  // Past kHalvingMinRanks scatter-reduce's 2 (p - 1) messages per rank cost more than its two
+  // compressions save: halving-doubling sends 2 log p (host buffers).
+  const Algo dense_wire = in.nranks > kHalvingMinRanks && !in.on_device ? Algo::kHalvingDoubling : Algo::kScatterReduce;
   if (in.codec->spec().is_sparse()) {
     // All-gather moves (p - 1) messages of about k entries into every rank; a ring or
     // scatter-reduce moves about 2 (p - 1) / p of a dense chunk. Gather wins while k p < n.
     const uint64_t k = in.codec->spec().k_for(in.count);
-    return k * static_cast<uint64_t>(in.nranks) < in.count ? Algo::kSparseAllgather : Algo::kScatterReduce;
+    return k * static_cast<uint64_t>(in.nranks) < in.count ? Algo::kSparseAllgather : dense_wire;
   }
-  return Algo::kScatterReduce;
+  return dense_wire;
 }
 
 }  // namespace coll

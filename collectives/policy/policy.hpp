@@ -29,6 +29,8 @@ Algo choose_dense(const PolicyInput& in);
 constexpr double kDefaultLinkBytesPerS = 12.5e9;  // 100 Gbit/s
 constexpr double kDefaultMessageSeconds = 3e-6;   // a small message's latency, software included
 constexpr size_t kDoublingMaxBytes = size_t{128} << 10;
+// Above this many ranks compressed calls default to halving-doubling instead of scatter-reduce.
+constexpr int kHalvingMinRanks = 64;
 
 // The static choice: from the arguments alone.
 Algo choose_allreduce(const PolicyInput& in);

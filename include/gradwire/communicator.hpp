@@ -36,6 +36,7 @@ enum class Algo : uint8_t {
   kSparseAllgather = 4,    // every rank's message to every rank, summed in rank order
   kHierarchical = 5,       // dense inside nodes, the policy's algorithm between them
   kRecursiveDoubling = 6,  // dense, whole-buffer exchanges at distance 1, 2, 4, ...: log p steps
+  kHalvingDoubling = 7,    // compressed recursive halving then doubling: log p steps each way
 };
 GW_API const char* algo_name(Algo algo);
 GW_API Result<Algo> parse_algo(const std::string& name);

@@ -101,16 +101,19 @@ typedef struct gw_message_info_s {
 typedef enum gw_red_op GW_ENUM_TYPE { GW_SUM = 0, GW_AVG = 1, GW_PROD = 2, GW_MIN = 3, GW_MAX = 4 } gw_red_op_t;
 
 typedef enum gw_algo GW_ENUM_TYPE {
-  GW_ALGO_AUTO = 0,              /* the policy: dense when small or uncompressed, else by codec */
-  GW_ALGO_RING = 1,              /* dense ring: reduce-scatter then all-gather */
-  GW_ALGO_COMPRESSED_RING = 2,   /* every hop decodes, adds and re-encodes */
-  GW_ALGO_SCATTER_REDUCE = 3,    /* compressed all-to-all, owners encode the sum once */
-  GW_ALGO_SPARSE_ALLGATHER = 4,  /* every rank's message to every rank, summed in rank order */
-  GW_ALGO_HIERARCHICAL = 5,      /* dense inside each node, the policy's algorithm between nodes
-                                    (one all-reduce per local rank); flat where the layout does
-                                    not allow it (see gw_comm_topology) */
-  GW_ALGO_RECURSIVE_DOUBLING = 6 /* dense, whole-buffer exchanges at distance 1, 2, 4, ...:
-                                    log p steps; the policy's dense choice for small buffers */
+  GW_ALGO_AUTO = 0,               /* the policy: dense when small or uncompressed, else by codec */
+  GW_ALGO_RING = 1,               /* dense ring: reduce-scatter then all-gather */
+  GW_ALGO_COMPRESSED_RING = 2,    /* every hop decodes, adds and re-encodes */
+  GW_ALGO_SCATTER_REDUCE = 3,     /* compressed all-to-all, owners encode the sum once */
+  GW_ALGO_SPARSE_ALLGATHER = 4,   /* every rank's message to every rank, summed in rank order */
+  GW_ALGO_HIERARCHICAL = 5,       /* dense inside each node, the policy's algorithm between nodes
+                                     (one all-reduce per local rank); flat where the layout does
+                                     not allow it (see gw_comm_topology) */
+  GW_ALGO_RECURSIVE_DOUBLING = 6, /* dense, whole-buffer exchanges at distance 1, 2, 4, ...:
+                                     log p steps; the policy's dense choice for small buffers */
+  GW_ALGO_HALVING_DOUBLING = 7    /* compressed recursive halving then doubling: 2 log p messages
+                                     per rank, log p + 1 compressions per element; the policy's
+                                     compressed choice on many ranks (host buffers) */
 } gw_algo_t;
 
 typedef struct gw_codec_s* gw_codec_t;

@@ -351,7 +351,7 @@ class CheckedCalls : public ::testing::TestWithParam<std::string> {};
 
 // ---- mismatched calls ----------------------------------------------------------------------
 
-enum class Mis { kCount, kCountFp16, kOp, kAlgo, kCodec, kRoot, kKind, kBarrierBroadcast, kDenseAlgo };
+enum class Mis { kCount, kCountFp16, kOp, kAlgo, kCodec, kRoot, kKind, kBarrierBroadcast, kDenseAlgo, kHalvingAlgo };
 const char* mis_name(Mis m) {
   switch (m) {
     case Mis::kCount: return "Count1000vs1001";
@@ -363,6 +363,7 @@ const char* mis_name(Mis m) {
     case Mis::kKind: return "AllgatherVsAllreduce";
     case Mis::kBarrierBroadcast: return "BarrierVsBroadcast";
     case Mis::kDenseAlgo: return "RingVsRecursiveDoubling";
+    case Mis::kHalvingAlgo: return "HalvingDoublingVsScatterReduce";
   }
   return "?";
 }
@@ -440,6 +441,7 @@ void mismatch_child(Mis m, int odd, Child& c) {
       timed(rep, kMismatch, [&] { return allreduce(1000, me_odd ? GW_AVG : GW_SUM); });
       break;
     case Mis::kAlgo:
+    case Mis::kHalvingAlgo:
     case Mis::kCodec: {
       // Constant data: qsgd represents it exactly, so the sum is np (np + 1) / 2 within rounding.
       std::fill(x.begin(), x.end(), static_cast<float>(rank + 1));
@@ -458,10 +460,11 @@ void mismatch_child(Mis m, int odd, Child& c) {
       std::memset(&st, 0, sizeof st);
       st.size = sizeof st;
       if (gw_comm_get_stats(comm, &st) == GW_SUCCESS) rep.v[kLastAlgo] = st.last_algo;
-      if (m == Mis::kAlgo) {
+      if (m == Mis::kAlgo || m == Mis::kHalvingAlgo) {
+        const gw_algo_t odd_algo = m == Mis::kAlgo ? GW_ALGO_COMPRESSED_RING : GW_ALGO_HALVING_DOUBLING;
         timed(rep, kMismatch, [&] {
           return me_odd ? gw_allreduce_ex(comm, x.data(), y.data(), kCompressedCount, GW_FLOAT32, GW_SUM, qsgd, nullptr,
-                                          GW_ALGO_COMPRESSED_RING)
+                                          odd_algo)
                         : gw_allreduce(comm, x.data(), y.data(), kCompressedCount, GW_FLOAT32, GW_SUM, qsgd, nullptr);
         });
       } else {
@@ -526,6 +529,7 @@ std::pair<std::string, std::string> expected_side(Mis m, int r, int odd) {
       return o ? std::make_pair(std::string("barrier"), std::string(".*"))
                : std::make_pair(std::string("broadcast"), std::string(".*bytes=64.*root=0.*"));
     case Mis::kDenseAlgo: return {"allreduce", o ? " algo=ring" : " algo=recursive_doubling"};
+    case Mis::kHalvingAlgo: return {"allreduce", o ? " algo=halving_doubling" : " algo=scatter_reduce"};
   }
   return {"?", "?"};
 }
@@ -570,7 +574,7 @@ TEST_P(Mismatch, EveryRankFailsWithInvalidUsageNamingBothSides) {
     }
     if (!controls_done) continue;  // broken before its mismatched call: nothing more to see
     EXPECT_EQ(rep.v[kControlRight], 1) << "the matching control call returned wrong data";
-    if (m == Mis::kAlgo || m == Mis::kCodec) {
+    if (m == Mis::kAlgo || m == Mis::kCodec || m == Mis::kHalvingAlgo) {
       // GW_TUNE=0: the policy's pick is what runs; the control ran scatter_reduce, so the
       // compressed path was really taken.
       EXPECT_EQ(rep.v[kPolicyQsgd], GW_ALGO_SCATTER_REDUCE);
@@ -608,15 +612,14 @@ TEST_P(Mismatch, EveryRankFailsWithInvalidUsageNamingBothSides) {
   EXPECT_GE(reached, 2) << "the mismatch was found before the ranks that differ made their calls";
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, Mismatch,
-                         ::testing::Combine(::testing::Values("tcp", "sm"), ::testing::Values(2, 3, 5),
-                                            ::testing::Values(Mis::kCount, Mis::kCountFp16, Mis::kOp, Mis::kAlgo,
-                                                              Mis::kCodec, Mis::kRoot, Mis::kKind,
-                                                              Mis::kBarrierBroadcast, Mis::kDenseAlgo)),
-                         [](const ::testing::TestParamInfo<std::tuple<std::string, int, Mis>>& i) {
-                           return std::get<0>(i.param) + "_np" + std::to_string(std::get<1>(i.param)) + "_" +
-                                  mis_name(std::get<2>(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, Mismatch,
+    ::testing::Combine(::testing::Values("tcp", "sm"), ::testing::Values(2, 3, 5),
+                       ::testing::Values(Mis::kCount, Mis::kCountFp16, Mis::kOp, Mis::kAlgo, Mis::kCodec, Mis::kRoot,
+                                         Mis::kKind, Mis::kBarrierBroadcast, Mis::kDenseAlgo, Mis::kHalvingAlgo)),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, int, Mis>>& i) {
+      return std::get<0>(i.param) + "_np" + std::to_string(std::get<1>(i.param)) + "_" + mis_name(std::get<2>(i.param));
+    });
 
 // ---- sizes no buffer can have --------------------------------------------------------------
 

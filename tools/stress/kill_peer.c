@@ -96,6 +96,8 @@ static const combo_t kCombos[] = {
     {"qsgd:bits=4,bucket=512", GW_ALGO_SCATTER_REDUCE, "qsgd/scatter_reduce"},
     {"topk:ratio=0.01", GW_ALGO_SPARSE_ALLGATHER, "topk/sparse_allgather"},
     {"sign:bucket=512", GW_ALGO_AUTO, "sign/auto"},
+    {NULL, GW_ALGO_RECURSIVE_DOUBLING, "none/recursive_doubling"},
+    {"qsgd:bits=8", GW_ALGO_HALVING_DOUBLING, "qsgd/halving_doubling"},
 };
 #define NUM_COMBOS ((int)(sizeof kCombos / sizeof kCombos[0]))
 

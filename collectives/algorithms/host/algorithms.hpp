@@ -23,6 +23,10 @@ Status compressed_ring_allreduce(Context& c, const float* send, float* recv, siz
                                  ErrorFeedback* ef);
 Status scatter_reduce_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op, Codec& codec,
                                 ErrorFeedback* ef);
+// Compressed recursive halving then doubling: 2 log p messages per rank, log p + 1
+// compressions per element (halving_doubling_allreduce.cpp).
+Status halving_doubling_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op, Codec& codec,
+                                  ErrorFeedback* ef);
 Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op, Codec& codec,
                                   ErrorFeedback* ef);
 // Its messages without the sum: encodes send (+ ef's residual) and exchanges every rank's
