@@ -92,7 +92,7 @@ Status halving_doubling_allreduce(Context& c, const float* send, float* recv, si
     uint8_t* at = out + 8 * (hi - lo);
     for (uint64_t j = lo; j < hi; ++j) {
       put_u64(out + 8 * (j - lo), len[j]);
-      std::memcpy(at, slots + slot_at[j], len[j]);
+      if (len[j] > 0) std::memcpy(at, slots + slot_at[j], len[j]);  // slots is null when every bound is 0
       at += len[j];
     }
     return static_cast<size_t>(at - out);
@@ -114,7 +114,7 @@ Status halving_doubling_allreduce(Context& c, const float* send, float* recv, si
     const uint8_t* at = in + head;
     for (uint64_t j = lo; j < hi; ++j) {
       len[j] = get_u64(in + 8 * (j - lo));
-      std::memcpy(slots + slot_at[j], at, len[j]);
+      if (len[j] > 0) std::memcpy(slots + slot_at[j], at, len[j]);
       at += len[j];
     }
     return Status::ok();
