@@ -491,6 +491,8 @@ gw_result_t gw_comm_get_stats(gw_comm_t comm, gw_comm_stats_t* stats) {
     out.total_s = s.total_s;
     out.last_algo = static_cast<gw_algo_t>(s.last_algo);
     out.hidden_s = s.hidden_s;
+    static_assert(sizeof out.algo_calls == sizeof s.algo_calls, "gw_comm_stats_t.algo_calls is CommStats::algo_calls");
+    std::memcpy(out.algo_calls, s.algo_calls, sizeof out.algo_calls);
     std::memcpy(stats, &out, stats->size < sizeof out ? stats->size : sizeof out);
     return Status::ok();
   });

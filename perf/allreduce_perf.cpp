@@ -1,8 +1,9 @@
 // allreduce_perf: gradwire's all-reduce timed like nccl-tests' all_reduce_perf, for every
 // size and every --codec in one run. size is each rank's buffer; busbw = algbw * 2(p-1)/p.
 // Timed calls send a gradient-like input (perf/data.hpp); relerr compares one fresh call
-// (error feedback reset) with the exact sum of that input. Lossless rows (codec none, fp16,
-// bf16, or any codec the policy ran dense) are also checked bit for bit on small integers.
+// (error feedback reset) with the exact sum of that input, run with the algorithm the timed
+// calls ran. Lossless rows (codec none, fp16, bf16, or any codec whose timed calls all ran
+// the dense ring) are also checked bit for bit on small integers; lossy ones are not.
 // With any --codec the driver adds the dense ring as a reference row ("vs dense", link
 // floor). The running-sum error (--ef-steps N) runs N more calls with the codec, each rank's
 // input at step s being its timed input plus fresh noise of the same distribution (a fixed
@@ -33,14 +34,14 @@ class Allreduce final : public gw::perf::Collective {
     return "";
   }
 
-  int min_warmup(const Case& c) const override {
-    // Where the static policy compresses, the library tries its candidates (up to 3: the
-    // compressed algorithms and the dense ring) for 4 rounds before it settles
-    // (AllreduceTuner, collectives/policy/policy.hpp): 12 calls that must not be timed.
-    if (c.algo != GW_ALGO_AUTO) return 0;
+  gw_algo_t policy_algo(const Case& c) const override {
+    // Where the static policy compresses, the library times its candidates over a key's
+    // first calls (AllreduceTuner, collectives/policy/policy.hpp) and reports its decision
+    // once it has one: the driver warms up until the calls run it.
+    if (c.algo != GW_ALGO_AUTO) return GW_ALGO_AUTO;
     gw_algo_t a = GW_ALGO_RING;
     must(gw_allreduce_algo(c.comm, c.count, c.dtype, c.codec, &a), "gw_allreduce_algo");
-    return a == GW_ALGO_RING ? 0 : 12;
+    return a;
   }
 
   void allocate(const Case& l) override {

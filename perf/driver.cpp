@@ -42,6 +42,78 @@ gw_algo_t parse_algo(const std::string& s) {
   return static_cast<gw_algo_t>(a.is_ok() ? *a : Algo::kAuto);
 }
 
+// Calls in a row that must run the algorithm the policy reports, unchanged, before a case is
+// timed: in its trials the tuner runs a candidate at most kBlock calls in a row (the seed,
+// which it reports before deciding, included), so kBlock + 1 means the trials are over.
+constexpr int kSettleCalls = coll::AllreduceTuner::kBlock + 1;
+// Warm-up calls past -w after which the driver stops waiting for that: every trial of the
+// policy and a refresh interval. A row timed unsettled may say `mixed`.
+constexpr int kSettleBound =
+    coll::AllreduceTuner::trial_calls(coll::AllreduceTuner::kMaxCandidates) + coll::AllreduceTuner::kRefresh;
+constexpr int kAlgoSlots = static_cast<int>(sizeof(gw_comm_stats_t::algo_calls) / sizeof(uint64_t));
+
+gw_comm_stats_t read_stats(gw_comm_t comm) {
+  gw_comm_stats_t st;
+  std::memset(&st, 0, sizeof st);
+  st.size = sizeof st;
+  check(gw_comm_get_stats(comm, &st), "gw_comm_get_stats");
+  return st;
+}
+
+// The warm-up of one case: at least min_calls calls and, where the policy chooses (the tuner
+// times candidates over a key's first calls), until kSettleCalls calls in a row have run the
+// algorithm gw_allreduce_algo reports, unchanged, on every rank (all ranks stop at the same
+// call). Returns the calls made; *settled is false when kSettleBound more did not get there.
+int warm_up(Collective& coll, const Case& c, int min_calls, bool* settled) {
+  const bool policy = coll.policy_algo(c) != GW_ALGO_AUTO;
+  *settled = true;
+  int calls = 0, streak = 0;
+  gw_algo_t prev = GW_ALGO_AUTO;
+  for (;;) {
+    if (calls >= min_calls) {
+      if (!policy) break;
+      const int mine = streak >= kSettleCalls ? 1 : 0;
+      std::vector<int> all(static_cast<size_t>(c.nranks));
+      check(gw_allgather(c.comm, &mine, all.data(), sizeof mine), "gw_allgather");
+      if (std::count(all.begin(), all.end(), 1) == c.nranks) break;
+      if (calls >= min_calls + kSettleBound) {
+        *settled = false;
+        break;
+      }
+    }
+    coll.run(c);
+    ++calls;
+    if (!policy) continue;
+    const gw_algo_t ran = read_stats(c.comm).last_algo, now = coll.policy_algo(c);
+    streak = ran != now ? 0 : now != prev ? 1 : streak + 1;
+    prev = now;
+  }
+  return calls;
+}
+
+// What the timed calls of a row ran, from every rank's per-algorithm counts (so every rank
+// reaches the same answer).
+struct Ran {
+  int kinds = 0;                    // algorithms with calls
+  gw_algo_t most = GW_ALGO_AUTO;    // the one with the most calls
+  uint64_t calls[kAlgoSlots] = {};  // rank 0's counts, by gw_algo_t
+};
+
+Ran what_ran(gw_comm_t comm, int nranks, const gw_comm_stats_t& st) {
+  std::vector<uint64_t> all(static_cast<size_t>(nranks) * kAlgoSlots);
+  check(gw_allgather(comm, st.algo_calls, all.data(), sizeof st.algo_calls), "gw_allgather");
+  Ran out;
+  uint64_t sum[kAlgoSlots] = {};
+  for (size_t i = 0; i < all.size(); ++i) sum[i % kAlgoSlots] += all[i];
+  for (int a = 0; a < kAlgoSlots; ++a) {
+    out.calls[a] = all[static_cast<size_t>(a)];
+    if (sum[a] == 0) continue;
+    ++out.kinds;
+    if (out.most == GW_ALGO_AUTO || sum[a] > sum[out.most]) out.most = static_cast<gw_algo_t>(a);
+  }
+  return out;
+}
+
 gw_dtype_t parse_dtype(const std::string& s) {
   return s == "half" ? GW_FLOAT16 : s == "bfloat16" ? GW_BFLOAT16 : GW_FLOAT32;
 }
@@ -52,7 +124,6 @@ struct RankResult {
   double encode_s;  // per call, from the library's statistics
   double decode_s;
   double bytes_sent;
-  double algo;
   double relerr;
   double wrong;
   double sum_relerr;  // running_sum_error; negative: not measured
@@ -195,9 +266,15 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
       std::printf("# floor: link floor (%s) = wire / link rate%s;\n", floor_source,
                   args.link_gbps > 0 ? "" : ", the rate being the dense row's wire / time at the same size");
     }
-    std::printf(
-        "# with --algo auto and a codec, warm-up is at least %d calls: the policy's trials (up to 3 candidates)\n",
-        coll::AllreduceTuner::trial_calls(coll::AllreduceTuner::kMaxCandidates));
+    if (coll.fixed_algo() == nullptr) {
+      std::printf(
+          "# algo: what the timed calls ran (the library's count per algorithm), `mixed` where they differed;\n"
+          "#   with --algo auto, warm-up lasts until %d calls in a row ran the policy's choice, unchanged (its\n"
+          "#   trials, up to %d calls, are never timed); relerr, #wrong and %s run the timed calls' algorithm\n"
+          "#   (a mixed row: the most frequent); #wrong only where they were lossless (codec none, fp16, bf16,\n"
+          "#   or the dense ring); a lossy row is judged by relerr alone;\n",
+          kSettleCalls, coll::AllreduceTuner::trial_calls(coll::AllreduceTuner::kMaxCandidates), sum_col);
+    }
     std::printf("#\n# %11s %10s %6s %-24s %8s %11s %7s %7s %11s %6s %9s %9s %9s %9s %9s %11s %7s %8s %10s\n", "size(B)",
                 "count", "type", "codec", "algo", "time(us)", "algbw", "busbw", "wire(B)", "ratio", "enc(us)",
                 "xfer(us)", "dec(us)", "hid(us)", "relerr", sum_col, "#wrong", "vs dense", "floor(us)");
@@ -277,28 +354,35 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
         continue;
       }
       coll.prepare(c);
-      const int warmup = std::max(args.warmup, coll.min_warmup(c));
-      for (int i = 0; i < warmup; ++i) coll.run(c);
+      bool settled = true;
+      const int warmup = warm_up(coll, c, args.warmup, &settled);
+      if (!settled && rank == 0) {
+        std::printf("# %s at %zu B: the policy's choice did not hold %d calls in a row within %d warm-up calls\n",
+                    spec.c_str(), bytes, kSettleCalls, warmup);
+      }
       check(gw_barrier(comm), "gw_barrier");
       check(gw_comm_reset_stats(comm), "gw_comm_reset_stats");
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < args.iters; ++i) coll.run(c);
       const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / args.iters;
-      gw_comm_stats_t st;
-      std::memset(&st, 0, sizeof st);
-      st.size = sizeof st;
-      check(gw_comm_get_stats(comm, &st), "gw_comm_get_stats");
-      const gw_algo_t ran = st.allreduces > 0 ? st.last_algo : c.algo;
+      const gw_comm_stats_t st = read_stats(comm);
+      // The check and the running sum rerun, explicitly, the algorithm the timed calls ran:
+      // under the policy the next call could run another (a trial), and must not be the one
+      // judged.
+      const Ran timed = what_ran(comm, nranks, st);
+      const bool mixed = timed.kinds > 1;
+      Case checked = c;
+      if (timed.kinds > 0) checked.algo = timed.most;
+      const gw_algo_t ran = mixed ? GW_ALGO_AUTO : checked.algo;
       Check chk;
-      if (args.check) chk = coll.check(c, ran);
-      const double sum_err = args.ef_steps > 0 ? coll.running_sum_error(c, args.ef_steps) : -1;
+      if (args.check) chk = coll.check(checked, ran);
+      const double sum_err = args.ef_steps > 0 ? coll.running_sum_error(checked, args.ef_steps) : -1;
       coll.release(c);
 
       RankResult mine{local,
                       st.encode_s / args.iters,
                       st.decode_s / args.iters,
                       static_cast<double>(st.bytes_sent) / args.iters,
-                      static_cast<double>(ran),
                       chk.relerr,
                       static_cast<double>(chk.wrong),
                       sum_err,
@@ -359,13 +443,21 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
           std::snprintf(floor_s_txt, sizeof floor_s_txt, "%.1f", floor_s * 1e6);
         else
           std::snprintf(floor_s_txt, sizeof floor_s_txt, "-");
-        const char* algo = coll.fixed_algo() != nullptr ? coll.fixed_algo() : algo_label(ran);
+        const char* algo = coll.fixed_algo() != nullptr ? coll.fixed_algo() : mixed ? "mixed" : algo_label(ran);
         std::printf(
             "  %11zu %10zu %6s %-24s %8s %11.1f %7.3f %7.3f %11.0f %6.2f %9.1f %9.1f %9.1f %9.1f %9.2e %11s %7s %8s %10s\n",
             bytes, c.count, args.dtype.c_str(), spec.c_str(), algo, t * 1e6, algbw, busbw, wire, ratio, enc * 1e6,
             xfer * 1e6, dec * 1e6, hid * 1e6, relerr, sum_s, wrong_s, vs_s, floor_s_txt);
         std::fflush(stdout);
         if (json != nullptr) {
+          std::string algo_calls;
+          for (int a = 0; a < kAlgoSlots; ++a) {
+            if (timed.calls[a] == 0) continue;
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "%s\"%s\": %llu", algo_calls.empty() ? "" : ", ",
+                          algo_name(static_cast<Algo>(a)), static_cast<unsigned long long>(timed.calls[a]));
+            algo_calls += buf;
+          }
           std::string rank_times;
           for (size_t r = 0; r < times.size(); ++r) {
             char buf[32];
@@ -379,12 +471,15 @@ int run_driver(int argc, char** argv, const char* tool, Collective& coll) {
               "\"encode_us\": %.3f, \"transfer_us\": %.3f, \"decode_us\": %.3f, \"hidden_us\": %.3f, \"relerr\": %.6e, \"wrong\": %lld, "
               "\"warmup\": %d, \"dense_reference\": %s, \"vs_dense\": %s, \"link_floor_us\": %s, "
               "\"ef_steps\": %d, \"sum_relerr\": %s, \"time_min_us\": %.3f, \"time_median_us\": %.3f, "
-              "\"time_max_us\": %.3f, \"slowest_rank\": %d, \"rank_time_us\": [%s]}",
+              "\"time_max_us\": %.3f, \"slowest_rank\": %d, \"rank_time_us\": [%s], \"algo_calls\": {%s}, "
+              "\"check_algo\": \"%s\", \"settled\": %s}",
               rows > 1 ? ",\n" : "", bytes, c.count, args.dtype.c_str(), json_escape(spec).c_str(), algo, t * 1e6,
               algbw, busbw, wire, ratio, enc * 1e6, xfer * 1e6, dec * 1e6, hid * 1e6, relerr, wrong, warmup,
               is_reference ? "true" : "false", num_or_null(vs_dense, "%.4f").c_str(),
               num_or_null(floor_s * 1e6, "%.3f").c_str(), args.ef_steps, num_or_null(sum_relerr, "%.6e").c_str(),
-              sorted.front() * 1e6, median * 1e6, sorted.back() * 1e6, slowest, rank_times.c_str());
+              sorted.front() * 1e6, median * 1e6, sorted.back() * 1e6, slowest, rank_times.c_str(), algo_calls.c_str(),
+              coll.fixed_algo() != nullptr ? coll.fixed_algo() : algo_name(static_cast<Algo>(checked.algo)),
+              settled ? "true" : "false");
         }
       }
     }

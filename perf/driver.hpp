@@ -57,25 +57,30 @@ class Collective {
   virtual void allocate(const Case& largest) = 0;
   // Per case, before the warm-up calls.
   virtual void prepare(const Case& c) = 0;
-  // Fewest warm-up calls that reach the steady state (the all-reduce policy measures its
-  // first calls); the driver raises -w to it.
-  virtual int min_warmup(const Case& c) const {
+  // What the library's policy runs for c's next call now (gw_allreduce_algo), or
+  // GW_ALGO_AUTO where no policy chooses (one algorithm, or --algo given). Where it answers,
+  // the driver warms up until the calls run what it reports, unchanged, several calls in a
+  // row (the tuner's trials are over) before it times any.
+  virtual gw_algo_t policy_algo(const Case& c) const {
     (void)c;
-    return 0;
+    return GW_ALGO_AUTO;
   }
   // One call of the operation: what is timed.
   virtual void run(const Case& c) = 0;
-  // After timing: one fresh call compared with the reference. ran is the algorithm the
-  // timed calls ran.
+  // After timing: one fresh call compared with the reference. c.algo is the algorithm the
+  // timed calls ran (the most frequent one where they differed), which the check runs
+  // explicitly; ran is that algorithm when every timed call ran it, GW_ALGO_AUTO when they
+  // differed (the row is then not checked bit for bit unless its codec is lossless).
   virtual Check check(const Case& c, gw_algo_t ran) = 0;
   // Per case, after the check.
   virtual void release(const Case& c) { (void)c; }
   // Whether the driver adds a dense row (codec none) as the reference of "vs dense" and of
   // the measured link rate, when any --codec is given.
   virtual bool dense_reference() const { return false; }
-  // After the check: runs steps calls of the case's codec on a fixed sequence of inputs (with
-  // its own fresh EF state when the spec says ef=1) and returns |sum of results - sum of exact
-  // results|_2 / |sum of exact results|_2; negative when not measured. Every rank calls it.
+  // After the check, with the check's c (so the timed calls' algorithm): runs steps calls of
+  // the case's codec on a fixed sequence of inputs (with its own fresh EF state when the spec
+  // says ef=1) and returns |sum of results - sum of exact results|_2 / |sum of exact
+  // results|_2; negative when not measured. Every rank calls it.
   virtual double running_sum_error(const Case& c, int steps) {
     (void)c;
     (void)steps;
@@ -83,7 +88,8 @@ class Collective {
   }
 };
 
-// Runs the tool; returns the process exit status (1 when a lossless row has #wrong > 0).
+// Runs the tool; returns the process exit status (1 when a lossless row has #wrong > 0). A
+// row's algo, wire bytes and error come from its timed calls (gw_comm_stats_t.algo_calls).
 int run_driver(int argc, char** argv, const char* tool, Collective& coll);
 
 }  // namespace gw::perf

@@ -504,6 +504,7 @@ TEST(Stats, CountBytesAndCodecTimeAndReset) {
     EXPECT_EQ(st->collectives, 1u);
     EXPECT_EQ(st->allreduces, 1u);
     EXPECT_EQ(st->last_algo, Algo::kScatterReduce);
+    EXPECT_EQ(st->algo_calls[static_cast<size_t>(Algo::kScatterReduce)], 1u);
     // qsgd 8-bit: about a byte per element, each rank sends 2 (p - 1) / p of its buffer.
     EXPECT_GT(st->bytes_sent, n * 2 * 2 / 3 * 9 / 10);
     EXPECT_LT(st->bytes_sent, n * 2 * 2 / 3 * 13 / 10);
@@ -516,12 +517,17 @@ TEST(Stats, CountBytesAndCodecTimeAndReset) {
     st = c.stats();
     ASSERT_TRUE(st.is_ok());
     EXPECT_EQ(st->last_algo, Algo::kRing);
+    // One all-reduce of each algorithm, counted apart (the perf tools read whether timed calls differed).
+    EXPECT_EQ(st->algo_calls[static_cast<size_t>(Algo::kRing)], 1u);
+    EXPECT_EQ(st->algo_calls[static_cast<size_t>(Algo::kScatterReduce)], 1u);
+    EXPECT_EQ(st->algo_calls[static_cast<size_t>(Algo::kAuto)], 0u);
     EXPECT_GT(st->bytes_sent, n * 4 * 2 * 2 / 3);
     ASSERT_TRUE(c.reset_stats().is_ok());
     st = c.stats();
     ASSERT_TRUE(st.is_ok());
     EXPECT_EQ(st->bytes_sent, 0u);
     EXPECT_EQ(st->allreduces, 0u);
+    EXPECT_EQ(st->algo_calls[static_cast<size_t>(Algo::kRing)], 0u);
     EXPECT_EQ(st->encode_s, 0.0);
     EXPECT_EQ(st->hidden_s, 0.0);
   });

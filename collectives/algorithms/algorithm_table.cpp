@@ -171,6 +171,8 @@ constexpr bool rows_in_algo_order() {
   return true;
 }
 static_assert(rows_in_algo_order(), "kRows[i] must be the row of Algo value i + 1");
+// gw_comm_stats_t.algo_calls has a slot per Algo value, kAuto's included.
+static_assert(kRowCount < CommStats::kAlgoSlots, "an Algo value has no slot in CommStats::algo_calls");
 
 // Each row's step ranges are disjoint and leave the call check's step.
 constexpr bool step_ranges_disjoint() {

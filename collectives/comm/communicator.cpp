@@ -470,6 +470,7 @@ Status Communicator::Impl::allreduce_planned(size_t count, DType dtype, ReduceOp
                                   allreduce_call(count, dtype, op, codec, ran, on_device), &seconds);
   ++im.stats.allreduces;
   im.stats.last_algo = ran;
+  if (static_cast<size_t>(ran) < CommStats::kAlgoSlots) ++im.stats.algo_calls[static_cast<size_t>(ran)];
   if (ef != nullptr) im.efs.after_allreduce(ef, ran, flush);
   if (!st.is_ok() || !tuned) return st;
   if (plan.timed) im.tuner.record(key, ran, seconds);

@@ -3,6 +3,8 @@
 
 usage: check_allreduce_perf.py bad-codec TOOL
        check_allreduce_perf.py ef-json TOOL WORKDIR
+       check_allreduce_perf.py policy TOOL WORKDIR
+       check_allreduce_perf.py sparse-ag TOOL
 
 bad-codec: a bad --codec (and other bad arguments) exits 2 at once, with one message naming
 the argument, and starts no rank (no rank prints the table header, nothing hangs).
@@ -10,6 +12,14 @@ ef-json: a 2-rank run (--np 2) with qsgd:bits=8, topk:ratio=0.01,ef=1 and
 topk:ratio=0.01,ef=0 writes a -J record with the new keys, a dense reference row, finite
 "vs dense", link floor and running-sum error, and the running-sum error of top-k with error
 feedback is smaller than without.
+policy: under the default policy (the tuner times candidates over a key's first calls), each
+row says what its timed calls ran and its wire bytes and error come from them: 2-rank runs
+of topk:ratio=0.01 without and with the dense reference (and qsgd:bits=8, fp16) exit 0; every
+row's timed calls ran one algorithm (algo_calls), the algo column names it, the check ran it,
+its wire bytes are those of the same codec run with --algo forced to it (no trial of another
+algorithm in the timed window), and a row is judged bit for bit only where its timed calls
+were lossless (a compressed top-k row has #wrong "-" and relerr well above 0).
+sparse-ag: sparse_allgather_perf (the same driver) runs 2 ranks, says "direct", #wrong 0.
 """
 import json
 import math
@@ -126,11 +136,125 @@ def ef_json(tool, workdir):
         with_ef, without, rows["qsgd:bits=8"]["sum_relerr"]))
 
 
+# The algo column's short names (perf/driver.cpp, algo_label).
+SHORT = {"compressed_ring": "cring", "scatter_reduce": "sreduce", "sparse_allgather": "sparseag",
+         "hierarchical": "hier"}
+LOSSY_COMPRESSED = ("compressed_ring", "scatter_reduce", "sparse_allgather")
+
+
+def policy_env():
+    env = dict(os.environ)
+    env.setdefault("UCX_TLS", "tcp,self")
+    env.setdefault("GW_DEBUG", "WARN")
+    for var in ("GW_TUNE", "GW_ALGO", "GW_CODEC", "GW_LINK_GBPS"):  # the default policy, measuring
+        env.pop(var, None)
+    return env
+
+
+def run_json(tool, path, args):
+    """Runs tool with args and -J path; returns (exit status, stdout, the JSON record or None)."""
+    if os.path.exists(path):
+        os.remove(path)
+    cmd = [tool, "--np", "2", "-b", "1M", "-e", "1M", "-n", "5", "-w", "1", "--ef-steps", "0"] + args + ["-J", path]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=policy_env(), timeout=240)
+    out = p.stdout.decode()
+    print("$ " + " ".join(cmd[1:]))
+    print(out)
+    doc = None
+    if os.path.exists(path):
+        with open(path) as f:
+            doc = json.load(f)
+    return p.returncode, out, doc
+
+
+def check_rows(doc, iters):
+    """Every row ran one algorithm in all its timed calls and says so; returns {codec: (algo, row)}."""
+    ran = {}
+    for r in doc["results"]:
+        codec, calls = r["codec"], r["algo_calls"]
+        if len(calls) != 1 or sum(calls.values()) != iters:
+            fail("row %s: timed calls %r, expected %d calls of one algorithm (trials in the timed window?)" % (
+                codec, calls, iters))
+        if not r["settled"]:
+            fail("row %s: the policy did not settle during the warm-up" % codec)
+        algo = next(iter(calls))
+        if r["algo"] != SHORT.get(algo, algo):
+            fail("row %s: algo column %r, but the timed calls ran %s" % (codec, r["algo"], algo))
+        if r["check_algo"] != algo:
+            fail("row %s: the check ran %s, the timed calls %s" % (codec, r["check_algo"], algo))
+        lossless = codec in ("none", "fp16", "bf16") or algo == "ring"
+        if lossless and r["wrong"] != 0:
+            fail("row %s (%s): #wrong %r on a lossless row" % (codec, algo, r["wrong"]))
+        if not lossless and r["wrong"] != -1:
+            fail("row %s ran %s, lossy, yet was judged bit for bit (#wrong %r)" % (codec, algo, r["wrong"]))
+        if codec.startswith("topk") and algo in LOSSY_COMPRESSED and not r["relerr"] > 1e-2:
+            fail("row %s ran %s but shows relerr %r, a dense call's error" % (codec, algo, r["relerr"]))
+        if algo == "ring" and not r["relerr"] < 1e-5:
+            fail("row %s ran the dense ring but shows relerr %r" % (codec, r["relerr"]))
+        ran[codec] = (algo, r)
+    return ran
+
+
+def check_wire_as_forced(tool, workdir, ran):
+    """Each row's wire bytes are those of its codec with --algo forced to what its timed calls ran."""
+    for codec, (algo, row) in ran.items():
+        path = os.path.join(workdir, "forced.json")
+        rc, _, doc = run_json(tool, path, ["--codec", codec, "--algo", algo, "--no-dense-reference"])
+        if rc != 0 or doc is None:
+            fail("--codec %s --algo %s: exit status %d" % (codec, algo, rc))
+        forced = doc["results"][0]["wire_bytes"]
+        if abs(row["wire_bytes"] - forced) > 0.02 * forced:
+            fail("row %s (%s): %.0f wire bytes per call; forced --algo %s sends %.0f" % (
+                codec, algo, row["wire_bytes"], algo, forced))
+        print("ok: %-16s %-16s wire %.0f B per call, forced %.0f" % (codec, algo, row["wire_bytes"], forced))
+
+
+def policy(tool, workdir):
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, "allreduce_perf_policy.json")
+    # As a new user tries it: top-k under the default policy, no dense reference.
+    rc, out, doc = run_json(tool, path, ["--codec", "topk:ratio=0.01", "--no-dense-reference"])
+    if rc != 0 or "#wrong on lossless rows: 0 OK" not in out:
+        fail("topk without dense reference: exit status %d" % rc)
+    ran = check_rows(doc, 5)
+    # With the dense reference first (the policy's first calls of each codec come after it).
+    rc, out, doc = run_json(tool, path, ["--codec", "topk:ratio=0.01", "--codec", "qsgd:bits=8", "--codec", "fp16"])
+    if rc != 0 or "#wrong on lossless rows: 0 OK" not in out:
+        fail("with the dense reference: exit status %d" % rc)
+    if [r["codec"] for r in doc["results"]] != ["none", "topk:ratio=0.01", "qsgd:bits=8", "fp16"]:
+        fail("rows %r" % [r["codec"] for r in doc["results"]])
+    ran_ref = check_rows(doc, 5)
+    if ran_ref["none"][0] != "ring":
+        fail("the dense reference ran %s" % ran_ref["none"][0])
+    check_wire_as_forced(tool, workdir, {"topk:ratio=0.01": ran["topk:ratio=0.01"]})
+    check_wire_as_forced(tool, workdir, {c: v for c, v in ran_ref.items() if c != "none"})
+    print("ok: every row says what its timed calls ran: %s" % ", ".join(
+        "%s %s" % (c, a) for c, (a, _) in sorted(ran_ref.items())))
+
+
+def sparse_ag(tool):
+    env = policy_env()
+    cmd = [tool, "--np", "2", "-b", "1M", "-e", "1M", "-n", "3", "-w", "1", "--ef-steps", "0"]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, timeout=120)
+    out = p.stdout.decode()
+    print(out)
+    if p.returncode != 0 or "#wrong on lossless rows: 0 OK" not in out:
+        fail("exit status %d" % p.returncode)
+    rows = [line.split() for line in out.splitlines() if line.strip() and not line.startswith("#")]
+    if len(rows) != 1 or rows[0][4] != "direct" or rows[0][16] != "0":
+        fail("rows %r: expected one row, algo direct, #wrong 0" % rows)
+    print("ok: sparse_allgather_perf row: algo direct, #wrong 0")
+
+
 def main():
     if len(sys.argv) >= 3 and sys.argv[1] == "bad-codec":
         bad_codec(sys.argv[2])
     elif len(sys.argv) >= 4 and sys.argv[1] == "ef-json":
         ef_json(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "policy":
+        policy(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "sparse-ag":
+        sparse_ag(sys.argv[2])
     else:
         print(__doc__)
         sys.exit(2)
