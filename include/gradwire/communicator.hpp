@@ -67,8 +67,8 @@ struct CommStats {
   double total_s = 0;
   Algo last_algo = Algo::kAuto;  // the algorithm the latest all-reduce ran
   double hidden_s = 0;           // of encode_s + decode_s, while this rank's sends were queued in the transport
-  static constexpr size_t kAlgoSlots = 8;
-  uint64_t algo_calls[kAlgoSlots] = {};  // all-reduces by the algorithm they ran, indexed by Algo
+  static constexpr size_t kAlgoSlots = 16;  // room for algorithms to come (gw_comm_stats_t is versioned by size)
+  uint64_t algo_calls[kAlgoSlots] = {};     // all-reduces by the algorithm they ran, indexed by Algo
 };
 
 // A job's rendezvous ticket, as gw_unique_id_t: one process makes it (which starts the

@@ -315,7 +315,7 @@ typedef struct gw_comm_stats {
                           lower bound: bytes in the kernel's socket buffer count as sent) */
   /* All-reduces by the algorithm they ran, indexed by gw_algo_t (slot GW_ALGO_AUTO and those
    * past the last algorithm stay 0): tells a perf tool whether its timed calls all ran one. */
-  uint64_t algo_calls[8];
+  uint64_t algo_calls[16];
 } gw_comm_stats_t;
 
 /* The counters, after every call made on comm before this one. */
