@@ -10,6 +10,8 @@
 //   allreduce_ring  the same forced onto the dense ring (2 (p - 1) steps, not log p)
 //   iallreduce      gw_iallreduce then gw_wait: the progress thread runs it (two hand-offs)
 //   barrier         gw_barrier
+// and, first, the init time: the slowest rank's seconds from the tool's start (before any
+// fork with --np) until its communicator is up.
 // usage: call_cost [--np N] [-b bytes] [-n iters] [--only ROW]
 #include <algorithm>
 #include <chrono>
@@ -70,7 +72,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "call_cost: -n must be positive, --np not negative, -b at most 1 GiB\n");
     return 2;
   }
+  const auto start = std::chrono::steady_clock::now();  // forked ranks inherit it
   gw_comm_t comm = gw::perf::launch(np);
+  double init_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   int rank = 0, size = 0;
   check(gw_comm_rank(comm, &rank), "gw_comm_rank");
   check(gw_comm_size(comm, &size), "gw_comm_size");
@@ -113,11 +117,13 @@ int main(int argc, char** argv) {
        }},
       {"barrier", [&] { check(gw_barrier(comm), "gw_barrier"); }},
   };
+  check(gw_allreduce(comm, &init_s, &init_s, 1, GW_FLOAT64, GW_MAX, nullptr, nullptr), "gw_allreduce (init)");
   gw_algo_t algo = GW_ALGO_AUTO;
   check(gw_allreduce_algo(comm, count, GW_FLOAT32, nullptr, &algo), "gw_allreduce_algo");
   if (rank == 0) {
     std::printf("# call_cost: %d ranks, %zu bytes, %d calls per row; the policy runs %s for this size\n", size, bytes,
                 iters, algo == GW_ALGO_RECURSIVE_DOUBLING ? "recursive_doubling" : "ring");
+    std::printf("# init: %.3f s (slowest rank, from the tool's start to its communicator)\n", init_s);
     std::printf("# %-16s %12s\n", "call", "us/call");
   }
   for (const Row& r : rows) {

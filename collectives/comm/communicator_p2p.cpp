@@ -97,17 +97,21 @@ void Communicator::Impl::drive_p2p_until(Work& w) {
     std::lock_guard<std::mutex> lock(mu);
     ++p2p_waiters;  // the idle progress thread leaves the messages to us meanwhile
   }
+  // Someone else driving briefly (the progress thread's idle round) is waited out; a
+  // collective it runs serves the message between its rounds, so then the waiter sleeps.
+  const auto patience = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
   while (!w.test(nullptr)) {
+    bool busy = false;
     {
       std::lock_guard<std::mutex> lock(mu);
       if (stopping || !queue.empty()) break;  // the progress thread serves it
-      if (running) {                          // the progress thread is finishing a round
-        mu.unlock();
-        std::this_thread::yield();
-        mu.lock();
-        continue;
-      }
-      running = true;
+      busy = running;
+      if (!busy) running = true;
+    }
+    if (busy) {
+      if (std::chrono::steady_clock::now() > patience) break;
+      std::this_thread::yield();
+      continue;
     }
     const Impl* outer = driving;
     driving = this;
