@@ -28,10 +28,9 @@ namespace {
 // The algo column: the library's name (algo_name), shortened where the tables have always
 // shown a short one.
 const char* algo_label(gw_algo_t a) {
-  static const std::map<std::string, const char*> kShort = {{"compressed_ring", "cring"},
-                                                            {"scatter_reduce", "sreduce"},
-                                                            {"sparse_allgather", "sparseag"},
-                                                            {"hierarchical", "hier"}};
+  static const std::map<std::string, const char*> kShort = {
+      {"compressed_ring", "cring"}, {"scatter_reduce", "sreduce"},    {"sparse_allgather", "sparseag"},
+      {"hierarchical", "hier"},     {"recursive_doubling", "recdbl"}, {"halving_doubling", "halvdbl"}};
   const char* name = algo_name(static_cast<Algo>(a));
   const auto it = kShort.find(name);
   return it != kShort.end() ? it->second : name;
