@@ -249,14 +249,11 @@ void Communicator::Impl::run_if_next(Work& w, Communicator& self) {
     queue.pop_front();
     running = true;
   }
-  const Impl* outer = driving;
-  driving = this;
+  const Driving here(*this);
   const Status s = execute([&] { return w.fn()(self); });
   signal_finished(w.seq);
   w.finish(s);
   serve_p2p();
-  driving = outer;
-  release_driver();
 }
 
 void Communicator::Impl::release_driver() {
@@ -283,12 +280,9 @@ Status Communicator::run(std::function<Status()> fn, bool collective, Where wher
   Status s;
   if (here) {
     // Nothing is queued or running: this thread drives, in call order as the queue would.
-    const Impl* outer = Impl::driving;
-    Impl::driving = &im;
+    const Impl::Driving driver(im);
     s = im.execute(fn);
     im.serve_p2p();
-    Impl::driving = outer;
-    im.release_driver();
   } else {
     auto w = std::make_shared<Work>([fn = std::move(fn)](Communicator&) { return fn(); });
     {

@@ -302,6 +302,22 @@ struct Communicator::Impl {
   void drive_p2p_until(Work& w);
   // The driver lets go of running; wakes the progress thread if anything is left for it.
   void release_driver();
+  // A thread other than the progress thread that has set running, for a scope: marks it as
+  // driving (nested calls run inline), and on leaving lets go of running.
+  class Driving {
+   public:
+    explicit Driving(Impl& im) : im_(im), outer_(driving) { driving = &im; }
+    ~Driving() {
+      driving = outer_;
+      im_.release_driver();
+    }
+    Driving(const Driving&) = delete;
+    Driving& operator=(const Driving&) = delete;
+
+   private:
+    Impl& im_;
+    const Impl* outer_;
+  };
   // Runs one work's function as the driver: refuses it on a broken communicator, turns
   // exceptions into errors and breaks the communicator where a collective failed midway.
   template <class F>

@@ -113,13 +113,10 @@ void Communicator::Impl::drive_p2p_until(Work& w) {
       std::this_thread::yield();
       continue;
     }
-    const Impl* outer = driving;
-    driving = this;
+    const Driving here(*this);
     bool moved = tp->progress();
     moved = serve_p2p() || moved;
     if (!moved && !w.test(nullptr)) tp->wait_for_events(transport::Clock::now() + comm_detail::kP2pNap);
-    driving = outer;
-    release_driver();
   }
   bool left = false;
   {
