@@ -74,7 +74,8 @@ class CommStats(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("collectives", ctypes.c_uint64), ("allreduces", ctypes.c_uint64),
                 ("bytes_sent", ctypes.c_uint64), ("messages_sent", ctypes.c_uint64),
                 ("encode_s", ctypes.c_double), ("decode_s", ctypes.c_double), ("total_s", ctypes.c_double),
-                ("last_algo", ctypes.c_int), ("hidden_s", ctypes.c_double)]
+                ("last_algo", ctypes.c_int), ("hidden_s", ctypes.c_double),
+                ("algo_calls", ctypes.c_uint64 * 16)]
 
 
 def _candidates():

@@ -431,7 +431,10 @@ class Communicator:
         st.size = ctypes.sizeof(st)
         check(lib.gw_comm_get_stats(self._handle(), ctypes.byref(st)))
         out = {name: getattr(st, name) for name, _ in st._fields_ if name != "size"}
-        out["last_algo"] = {v: k for k, v in ALGOS.items()}.get(st.last_algo, st.last_algo)
+        names = {v: k for k, v in ALGOS.items()}
+        out["last_algo"] = names.get(st.last_algo, st.last_algo)
+        # All-reduces by the algorithm they ran (only those that ran), e.g. {"ring": 3}.
+        out["algo_calls"] = {names.get(a, a): int(n) for a, n in enumerate(st.algo_calls) if n > 0}
         return out
 
     def reset_stats(self):

@@ -142,5 +142,6 @@ def test_topology_and_hierarchical_allreduce():
     for r, x in enumerate(res):
         assert x["topology"] == {"node_count": 2, "node": r // 2, "local_rank": r % 2, "local_size": 2}, x
         assert x["dense_algo"] == "hierarchical" and x["dense_exact"]
+        assert x["algo_calls"] == {"hierarchical": 6}, x["algo_calls"]  # 1 dense + 5 top-k, counted by algorithm
         assert x["topk_algo"] == "hierarchical" and x["topk_conserved_err"] < 1e-5, x
     assert len({x["digest"] for x in res}) == 1

@@ -139,6 +139,7 @@ def scenario_topology():
     for _ in range(5):
         total += comm.allreduce(g.copy(), codec="topk:ratio=0.02", ef=ef, algo="hierarchical")
     r["topk_algo"] = comm.stats()["last_algo"]
+    r["algo_calls"] = comm.stats()["algo_calls"]
     rest = comm.allreduce(ef.residual().copy())  # what EF still holds, sent dense
     want = comm.allreduce(g.astype(np.float32).copy()).astype(np.float64) * 5
     r["topk_conserved_err"] = float(np.max(np.abs(total + rest - want)) / np.max(np.abs(want)))
