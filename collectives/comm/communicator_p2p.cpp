@@ -61,12 +61,19 @@ std::shared_ptr<Communicator::Work> Communicator::irecv(void* buf, size_t bytes,
   return post_p2p(buf, bytes, peer, tag, /*is_recv=*/true);
 }
 
+// The message is counted in p2p_waiters when it is posted, so drive_p2p_until must run for
+// it whatever happens meanwhile (it uncounts it): not through wait(), which skips it once a
+// collective's rounds have finished the message and cleared its owner.
 Status Communicator::send(const void* buf, size_t bytes, int peer, uint32_t tag) {
-  return wait(*post_p2p(const_cast<void*>(buf), bytes, peer, tag, /*is_recv=*/false, /*waiter=*/true));
+  auto w = post_p2p(const_cast<void*>(buf), bytes, peer, tag, /*is_recv=*/false, /*waiter=*/true);
+  if (w->waiter_counted) impl_->drive_p2p_until(*w);
+  return w->wait();
 }
 
 Status Communicator::recv(void* buf, size_t bytes, int peer, uint32_t tag) {
-  return wait(*post_p2p(buf, bytes, peer, tag, /*is_recv=*/true, /*waiter=*/true));
+  auto w = post_p2p(buf, bytes, peer, tag, /*is_recv=*/true, /*waiter=*/true);
+  if (w->waiter_counted) impl_->drive_p2p_until(*w);
+  return w->wait();
 }
 
 std::shared_ptr<Communicator::Work> Communicator::post_p2p(void* buf, size_t bytes, int peer, uint32_t tag,
