@@ -45,9 +45,19 @@ Status CallCheck::start(transport::Transport& tp, const CallDescriptor& mine, Ch
     inbox_.assign(p * CallDescriptor::kMaxBytes, 0);
     ops_ = p;
   }
-  in_.assign(p, kNone);
-  out_.assign(p, 0);
-  judged_.assign(p, 0);
+  // Per-peer state is cleared where the last call set it, not over all p ranks: a call
+  // costs O(its edges), not O(p).
+  if (in_.size() != p) {
+    in_.assign(p, kNone);
+    out_.assign(p, 0);
+    judged_.assign(p, 0);
+  } else {
+    for (int r : ins_) {
+      in_[static_cast<size_t>(r)] = kNone;
+      judged_[static_cast<size_t>(r)] = 0;
+    }
+    for (int r : outs_) out_[static_cast<size_t>(r)] = 0;
+  }
   ins_.clear();
   outs_.clear();
   unjudged_ = 0;
