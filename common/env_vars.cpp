@@ -25,6 +25,7 @@ const char* const kLibrary[] = {
     "GW_DEBUG_FILE",     "GW_TIMELINE",
     "GW_UCX_SPIN_US",    "GW_HOST_ID",
     "GW_INTER_ALGO",     "GW_STANDIN_SKIP_CALLER_WAIT",
+    "GW_COST_MODEL",
 };
 
 // Read by scripts/, tests/ and tools/ (docs/configuration.md, "Scripts and tests").

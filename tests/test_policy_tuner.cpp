@@ -292,15 +292,42 @@ TEST(PolicyTuner, CandidatesByCodecRanksAndMemory) {
   check(in(t.get(), 4), false, {Algo::kSparseAllgather, Algo::kScatterReduce, Algo::kRing});
   check(in(t.get(), 4), true, {Algo::kSparseAllgather, Algo::kScatterReduce, Algo::kRing});
   check(in(tdense.get(), 4), false, {Algo::kScatterReduce, Algo::kRing});
-  // Beyond 8 ranks halving-doubling replaces the compressed ring among the candidates, and
-  // beyond 64 it is the static choice (host buffers; on device scatter-reduce stays).
+  // Beyond 8 ranks halving-doubling replaces the compressed ring among the candidates.
   check(in(q.get(), 9), false, {Algo::kScatterReduce, Algo::kHalvingDoubling, Algo::kRing});
-  check(in(q.get(), 64), false, {Algo::kScatterReduce, Algo::kHalvingDoubling, Algo::kRing});
-  check(in(q.get(), 65), false, {Algo::kHalvingDoubling, Algo::kRing});
   check(in(t.get(), 64), false, {Algo::kSparseAllgather, Algo::kScatterReduce, Algo::kRing});  // k p < n
-  check(in(t.get(), 1024), false, {Algo::kHalvingDoubling, Algo::kRing});                      // k p > n
-  check(in(tdense.get(), 1024), false, {Algo::kHalvingDoubling, Algo::kRing});
-  coll::PolicyInput dev = in(q.get(), 1024);
+  // Which of scatter-reduce and halving-doubling is the static choice is the cost model's
+  // (host buffers; on device scatter-reduce stays): scatter-reduce's 2 (p - 1) messages per
+  // rank against halving-doubling's second compression.
+  coll::CostModel dear;  // messages dear, codec fast
+  dear.message_cpu_s = 20e-6;
+  dear.default_codec = coll::CodecRates{50e9, 50e9};
+  coll::CostModel cheap;  // messages cheap, codec slow
+  cheap.message_cpu_s = 1e-9;
+  cheap.latency_s = 1e-7;
+  cheap.default_codec = coll::CodecRates{1e9, 2e9};
+  auto with = [](coll::PolicyInput pi, const coll::CostModel& m) {
+    pi.model = &m;
+    return pi;
+  };
+  check(with(in(q.get(), 65), dear), false, {Algo::kHalvingDoubling, Algo::kRing});
+  check(with(in(q.get(), 65), cheap), false, {Algo::kScatterReduce, Algo::kHalvingDoubling, Algo::kRing});
+  check(with(in(t.get(), 1024), dear), false, {Algo::kHalvingDoubling, Algo::kRing});  // k p > n
+  check(with(in(tdense.get(), 1024), dear), false, {Algo::kHalvingDoubling, Algo::kRing});
+  check(with(in(tdense.get(), 1024), cheap), false, {Algo::kScatterReduce, Algo::kRing});
+  // Whatever the model, the choice is its faster one.
+  const coll::CostModel* models[] = {&dear, &cheap, nullptr};
+  for (const coll::CostModel* m : models) {
+    for (int p : {3, 8, 65, 1024, 16384}) {
+      for (size_t count : {size_t{1} << 14, size_t{1} << 20, size_t{1} << 24}) {
+        coll::PolicyInput pi = in(q.get(), p);
+        pi.count = count;
+        pi.model = m;
+        const bool hd = coll::model_seconds(pi, Algo::kHalvingDoubling) < coll::model_seconds(pi, Algo::kScatterReduce);
+        EXPECT_EQ(coll::choose_allreduce(pi), hd ? Algo::kHalvingDoubling : Algo::kScatterReduce) << p << " " << count;
+      }
+    }
+  }
+  coll::PolicyInput dev = with(in(q.get(), 1024), dear);
   dev.on_device = true;
   EXPECT_EQ(coll::choose_allreduce(dev), Algo::kScatterReduce);
   // The dense choice: log p steps for small buffers on host memory, the ring for large ones.

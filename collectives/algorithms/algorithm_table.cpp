@@ -9,19 +9,17 @@
 namespace gw::coll {
 namespace {
 
-// The codec work model: encode and decode rates in fp32 input bytes per second, and the rate
-// at which sparse messages are summed, in message bytes per second (docs/performance.md
-// measures one core at 2.5-20 GB/s encode and 11-60 GB/s decode; these are on the slow side,
-// since the ranks share cores with the trainer).
-constexpr double kEncodeBps = 2e9;
-constexpr double kDecodeBps = 10e9;
-constexpr double kSparseSumBps = 1e9;
+// Each row's cost hook is a closed form of its schedule under the model of cost_model.hpp:
+// per message the latency and the CPU time (message_s + message_cpu_s) wherever a rank waits
+// on it, the wire bytes over the link, and the work at the model's rates. sim/ replays the
+// schedules themselves on the same parameters.
+double per_message(const CostInput& in) { return in.message_s + in.message_cpu_s; }
 
 // --- ring: dense reduce-scatter then all-gather.
 double ring_cost(const CostInput& in) {
   const double p = in.ranks;
   const double wire = 2 * (p - 1) / p * in.bytes;
-  return 2 * (p - 1) * in.message_s + wire / in.link_bytes_per_s;
+  return 2 * (p - 1) * per_message(in) + wire / in.link_bytes_per_s + (p - 1) / p * in.bytes / in.reduce_bps;
 }
 Status ring_host(Context& c, const HostAllreduce& a) {
   return ring_allreduce(c, a.send, a.recv, a.count, a.dtype, a.op);
@@ -37,7 +35,7 @@ double recursive_doubling_cost(const CostInput& in) {
   while ((2 << m) <= static_cast<int>(in.ranks)) ++m;
   const bool pow2 = (1 << m) == static_cast<int>(in.ranks);
   const double exchanges = m + (pow2 ? 0 : 2);
-  return exchanges * (in.message_s + in.bytes / in.link_bytes_per_s);
+  return exchanges * (per_message(in) + in.bytes / in.link_bytes_per_s + in.bytes / in.reduce_bps);
 }
 Status recursive_doubling_host(Context& c, const HostAllreduce& a) {
   return recursive_doubling_allreduce(c, a.send, a.recv, a.count, a.dtype, a.op);
@@ -47,8 +45,8 @@ Status recursive_doubling_host(Context& c, const HostAllreduce& a) {
 double compressed_ring_cost(const CostInput& in) {
   const double p = in.ranks;
   const double wire = 2 * (p - 1) / p * in.encoded;
-  const double work = in.bytes / kEncodeBps + 2 * in.bytes / kDecodeBps;
-  return 2 * (p - 1) * in.message_s + wire / in.link_bytes_per_s +
+  const double work = in.bytes / in.encode_bps + 2 * in.bytes / in.decode_bps;
+  return 2 * (p - 1) * per_message(in) + wire / in.link_bytes_per_s +
          work;  // each hop waits for the previous one's decode and encode
 }
 // With 2 ranks it is scatter-reduce's twin; it has no device version.
@@ -68,8 +66,9 @@ double scatter_reduce_cost(const CostInput& in) {
   // rank encodes its buffer and its segment, decodes p - 1 segments and the whole result.
   const double p = in.ranks, bytes = in.bytes;
   const double wire = 2 * (p - 1) / p * in.encoded;
-  const double work = (bytes + bytes / p) / kEncodeBps + ((p - 1) / p * bytes + bytes) / kDecodeBps;
-  return 2 * in.message_s + std::max(wire / in.link_bytes_per_s, work);  // its messages go out at once
+  const double work = (bytes + bytes / p) / in.encode_bps + ((p - 1) / p * bytes + bytes) / in.decode_bps;
+  // Its messages go out at once: two latencies, but every message costs its CPU time.
+  return 2 * in.message_s + 2 * (p - 1) * in.message_cpu_s + std::max(wire / in.link_bytes_per_s, work);
 }
 // The alternative to a sparse all-gather (the static rule's choice while k p < n).
 bool scatter_reduce_weighed(const TuneInput& in) {
@@ -91,8 +90,8 @@ double halving_doubling_cost(const CostInput& in) {
   const double p = in.ranks;
   const double steps = 2 * std::ceil(std::log2(p > 1 ? p : 1));
   const double wire = 2 * (p - 1) / p * in.encoded;
-  const double work = 2 * in.bytes / kEncodeBps + 2 * in.bytes / kDecodeBps;  // halving re-encodes
-  return steps * in.message_s + std::max(wire / in.link_bytes_per_s, work);
+  const double work = 2 * in.bytes / in.encode_bps + 2 * in.bytes / in.decode_bps;  // halving re-encodes
+  return steps * per_message(in) + std::max(wire / in.link_bytes_per_s, work);
 }
 bool halving_doubling_weighed(const TuneInput& in) {
   return !in.sparse_codec && !in.on_device && in.nranks > 8 && in.static_choice != Algo::kHalvingDoubling;
@@ -107,8 +106,8 @@ Status halving_doubling_host(Context& c, const HostAllreduce& a) {
 double sparse_allgather_cost(const CostInput& in) {
   const double p = in.ranks;
   const double wire = (p - 1) * in.encoded;
-  const double work = in.bytes / kEncodeBps + p * in.encoded / kSparseSumBps;
-  return (p - 1) * in.message_s + std::max(wire / in.link_bytes_per_s, work);  // a ring of p - 1 steps
+  const double work = in.bytes / in.encode_bps + p * in.encoded / in.sparse_sum_bps;
+  return (p - 1) * per_message(in) + std::max(wire / in.link_bytes_per_s, work);  // a ring of p - 1 steps
 }
 Status sparse_allgather_host(Context& c, const HostAllreduce& a) {
   return sparse_allgather_allreduce(c, static_cast<const float*>(a.send), static_cast<float*>(a.recv), a.count, a.op,

@@ -66,16 +66,22 @@ struct DeviceAllreduce {
 using HostEntry = Status (*)(Context& c, const HostAllreduce& call);
 using DeviceEntry = Status (*)(Context& c, DeviceBackend& dev, const DeviceAllreduce& call);
 
-// The cost model's view of one call (policy.hpp: model_seconds): ranks, the buffer's bytes,
-// the codec's encoded bound for it (the buffer's bytes when dense), the link in bytes/s and
-// the time of one small message (latency and per-message software cost), paid once per step
-// a rank waits on.
+// The cost model's view of one call (policy.hpp: model_seconds; the parameters are
+// cost_model.hpp's): ranks, the buffer's bytes, the codec's encoded bound for it (the buffer's
+// bytes when dense), the link in bytes/s, a small message's one-way time, the CPU time per
+// message a rank sends or receives, and the rates of the work: the codec's encode and
+// decode, a dense sum, and sparse messages summed into a dense buffer (bytes per second).
 struct CostInput {
   double ranks;
   double bytes;
   double encoded;
   double link_bytes_per_s;
   double message_s;
+  double message_cpu_s;
+  double encode_bps;
+  double decode_bps;
+  double reduce_bps;
+  double sparse_sum_bps;
 };
 using CostHook = double (*)(const CostInput& in);
 

@@ -60,6 +60,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
   impl->timeline = coll::Timeline(coll::Timeline::path_from_env(impl->tp->rank(), impl->tp->size()), impl->tp->rank());
   if (const char* t = std::getenv("GW_TUNE"); t != nullptr && std::strcmp(t, "0") == 0) impl->tune = false;
   if (impl->tune) impl->link_gbps = coll::link_gbps_from_env();
+  GW_ASSIGN_OR_RETURN(impl->cost_model, coll::cost_model_from_env());
   if (!config.codec_override.empty()) {
     GW_ASSIGN_OR_RETURN(impl->codec_override, Codec::create(config.codec_override));
   }
@@ -176,8 +177,8 @@ Algo Communicator::Impl::inter_algo(Algo flat, size_t count, DType dtype, const 
   if (!lossy) return Algo::kRing;
   if (config.inter_algo != Algo::kAuto) return config.inter_algo;
   // One rank per node takes part: the flat policy's rules with nodes for ranks.
-  const Algo a =
-      coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, topo.nnodes, Algo::kAuto, Algo::kAuto, 0});
+  const Algo a = coll::choose_allreduce(
+      coll::PolicyInput{count, dtype, codec, topo.nnodes, Algo::kAuto, Algo::kAuto, 0, false, &cost_model});
   return coll::dense_algorithm(a) ? Algo::kRing : a;
 }
 int Communicator::size() const { return impl_->tp->size(); }
@@ -329,7 +330,8 @@ Algo Communicator::choose_algo(size_t count, DType dtype, const Codec* codec, Al
                              flat_request(requested),
                              flat_request(impl_->config.algo),
                              impl_->config.dense_threshold_bytes,
-                             on_device};
+                             on_device,
+                             &impl_->cost_model};
   const Algo a = coll::choose_allreduce(in);
   const Algo chosen = impl_->layout_choice(a, requested, on_device);
   if (tunable(impl_->tune, a, requested, impl_->config.algo, codec, size())) {
@@ -385,9 +387,9 @@ Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* 
                             std::to_string(count));
   }
   codec = impl_->effective_codec(codec, dtype);
-  const Algo flat = coll::choose_allreduce(coll::PolicyInput{count, dtype, codec, size(), flat_request(algo),
-                                                             flat_request(impl_->config.algo),
-                                                             impl_->config.dense_threshold_bytes, on_device});
+  const Algo flat = coll::choose_allreduce(
+      coll::PolicyInput{count, dtype, codec, size(), flat_request(algo), flat_request(impl_->config.algo),
+                        impl_->config.dense_threshold_bytes, on_device, &impl_->cost_model});
   const Algo chosen = impl_->layout_choice(flat, algo, on_device);
   const bool tuned = tunable(impl_->tune, flat, algo, impl_->config.algo, codec, size());
   if (const coll::AlgorithmRow* row = coll::find_algorithm(flat); row == nullptr || !(row->codecs & coll::kNoCodec)) {
@@ -452,7 +454,8 @@ Status Communicator::Impl::allreduce_planned(size_t count, DType dtype, ReduceOp
   if (tuned) {
     key = (on_device ? "device|" : "") + coll::AllreduceTuner::key(count, dtype, *codec);
     const coll::PolicyInput in{
-        count, dtype, codec, im.tp->size(), Algo::kAuto, Algo::kAuto, im.config.dense_threshold_bytes, on_device};
+        count,     dtype,         codec, im.tp->size(), Algo::kAuto, Algo::kAuto, im.config.dense_threshold_bytes,
+        on_device, &im.cost_model};
     plan = im.tuner.plan(key, coll::allreduce_candidates(in, chosen, on_device, im.link_gbps));
     ran = plan.algo;
   }

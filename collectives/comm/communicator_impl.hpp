@@ -239,6 +239,9 @@ struct Communicator::Impl {
   }
   bool tune = true;      // GW_TUNE=0 keeps the static policy
   double link_gbps = 0;  // GW_LINK_GBPS (0: unset): seeds the tuner's first choice
+  // GW_COST_MODEL's parameters, else the defaults: the static policy decides with them, so
+  // every rank must read the same file (ranks that choose differently fail the call check).
+  coll::CostModel cost_model;
   // What the all-reduces know of the EF states (host and device) they were given.
   coll::EfBook efs;  // progress thread only
 

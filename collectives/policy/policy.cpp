@@ -17,12 +17,39 @@ namespace gw {
 
 namespace coll {
 
+CostInput cost_input(const PolicyInput& in, Algo algo, double link_gbps) {
+  static const CostModel kDefaults;
+  const CostModel& m = in.model != nullptr ? *in.model : kDefaults;
+  const double bytes = static_cast<double>(in.count) * static_cast<double>(dtype_size(in.dtype));
+  double enc = bytes;
+  CodecRates rates = m.default_codec;
+  if (in.codec != nullptr && !dense_algorithm(algo)) {
+    enc = static_cast<double>(in.codec->max_encoded_bytes(in.count, in.dtype));
+    rates = m.rates(codec_name(in.codec->id()));
+  }
+  return CostInput{in.nranks > 0 ? static_cast<double>(in.nranks) : 1.0,
+                   bytes,
+                   enc,
+                   link_gbps > 0 ? link_gbps * 1e9 / 8 : m.link_bytes_per_s,
+                   m.latency_s,
+                   m.message_cpu_s,
+                   rates.encode_bytes_per_s,
+                   rates.decode_bytes_per_s,
+                   m.reduce_bytes_per_s,
+                   m.sparse_sum_bytes_per_s};
+}
+
+double model_seconds(const PolicyInput& in, Algo algo, double link_gbps) {
+  const AlgorithmRow* row = find_algorithm(algo == Algo::kAuto ? Algo::kRing : algo);
+  if (row == nullptr || row->cost == nullptr) return 0;
+  return row->cost(cost_input(in, algo, link_gbps));
+}
+
 Algo choose_dense(const PolicyInput& in) {
   const double bytes = static_cast<double>(in.count) * static_cast<double>(dtype_size(in.dtype));
   if (in.on_device || in.nranks <= 1 || bytes > static_cast<double>(kDoublingMaxBytes)) return Algo::kRing;
-  const CostInput ci{static_cast<double>(in.nranks), bytes, bytes, kDefaultLinkBytesPerS, kDefaultMessageSeconds};
-  const double doubling = find_algorithm(Algo::kRecursiveDoubling)->cost(ci);
-  return doubling < find_algorithm(Algo::kRing)->cost(ci) ? Algo::kRecursiveDoubling : Algo::kRing;
+  return model_seconds(in, Algo::kRecursiveDoubling) < model_seconds(in, Algo::kRing) ? Algo::kRecursiveDoubling
+                                                                                      : Algo::kRing;
 }
 
 Algo choose_allreduce(const PolicyInput& in) {
@@ -32,16 +59,15 @@ Algo choose_allreduce(const PolicyInput& in) {
   if (in.dtype != DType::kFloat32) return choose_dense(in);
   if (in.count * dtype_size(in.dtype) < in.dense_threshold_bytes) return choose_dense(in);
   if (in.nranks == 1) return Algo::kScatterReduce;
-  // Past kHalvingMinRanks scatter-reduce's 2 (p - 1) messages per rank cost more than its two
-  // compressions save: halving-doubling sends 2 log p (host buffers).
-  const Algo dense_wire = in.nranks > kHalvingMinRanks && !in.on_device ? Algo::kHalvingDoubling : Algo::kScatterReduce;
   if (in.codec->spec().is_sparse()) {
     // All-gather moves (p - 1) messages of about k entries into every rank; a ring or
     // scatter-reduce moves about 2 (p - 1) / p of a dense chunk. Gather wins while k p < n.
     const uint64_t k = in.codec->spec().k_for(in.count);
-    return k * static_cast<uint64_t>(in.nranks) < in.count ? Algo::kSparseAllgather : dense_wire;
+    if (k * static_cast<uint64_t>(in.nranks) < in.count) return Algo::kSparseAllgather;
   }
-  return dense_wire;
+  if (in.on_device || in.nranks <= 2) return Algo::kScatterReduce;  // at 2 ranks the two are one
+  return model_seconds(in, Algo::kHalvingDoubling) < model_seconds(in, Algo::kScatterReduce) ? Algo::kHalvingDoubling
+                                                                                             : Algo::kScatterReduce;
 }
 
 }  // namespace coll
@@ -210,18 +236,6 @@ std::string AllreduceTuner::Verdict::describe() const {
   s += switched ? std::string(", switched from ") + algo_name(before) : std::string(", kept");
   s += ", next check in " + std::to_string(next_refresh) + " calls";
   return s;
-}
-
-double model_seconds(const PolicyInput& in, Algo algo, double link_gbps) {
-  const AlgorithmRow* row = find_algorithm(algo == Algo::kAuto ? Algo::kRing : algo);
-  if (row == nullptr) return 0;
-  const double p = in.nranks > 0 ? in.nranks : 1;
-  const double bytes = static_cast<double>(in.count) * static_cast<double>(dtype_size(in.dtype));
-  double enc = bytes;
-  if (in.codec != nullptr && !dense_algorithm(algo)) {
-    enc = static_cast<double>(in.codec->max_encoded_bytes(in.count, in.dtype));
-  }
-  return row->cost(CostInput{p, bytes, enc, link_gbps * 1e9 / 8, kDefaultMessageSeconds});
 }
 
 AllreduceTuner::Candidates allreduce_candidates(const PolicyInput& in, Algo static_choice, bool on_device,

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "collectives/algorithms/algorithm_table.hpp"
+#include "collectives/policy/cost_model.hpp"
 #include "gradwire/codec.hpp"
 #include "gradwire/communicator.hpp"
 
@@ -19,20 +21,26 @@ struct PolicyInput {
   Algo requested;   // per call
   Algo configured;  // GW_ALGO
   size_t dense_threshold_bytes;
-  bool on_device = false;  // device buffers: only algorithms with a device entry
+  bool on_device = false;            // device buffers: only algorithms with a device entry
+  const CostModel* model = nullptr;  // null: the defaults (cost_model.hpp)
 };
 
-// The dense algorithm for in (ring or recursive doubling): whichever the cost model rates
-// faster with the default link (kDefaultLinkBytesPerS, kDefaultMessageSeconds), recursive
-// doubling only up to kDoublingMaxBytes (it does not pipeline the reduction with the wire).
-Algo choose_dense(const PolicyInput& in);
-constexpr double kDefaultLinkBytesPerS = 12.5e9;  // 100 Gbit/s
-constexpr double kDefaultMessageSeconds = 3e-6;   // a small message's latency, software included
-constexpr size_t kDoublingMaxBytes = size_t{128} << 10;
-// Above this many ranks compressed calls default to halving-doubling instead of scatter-reduce.
-constexpr int kHalvingMinRanks = 64;
+// The cost model's inputs for one call of in by algo (link_gbps > 0 replaces the model's
+// link), and its time for it.
+CostInput cost_input(const PolicyInput& in, Algo algo, double link_gbps = 0);
+double model_seconds(const PolicyInput& in, Algo algo, double link_gbps = 0);
 
-// The static choice: from the arguments alone.
+// The dense algorithm for in: ring or recursive doubling, whichever the cost model rates
+// faster; recursive doubling only on host buffers up to kDoublingMaxBytes (it does not
+// pipeline the reduction with the wire).
+Algo choose_dense(const PolicyInput& in);
+constexpr size_t kDoublingMaxBytes = size_t{128} << 10;
+
+// The static choice, from the arguments and the cost model. Compressed calls: a sparse codec
+// all-gathers while k p < n (its sum is exact; past that the union is denser than a dense
+// exchange); otherwise scatter-reduce or (host buffers) halving-doubling, whichever the model
+// rates faster: 2 (p - 1) messages per rank and two compressions per element against 2 log p
+// messages and log p + 1 compressions.
 Algo choose_allreduce(const PolicyInput& in);
 
 // The measured choice. Where the static policy would compress and nobody asked for an
@@ -149,11 +157,6 @@ class AllreduceTuner {
 // the static choice.
 AllreduceTuner::Candidates allreduce_candidates(const PolicyInput& in, Algo static_choice, bool on_device,
                                                 double link_gbps);
-// A rough time for one all-reduce of in by algo over a link of link_gbps: the larger of the
-// bytes each rank puts on the wire over the link and its encode + decode work (serial for
-// compressed_ring, whose hops wait on each other), with the codec's encoded size from
-// max_encoded_bytes. Good enough to start right, not to decide: the trials decide.
-double model_seconds(const PolicyInput& in, Algo algo, double link_gbps);
 // GW_LINK_GBPS: the link speed in Gbit/s, or 0 when unset or not a positive number (warned
 // about once per process).
 double link_gbps_from_env();
