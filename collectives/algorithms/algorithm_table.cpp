@@ -10,16 +10,17 @@ namespace gw::coll {
 namespace {
 
 // Each row's cost hook is a closed form of its schedule under the model of cost_model.hpp:
-// per message the latency and the CPU time (message_s + message_cpu_s) wherever a rank waits
-// on it, the wire bytes over the link, and the work at the model's rates. sim/ replays the
-// schedules themselves on the same parameters.
-double per_message(const CostInput& in) { return in.message_s + in.message_cpu_s; }
+// a step that sends one message and waits for one pays the latency and the CPU time of both
+// (message_s + 2 message_cpu_s); messages sent at once pay one latency and each its CPU time;
+// the wire bytes go over the link and the work runs at the model's rates. tools/sim replays
+// the schedules themselves on the same parameters (docs/performance.md, "Simulation at scale").
+double per_step(const CostInput& in) { return in.message_s + 2 * in.message_cpu_s; }
 
 // --- ring: dense reduce-scatter then all-gather.
 double ring_cost(const CostInput& in) {
   const double p = in.ranks;
   const double wire = 2 * (p - 1) / p * in.bytes;
-  return 2 * (p - 1) * per_message(in) + wire / in.link_bytes_per_s + (p - 1) / p * in.bytes / in.reduce_bps;
+  return 2 * (p - 1) * per_step(in) + wire / in.link_bytes_per_s + (p - 1) / p * in.bytes / in.reduce_bps;
 }
 Status ring_host(Context& c, const HostAllreduce& a) {
   return ring_allreduce(c, a.send, a.recv, a.count, a.dtype, a.op);
@@ -35,7 +36,8 @@ double recursive_doubling_cost(const CostInput& in) {
   while ((2 << m) <= static_cast<int>(in.ranks)) ++m;
   const bool pow2 = (1 << m) == static_cast<int>(in.ranks);
   const double exchanges = m + (pow2 ? 0 : 2);
-  return exchanges * (per_message(in) + in.bytes / in.link_bytes_per_s + in.bytes / in.reduce_bps);
+  const double sums = m + (pow2 ? 0 : 1);  // the folded ranks' last step only copies
+  return exchanges * (per_step(in) + in.bytes / in.link_bytes_per_s) + sums * in.bytes / in.reduce_bps;
 }
 Status recursive_doubling_host(Context& c, const HostAllreduce& a) {
   return recursive_doubling_allreduce(c, a.send, a.recv, a.count, a.dtype, a.op);
@@ -46,7 +48,7 @@ double compressed_ring_cost(const CostInput& in) {
   const double p = in.ranks;
   const double wire = 2 * (p - 1) / p * in.encoded;
   const double work = in.bytes / in.encode_bps + 2 * in.bytes / in.decode_bps;
-  return 2 * (p - 1) * per_message(in) + wire / in.link_bytes_per_s +
+  return 2 * (p - 1) * per_step(in) + wire / in.link_bytes_per_s +
          work;  // each hop waits for the previous one's decode and encode
 }
 // With 2 ranks it is scatter-reduce's twin; it has no device version.
@@ -66,9 +68,11 @@ double scatter_reduce_cost(const CostInput& in) {
   // rank encodes its buffer and its segment, decodes p - 1 segments and the whole result.
   const double p = in.ranks, bytes = in.bytes;
   const double wire = 2 * (p - 1) / p * in.encoded;
-  const double work = (bytes + bytes / p) / in.encode_bps + ((p - 1) / p * bytes + bytes) / in.decode_bps;
-  // Its messages go out at once: two latencies, but every message costs its CPU time.
-  return 2 * in.message_s + 2 * (p - 1) * in.message_cpu_s + std::max(wire / in.link_bytes_per_s, work);
+  // Each element is encoded once by its sender (the owner's sum once more, in its stead);
+  // the owner decodes p - 1 contributions to its segment and everyone decodes every segment.
+  const double work = bytes / in.encode_bps + ((p - 1) / p * bytes + bytes) / in.decode_bps;
+  // Its messages go out at once: two latencies, but every message costs its CPU time at both ends.
+  return 2 * in.message_s + 4 * (p - 1) * in.message_cpu_s + std::max(wire / in.link_bytes_per_s, work);
 }
 // The alternative to a sparse all-gather (the static rule's choice while k p < n).
 bool scatter_reduce_weighed(const TuneInput& in) {
@@ -88,10 +92,17 @@ Status scatter_reduce_device(Context& c, DeviceBackend& dev, const DeviceAllredu
 // for value codecs from 9 ranks up (host buffers), where the compressed ring stops being.
 double halving_doubling_cost(const CostInput& in) {
   const double p = in.ranks;
-  const double steps = 2 * std::ceil(std::log2(p > 1 ? p : 1));
+  const double steps = 2 * std::floor(std::log2(p > 1 ? p : 1));
   const double wire = 2 * (p - 1) / p * in.encoded;
-  const double work = 2 * in.bytes / in.encode_bps + 2 * in.bytes / in.decode_bps;  // halving re-encodes
-  return steps * per_message(in) + std::max(wire / in.link_bytes_per_s, work);
+  // Halving encodes half, a quarter, ... of the buffer (partial sums: n in all with the owned
+  // segment) and decodes as much, then every owner's message; folded ranks add one more pass.
+  const bool pow2 = (static_cast<int>(p) & (static_cast<int>(p) - 1)) == 0;
+  const double work = in.bytes / in.encode_bps + (2 - 1 / p) * in.bytes / in.decode_bps;
+  // Folding is on the critical path: the folded rank's encode, its partner's decode, and the
+  // whole buffer each way.
+  const double fold =
+      pow2 ? 0 : in.bytes / in.encode_bps + in.bytes / in.decode_bps + 2 * in.encoded / in.link_bytes_per_s;
+  return (steps + (pow2 ? 0 : 2)) * per_step(in) + std::max(wire / in.link_bytes_per_s, work) + fold;
 }
 bool halving_doubling_weighed(const TuneInput& in) {
   return !in.sparse_codec && !in.on_device && in.nranks > 8 && in.static_choice != Algo::kHalvingDoubling;
@@ -107,7 +118,8 @@ double sparse_allgather_cost(const CostInput& in) {
   const double p = in.ranks;
   const double wire = (p - 1) * in.encoded;
   const double work = in.bytes / in.encode_bps + p * in.encoded / in.sparse_sum_bps;
-  return (p - 1) * per_message(in) + std::max(wire / in.link_bytes_per_s, work);  // a ring of p - 1 steps
+  // Straight to every rank: one latency, every message's CPU time at both ends.
+  return in.message_s + 2 * (p - 1) * in.message_cpu_s + std::max(wire / in.link_bytes_per_s, work);
 }
 Status sparse_allgather_host(Context& c, const HostAllreduce& a) {
   return sparse_allgather_allreduce(c, static_cast<const float*>(a.send), static_cast<float*>(a.recv), a.count, a.op,

@@ -22,14 +22,14 @@ struct CodecRates {
 };
 
 struct CostModel {
-  double latency_s = 3e-6;           // one small message, one way, software included
-  double link_bytes_per_s = 12.5e9;  // a rank's link (100 Gbit/s)
-  double message_cpu_s = 0.5e-6;     // a rank's CPU time per message it sends or receives
-  double reduce_bytes_per_s = 5e9;   // dense fp32 sum, input bytes per second, one core
+  double latency_s = 3e-6;              // one small message, one way, software included
+  double link_bytes_per_s = 12.5e9;     // a rank's link (100 Gbit/s)
+  double message_cpu_s = 0.5e-6;        // a rank's CPU time per message it sends or receives
+  double reduce_bytes_per_s = 5e9;      // dense fp32 sum, input bytes per second, one core
   double sparse_sum_bytes_per_s = 1e9;  // sparse messages summed into a dense buffer, message bytes/s
   CodecRates default_codec{2e9, 10e9};  // codecs the file does not name
   std::map<std::string, CodecRates> codecs;
-  int cores = 0;                     // cores the ranks share (0: one each); the simulator's
+  int cores = 0;                       // cores the ranks share (0: one each); the simulator's
   std::string transport = "defaults";  // where the numbers come from, for logs
   std::string source = "built-in defaults";
 

@@ -1,0 +1,499 @@
+#include "tools/sim/schedules.hpp"
+
+#include <algorithm>
+
+#include "collectives/checks/call_descriptor.hpp"
+#include "collectives/common/context.hpp"
+#include "collectives/common/doubling.hpp"
+
+namespace gw::sim {
+namespace {
+
+using coll::Chunking;
+using coll::Doubling;
+using coll::Partition;
+
+constexpr double kF = sizeof(float);
+double fp32_bytes(uint64_t e) { return kF * static_cast<double>(e); }
+
+// The rates one call works at, and the codec's bound on a message of e elements.
+struct Costs {
+  const Codec* codec;
+  double enc_bps, dec_bps, reduce_bps, sparse_bps;
+  Costs(const Call& c, const coll::CostModel& m)
+      : codec(c.codec), reduce_bps(m.reduce_bytes_per_s), sparse_bps(m.sparse_sum_bytes_per_s) {
+    const coll::CodecRates r = c.codec != nullptr ? m.rates(codec_name(c.codec->id())) : m.default_codec;
+    enc_bps = r.encode_bytes_per_s;
+    dec_bps = r.decode_bytes_per_s;
+  }
+  double encoded(uint64_t e) const {
+    if (e == 0) return 0;
+    return codec != nullptr ? static_cast<double>(codec->max_encoded_bytes(e, DType::kFloat32)) : fp32_bytes(e);
+  }
+  double encode(uint64_t e) const { return fp32_bytes(e) / enc_bps; }
+  double decode(uint64_t e) const { return fp32_bytes(e) / dec_bps; }
+  double reduce(uint64_t e) const { return fp32_bytes(e) / reduce_bps; }
+};
+
+int wrap(int v, int p) { return ((v % p) + p) % p; }
+
+// --- ring (ring_allreduce.cpp): p - 1 reduce-scatter then p - 1 all-gather steps, each
+// segment cut into chunks that move on as soon as they are reduced: one lane per chunk.
+class RingSchedule : public Schedule {
+ public:
+  RingSchedule(std::string name, const Call& c, const coll::CostModel& m, size_t chunk_bytes)
+      : name_(std::move(name)), p_(c.ranks), n_(c.count), part_{c.count, static_cast<uint64_t>(c.ranks)},
+        chunks_(Chunking::for_segment(part_.length(0), chunk_bytes, sizeof(float))), costs_(c, m) {
+    lanes_ = p_ == 1 || n_ == 0 ? 1 : static_cast<int>(std::max<uint32_t>(1, chunks_.count(part_.length(0))));
+  }
+  std::string name() const override { return name_; }
+  int ranks() const override { return p_; }
+  int lanes() const override { return lanes_; }
+  Op op(int r, int k, uint64_t pc) const override {
+    if (p_ == 1 || n_ == 0) return Op::end();
+    const int rs = p_ - 1, steps = 2 * (p_ - 1);
+    auto send_seg = [&](int s) { return s < rs ? wrap(r - s, p_) : wrap(r + 1 - (s - rs), p_); };
+    auto recv_seg = [&](int s) { return s < rs ? wrap(r - s - 1, p_) : wrap(r - (s - rs), p_); };
+    auto len = [&](int seg) -> uint64_t {  // chunk k of seg, 0 when seg has no chunk k
+      const uint64_t l = part_.length(static_cast<uint64_t>(seg));
+      return static_cast<uint32_t>(k) < chunks_.count(l) ? chunks_.length(l, static_cast<uint32_t>(k)) : 0;
+    };
+    if (pc == 0) return len(send_seg(0)) > 0 ? Op::send(wrap(r + 1, p_), fp32_bytes(len(send_seg(0)))) : Op::skip();
+    const uint64_t s64 = (pc - 1) / 3;
+    if (s64 >= static_cast<uint64_t>(steps)) return Op::end();
+    const int s = static_cast<int>(s64);
+    const uint64_t e = len(recv_seg(s));
+    switch ((pc - 1) % 3) {
+      case 0:
+        return e > 0 ? Op::recv(wrap(r - 1, p_)) : Op::skip();
+      case 1:
+        return s < rs ? Op::work(costs_.reduce(e)) : Op::skip();
+      default:
+        return s + 1 < steps && len(send_seg(s + 1)) > 0 ? Op::send(wrap(r + 1, p_), fp32_bytes(len(send_seg(s + 1))))
+                                                          : Op::skip();
+    }
+  }
+
+ private:
+  std::string name_;
+  int p_;
+  uint64_t n_;
+  Partition part_;
+  Chunking chunks_;
+  Costs costs_;
+  int lanes_ = 1;
+};
+
+// --- compressed ring (compressed_ring_allreduce.cpp): every reduce-scatter hop decodes the
+// partial sum, adds, re-encodes; the all-gather forwards each owner's message and decodes it.
+class CompressedRingSchedule : public Schedule {
+ public:
+  CompressedRingSchedule(const Call& c, const coll::CostModel& m)
+      : p_(c.ranks), n_(c.count), part_{c.count, static_cast<uint64_t>(c.ranks)},
+        chunks_(Chunking::for_segment(part_.length(0), c.chunk_bytes, sizeof(float))), costs_(c, m) {
+    lanes_ = p_ == 1 || n_ == 0 ? 1 : static_cast<int>(std::max<uint32_t>(1, chunks_.count(part_.length(0))));
+  }
+  std::string name() const override { return "compressed_ring"; }
+  int ranks() const override { return p_; }
+  int lanes() const override { return lanes_; }
+  Op op(int r, int k, uint64_t pc) const override {
+    if (p_ == 1 || n_ == 0) return Op::end();
+    const int rs = p_ - 1, steps = 2 * (p_ - 1);
+    auto send_seg = [&](int s) { return s < rs ? wrap(r - s, p_) : wrap(r + 1 - (s - rs), p_); };
+    auto recv_seg = [&](int s) { return s < rs ? wrap(r - s - 1, p_) : wrap(r - (s - rs), p_); };
+    auto len = [&](int seg) -> uint64_t {  // chunk k of seg, 0 when seg has no chunk k
+      const uint64_t l = part_.length(static_cast<uint64_t>(seg));
+      return static_cast<uint32_t>(k) < chunks_.count(l) ? chunks_.length(l, static_cast<uint32_t>(k)) : 0;
+    };
+    if (pc == 0) return Op::work(costs_.encode(len(send_seg(0))));
+    if (pc == 1) return len(send_seg(0)) > 0 ? Op::send(wrap(r + 1, p_), costs_.encoded(len(send_seg(0)))) : Op::skip();
+    const uint64_t s64 = (pc - 2) / 3;
+    if (s64 >= static_cast<uint64_t>(steps)) return Op::end();
+    const int s = static_cast<int>(s64);
+    const uint64_t e = len(recv_seg(s));
+    if (e == 0) return Op::skip();
+    switch ((pc - 2) % 3) {
+      case 0:
+        return Op::recv(wrap(r - 1, p_));
+      case 1:  // reduce-scatter: decode, add, encode for the next hop (the owner: its sum)
+        return Op::work(costs_.decode(e) + (s < rs ? costs_.encode(e) : 0));
+      default:
+        return s + 1 < steps ? Op::send(wrap(r + 1, p_), costs_.encoded(len(send_seg(s + 1)))) : Op::skip();
+    }
+  }
+
+ private:
+  int p_;
+  uint64_t n_;
+  Partition part_;
+  Chunking chunks_;
+  Costs costs_;
+  int lanes_ = 1;
+};
+
+// --- recursive doubling (recursive_doubling_allreduce.cpp): whole-buffer exchanges with the
+// partners of doubling.hpp, folded ranks first handing in and last taking back.
+class RecursiveDoublingSchedule : public Schedule {
+ public:
+  RecursiveDoublingSchedule(const Call& c, const coll::CostModel& m) : p_(c.ranks), n_(c.count), costs_(c, m) {}
+  std::string name() const override { return "recursive_doubling"; }
+  int ranks() const override { return p_; }
+  Op op(int r, int, uint64_t pc) const override {
+    if (p_ == 1 || n_ == 0) return Op::end();
+    const Doubling d(r, p_);
+    // Every message carries the sender's call descriptor at its head (check_graph.hpp).
+    const double bytes = fp32_bytes(n_) + coll::CallDescriptor::kFixedBytes;
+    if (d.folded >= 0) {
+      if (pc == 0) return Op::send(d.folded, bytes);
+      if (pc == 1) return Op::recv(d.folded);
+      return Op::end();
+    }
+    uint64_t i = pc;
+    if (d.takes >= 0) {
+      if (i == 0) return Op::recv(d.takes);
+      if (i == 1) return Op::work(costs_.reduce(n_));
+      i -= 2;
+    }
+    const uint64_t k = i / 3;
+    if (k < static_cast<uint64_t>(d.m)) {
+      const int peer = d.partner(static_cast<int>(k));
+      switch (i % 3) {
+        case 0:
+          return Op::send(peer, bytes);
+        case 1:
+          return Op::recv(peer);
+        default:
+          return Op::work(costs_.reduce(n_));
+      }
+    }
+    if (d.takes >= 0 && i == 3 * static_cast<uint64_t>(d.m)) return Op::send(d.takes, bytes);
+    return Op::end();
+  }
+
+ private:
+  int p_;
+  uint64_t n_;
+  Costs costs_;
+};
+
+// --- halving-doubling (halving_doubling_allreduce.cpp): compressed recursive halving to one
+// owner segment per rank, encoded once, then doubling of owner bundles (8 bytes of length
+// per owner and their messages), and every owner's message decoded on every rank.
+class HalvingDoublingSchedule : public Schedule {
+ public:
+  HalvingDoublingSchedule(const Call& c, const coll::CostModel& m)
+      : p_(c.ranks), n_(c.count), costs_(c, m), owners_(static_cast<uint64_t>(Doubling(0, c.ranks).pof2)),
+        part_{c.count, owners_} {
+    // The bundle of owners [0, j): its bytes, prefix sums (every rank's bundles are ranges).
+    bundle_.assign(owners_ + 1, 0.0);
+    for (uint64_t j = 0; j < owners_; ++j) bundle_[j + 1] = bundle_[j] + 8 + costs_.encoded(part_.length(j));
+  }
+  std::string name() const override { return "halving_doubling"; }
+  int ranks() const override { return p_; }
+  Op op(int r, int, uint64_t pc) const override {
+    if (p_ == 1 || n_ == 0) return Op::end();
+    const Doubling d(r, p_);
+    auto elems = [&](uint64_t lo, uint64_t hi) { return part_.start(hi) - part_.start(lo); };
+    auto bundle = [&](uint64_t lo, uint64_t hi) { return bundle_[hi] - bundle_[lo]; };
+    const double decode_all = costs_.decode(n_);
+    if (d.folded >= 0) {
+      switch (pc) {
+        case 0:
+          return Op::work(costs_.encode(n_));
+        case 1:
+          return Op::send(d.folded, costs_.encoded(n_));
+        case 2:
+          return Op::recv(d.folded);
+        case 3:
+          return Op::work(decode_all);
+        default:
+          return Op::end();
+      }
+    }
+    uint64_t i = pc;
+    if (d.takes >= 0) {
+      if (i == 0) return Op::recv(d.takes);
+      if (i == 1) return Op::work(costs_.decode(n_));
+      i -= 2;
+    }
+    const uint64_t m = static_cast<uint64_t>(d.m);
+    const uint64_t v = static_cast<uint64_t>(d.newrank);
+    if (i < 4 * m) {  // halving step k: encode the half sent, exchange, decode-add the half kept
+      const uint64_t k = i / 4;
+      uint64_t lo = 0, hi = owners_;
+      uint64_t slo = 0, shi = 0;
+      int peer = -1;
+      for (uint64_t j = 0; j <= k; ++j) {
+        const uint64_t dist = owners_ >> (j + 1);
+        const uint64_t mid = lo + (hi - lo) / 2;
+        const bool low = (v & dist) == 0;
+        slo = low ? mid : lo;
+        shi = low ? hi : mid;
+        peer = d.rank_of(static_cast<int>(v ^ dist));
+        if (j < k) {
+          lo = low ? lo : mid;
+          hi = low ? mid : hi;
+        }
+      }
+      const uint64_t klo = slo == lo ? shi : lo, khi = slo == lo ? hi : slo;
+      switch (i % 4) {
+        case 0:
+          return Op::work(costs_.encode(elems(slo, shi)));
+        case 1:
+          return Op::send(peer, costs_.encoded(elems(slo, shi)));
+        case 2:
+          return Op::recv(peer);
+        default:
+          return Op::work(costs_.decode(elems(klo, khi)));
+      }
+    }
+    i -= 4 * m;
+    if (i == 0) return Op::work(costs_.encode(part_.length(v)));  // the owner's segment, once
+    i -= 1;
+    if (i < 2 * m) {  // doubling step k: swap bundles of 2^k owners
+      const uint64_t k = i / 2;
+      const uint64_t w = uint64_t{1} << k;
+      const uint64_t lo = v & ~(w - 1);
+      const int peer = d.rank_of(static_cast<int>(v ^ w));
+      return i % 2 == 0 ? Op::send(peer, bundle(lo, lo + w)) : Op::recv(peer);
+    }
+    i -= 2 * m;
+    if (d.takes >= 0) {
+      if (i == 0) return Op::send(d.takes, bundle(0, owners_));
+      i -= 1;
+    }
+    if (i == 0) return Op::work(decode_all);
+    return Op::end();
+  }
+
+ private:
+  int p_;
+  uint64_t n_;
+  Costs costs_;
+  uint64_t owners_;
+  Partition part_;
+  std::vector<double> bundle_;
+};
+
+// --- scatter-reduce (scatter_reduce_allreduce.cpp, its schedule in scatter_reduce_schedule.hpp):
+// segments cut into chunks, every chunk of every other owner's segment encoded and sent at
+// once (chunk-major, staggered from rank + 1), each own chunk decoded-added from every peer in
+// rank order, its sum encoded once and sent to everyone, then every owner's chunks decoded.
+class ScatterReduceSimSchedule : public Schedule {
+ public:
+  ScatterReduceSimSchedule(const Call& c, const coll::CostModel& m)
+      : p_(c.ranks), n_(c.count), costs_(c, m), part_{c.count, static_cast<uint64_t>(c.ranks)},
+        chunks_(Chunking::for_segment(part_.length(0), c.chunk_bytes, sizeof(float))),
+        max_chunks_(chunks_.count(part_.length(0))) {}
+  std::string name() const override { return "scatter_reduce"; }
+  int ranks() const override { return p_; }
+  Op op(int r, int, uint64_t pc) const override {
+    if (n_ == 0) return Op::end();
+    const uint64_t q = static_cast<uint64_t>(p_ - 1), kc = max_chunks_;
+    auto len = [&](int seg, uint64_t k) -> uint64_t {  // 0: seg has no chunk k
+      const uint64_t l = part_.length(static_cast<uint64_t>(seg));
+      return k < chunks_.count(l) ? chunks_.length(l, static_cast<uint32_t>(k)) : 0;
+    };
+    auto in_order = [&](uint64_t i) { return static_cast<int>(i) < r ? static_cast<int>(i) : static_cast<int>(i) + 1; };
+    uint64_t i = pc;
+    if (i < 2 * kc * q) {  // contributions: (chunk, owner) pairs
+      const uint64_t k = i / (2 * q), j = (i / 2) % q;
+      const int owner = (r + 1 + static_cast<int>(j)) % p_;
+      const uint64_t e = len(owner, k);
+      if (e == 0) return Op::skip();
+      return i % 2 == 0 ? Op::work(costs_.encode(e)) : Op::send(owner, costs_.encoded(e));
+    }
+    i -= 2 * kc * q;
+    const uint64_t per_own = 3 * q + 2;
+    if (i < kc * per_own) {  // own chunk k: p - 1 contributions, encode, p - 1 sends, own decode
+      const uint64_t k = i / per_own, j = i % per_own;
+      const uint64_t e = len(r, k);
+      if (e == 0) return Op::skip();
+      if (j < 2 * q) return j % 2 == 0 ? Op::recv(in_order(j / 2)) : Op::work(costs_.decode(e));
+      if (j == 2 * q) return Op::work(costs_.encode(e));
+      if (j < 3 * q + 1) return Op::send((r + 1 + static_cast<int>(j - 2 * q - 1)) % p_, costs_.encoded(e));
+      return Op::work(costs_.decode(e));
+    }
+    i -= kc * per_own;
+    if (i < 2 * q * kc) {  // every other owner's chunks, decoded
+      const uint64_t j = i / (2 * kc), k = (i / 2) % kc;
+      const int owner = (r + 1 + static_cast<int>(j)) % p_;
+      const uint64_t e = len(owner, k);
+      if (e == 0) return Op::skip();
+      return i % 2 == 0 ? Op::recv(owner) : Op::work(costs_.decode(e));
+    }
+    return Op::end();
+  }
+
+ private:
+  int p_;
+  uint64_t n_;
+  Costs costs_;
+  Partition part_;
+  Chunking chunks_;
+  uint64_t max_chunks_;
+};
+
+// --- sparse all-gather (sparse_allgather.cpp): the whole buffer encoded once and sent
+// straight to every peer (staggered from rank + 1), every message summed in rank order.
+class SparseAllgatherSchedule : public Schedule {
+ public:
+  SparseAllgatherSchedule(const Call& c, const coll::CostModel& m) : p_(c.ranks), n_(c.count), costs_(c, m) {}
+  std::string name() const override { return "sparse_allgather"; }
+  int ranks() const override { return p_; }
+  Op op(int r, int, uint64_t pc) const override {
+    if (n_ == 0) return Op::end();
+    const uint64_t q = static_cast<uint64_t>(p_ - 1);
+    auto in_order = [&](uint64_t i) { return static_cast<int>(i) < r ? static_cast<int>(i) : static_cast<int>(i) + 1; };
+    const double msg = costs_.encoded(n_);
+    uint64_t i = pc;
+    if (i == 0) return Op::work(costs_.encode(n_));
+    i -= 1;
+    if (i < q) return Op::send((r + 1 + static_cast<int>(i)) % p_, msg);
+    i -= q;
+    if (i < 2 * q) return i % 2 == 0 ? Op::recv(in_order(i / 2)) : Op::work(msg / costs_.sparse_bps);
+    i -= 2 * q;
+    if (i == 0) return Op::work(msg / costs_.sparse_bps);  // its own
+    return Op::end();
+  }
+
+ private:
+  int p_;
+  uint64_t n_;
+  Costs costs_;
+};
+
+// --- NCCL's tree: a double binary tree (each half of the buffer on its own tree, a rank
+// that is a leaf in one is inner in the other), chunks reduced up to the root and broadcast
+// down, the up and down phases on lanes of their own as NCCL runs them on separate channels.
+class NcclTreeSchedule : public Schedule {
+ public:
+  static constexpr size_t kChunkBytes = size_t{512} << 10;
+  NcclTreeSchedule(const Call& c, const coll::CostModel& m) : p_(c.ranks), n_(c.count), costs_(c, m) {
+    half_[0] = n_ / 2;
+    half_[1] = n_ - half_[0];
+    chunk_elems_ = kChunkBytes / sizeof(float);
+  }
+  std::string name() const override { return "nccl_tree"; }
+  int ranks() const override { return p_; }
+  int lanes() const override { return 4; }  // tree t: up (2t), down (2t + 1)
+
+  struct Node {
+    int up = -1, down[2] = {-1, -1};
+  };
+  // The binary tree over 0..p-1 in which a rank's level is its lowest set bit; the second
+  // tree is the first mirrored (even p) or shifted by one (odd p).
+  Node node(int tree, int r) const {
+    const int v = tree == 0 ? r : (p_ % 2 == 0 ? p_ - 1 - r : wrap(r - 1, p_));
+    Node nd = btree(v);
+    auto back = [&](int x) { return x < 0 ? -1 : (tree == 0 ? x : (p_ % 2 == 0 ? p_ - 1 - x : wrap(x + 1, p_))); };
+    return Node{back(nd.up), {back(nd.down[0]), back(nd.down[1])}};
+  }
+  Node btree(int r) const {
+    Node nd;
+    int bit = 1;
+    while (bit < p_ && (bit & r) == 0) bit <<= 1;
+    if (r == 0) {
+      int top = 1;
+      while (top * 2 < p_) top *= 2;
+      nd.down[0] = p_ > 1 ? top : -1;
+      if (nd.down[0] == 0) nd.down[0] = -1;
+      return nd;
+    }
+    int up = (r ^ bit) | (bit << 1);
+    if (up >= p_) up = r ^ bit;
+    nd.up = up;
+    int low = bit >> 1;
+    if (low > 0) {
+      nd.down[0] = r - low;
+      int d1 = r + low;
+      while (low > 0 && d1 >= p_) {
+        low >>= 1;
+        d1 = r + low;
+      }
+      nd.down[1] = low > 0 ? d1 : -1;
+    }
+    return nd;
+  }
+
+  Op op(int r, int lane, uint64_t pc) const override {
+    if (p_ == 1 || n_ == 0) return Op::end();
+    const int tree = lane / 2;
+    const bool up = lane % 2 == 0;
+    const uint64_t n = half_[tree];
+    const uint64_t nchunks = (n + chunk_elems_ - 1) / chunk_elems_;
+    const Node nd = node(tree, r);
+    if (up) {
+      const uint64_t c = pc / 6;
+      if (c >= nchunks) return Op::end();
+      const uint64_t e = std::min<uint64_t>(chunk_elems_, n - c * chunk_elems_);
+      const double bytes = fp32_bytes(e);
+      switch (pc % 6) {
+        case 0:
+          return nd.down[0] >= 0 ? Op::recv(nd.down[0]) : Op::skip();
+        case 1:
+          return nd.down[0] >= 0 ? Op::work(costs_.reduce(e)) : Op::skip();
+        case 2:
+          return nd.down[1] >= 0 ? Op::recv(nd.down[1]) : Op::skip();
+        case 3:
+          return nd.down[1] >= 0 ? Op::work(costs_.reduce(e)) : Op::skip();
+        case 4:
+          if (nd.up >= 0) return Op::send(nd.up, bytes);  // to the parent's up lane
+          return nd.down[0] >= 0 ? Op::send(nd.down[0], bytes, lane + 1) : Op::skip();
+        default:
+          return nd.up < 0 && nd.down[1] >= 0 ? Op::send(nd.down[1], bytes, lane + 1) : Op::skip();
+      }
+    }
+    if (nd.up < 0) return Op::end();  // the root's down phase runs on its up lane
+    const uint64_t c = pc / 3;
+    if (c >= nchunks) return Op::end();
+    const uint64_t e = std::min<uint64_t>(chunk_elems_, n - c * chunk_elems_);
+    const double bytes = fp32_bytes(e);
+    switch (pc % 3) {
+      case 0:
+        return Op::recv(nd.up);
+      case 1:
+        return nd.down[0] >= 0 ? Op::send(nd.down[0], bytes) : Op::skip();
+      default:
+        return nd.down[1] >= 0 ? Op::send(nd.down[1], bytes) : Op::skip();
+    }
+  }
+
+ private:
+  int p_;
+  uint64_t n_;
+  Costs costs_;
+  uint64_t half_[2];
+  uint64_t chunk_elems_;
+};
+
+}  // namespace
+
+std::vector<std::string> schedule_names() {
+  return {"ring",     "recursive_doubling", "compressed_ring", "scatter_reduce", "halving_doubling",
+          "sparse_allgather", "nccl_ring", "nccl_tree"};
+}
+
+bool compressed_schedule(const std::string& algo) {
+  return algo == "compressed_ring" || algo == "scatter_reduce" || algo == "halving_doubling" ||
+         algo == "sparse_allgather";
+}
+
+std::unique_ptr<Schedule> make_schedule(const std::string& algo, const Call& call, const coll::CostModel& model) {
+  if (call.ranks < 1) return nullptr;
+  if (compressed_schedule(algo) && call.codec == nullptr) return nullptr;
+  Call dense = call;
+  dense.codec = nullptr;
+  if (algo == "ring") return std::make_unique<RingSchedule>("ring", dense, model, call.chunk_bytes);
+  // NCCL's ring: the same ring, pipelined in its 512 KiB slices (NCCL_BUFFSIZE / NCCL_STEPS).
+  if (algo == "nccl_ring") return std::make_unique<RingSchedule>("nccl_ring", dense, model, size_t{512} << 10);
+  if (algo == "nccl_tree") return std::make_unique<NcclTreeSchedule>(dense, model);
+  if (algo == "recursive_doubling") return std::make_unique<RecursiveDoublingSchedule>(dense, model);
+  if (algo == "compressed_ring") return std::make_unique<CompressedRingSchedule>(call, model);
+  if (algo == "halving_doubling") return std::make_unique<HalvingDoublingSchedule>(call, model);
+  if (algo == "scatter_reduce") return std::make_unique<ScatterReduceSimSchedule>(call, model);
+  if (algo == "sparse_allgather") return std::make_unique<SparseAllgatherSchedule>(call, model);
+  return nullptr;
+}
+
+}  // namespace gw::sim
