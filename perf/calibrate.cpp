@@ -218,8 +218,15 @@ std::vector<double> bursts(gw_comm_t comm, int rank, int n, int warmup, int reps
   return times;
 }
 
+// The q-quantile of v (nearest rank), for the spread the summary shows.
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
 struct Network {
   double latency_s = 0, link_bytes_per_s = 0, message_cpu_s = 0;
+  double spread[3][2] = {};  // the same three from the first and third quartile of the samples
 };
 
 // Runs on every rank; the figures are rank 0's (zero elsewhere).
@@ -237,6 +244,12 @@ Network measure_network(gw_comm_t comm, int rank, const Plan& p) {
   std::vector<double> per_message;
   for (double t : burst) per_message.push_back((t - net.latency_s) / p.burst_n);
   net.message_cpu_s = median(per_message);
+  for (int i = 0; i < 2; ++i) {
+    const double q = i == 0 ? 0.25 : 0.75;
+    net.spread[0][i] = quantile(small, q) / 2.0;
+    net.spread[1][i] = static_cast<double>(p.big_bytes) / (quantile(big, 1.0 - q) / 2.0);
+    net.spread[2][i] = quantile(per_message, q);
+  }
   if (!(net.message_cpu_s > 0.0)) {
     std::fprintf(stderr, "calibrate: a burst of %d messages took less than one latency (%.3g s): no per-message cost\n",
                  p.burst_n, net.latency_s);
@@ -372,9 +385,12 @@ void write_file(const std::string& path, const std::string& text) {
 void print_summary(const Network& net, const Compute& c, const Plan& p, int nranks, long cores) {
   const char* tls = std::getenv("UCX_TLS");
   std::fprintf(stderr, "calibrate: %d ranks, UCX_TLS=%s, %ld cores\n", nranks, tls != nullptr ? tls : "unset", cores);
-  std::fprintf(stderr, "  latency       %9.2f us one way (8 B)\n", net.latency_s * 1e6);
-  std::fprintf(stderr, "  link          %9.3f GB/s (%zu B messages)\n", net.link_bytes_per_s / 1e9, p.big_bytes);
-  std::fprintf(stderr, "  message cpu   %9.3f us per message (bursts of %d)\n", net.message_cpu_s * 1e6, p.burst_n);
+  std::fprintf(stderr, "  latency       %9.2f us one way (8 B); quartiles %.2f, %.2f\n", net.latency_s * 1e6,
+               net.spread[0][0] * 1e6, net.spread[0][1] * 1e6);
+  std::fprintf(stderr, "  link          %9.3f GB/s (%zu B messages); quartiles %.3f, %.3f\n",
+               net.link_bytes_per_s / 1e9, p.big_bytes, net.spread[1][0] / 1e9, net.spread[1][1] / 1e9);
+  std::fprintf(stderr, "  message cpu   %9.3f us per message (bursts of %d); quartiles %.3f, %.3f\n",
+               net.message_cpu_s * 1e6, p.burst_n, net.spread[2][0] * 1e6, net.spread[2][1] * 1e6);
   std::fprintf(stderr, "  fp32 sum      %9.3f GB/s of input, one core\n", c.reduce_bytes_per_s / 1e9);
   std::fprintf(stderr, "  sparse sum    %9.3f GB/s of topk message\n", c.sparse_sum_bytes_per_s / 1e9);
   std::fprintf(stderr, "  %-20s %12s %16s\n", "codec", "encode GB/s", "decode+acc GB/s");
