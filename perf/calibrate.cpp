@@ -242,6 +242,7 @@ Network measure_network(gw_comm_t comm, int rank, const Plan& p) {
   net.latency_s = median(small) / 2.0;
   net.link_bytes_per_s = static_cast<double>(p.big_bytes) / (median(big) / 2.0);
   std::vector<double> per_message;
+  per_message.reserve(burst.size());
   for (double t : burst) per_message.push_back((t - net.latency_s) / p.burst_n);
   net.message_cpu_s = median(per_message);
   for (int i = 0; i < 2; ++i) {
@@ -271,6 +272,7 @@ struct Compute {
 Compute measure_compute(const std::vector<MeasuredSpec>& specs, const Plan& p) {
   Compute c;
   std::vector<std::string> spec_strings;
+  spec_strings.reserve(specs.size());
   for (const MeasuredSpec& s : specs) spec_strings.push_back(s.spec);
   gw::perf::CodecBuffers b = gw::perf::make_codec_buffers(p.elements, spec_strings);
   const double input_bytes = static_cast<double>(p.elements) * sizeof(float);
