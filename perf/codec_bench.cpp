@@ -34,6 +34,9 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using gw::perf::CodecBuffers;
+using gw::perf::CodecPhase;
+using gw::perf::CodecResult;
 
 // What each registered codec lists to be measured, in order of codec id.
 std::vector<std::string> default_specs() {
@@ -148,15 +151,11 @@ void fill_gradient(float* x, size_t n) {
   }
 }
 
-// Memory the benchmark owns: allocated once, first touched, reused by every codec.
-struct Buffers {
-  size_t n = 0;
-  std::unique_ptr<float[]> src, dst, ref;
-  std::unique_ptr<uint8_t[]> msg;
-  size_t msg_cap = 0;
-};
-
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+namespace gw::perf {
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -164,22 +163,14 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
-struct Phase {
-  std::vector<double> times;  // seconds, one per timed repetition
-  double gbps(size_t n) const {
-    const double t = median(times);
-    return t > 0.0 ? static_cast<double>(n) * sizeof(float) / t / 1e9 : 0.0;
-  }
-};
+double CodecPhase::gbps(size_t n) const {
+  const double t = median(times);
+  return t > 0.0 ? static_cast<double>(n) * sizeof(float) / t / 1e9 : 0.0;
+}
 
-struct Row {
-  std::string spec;
-  size_t encoded_bytes = 0;
-  uint64_t nnz = 0;
-  double ratio = 0.0;
-  double rel_error = 0.0;
-  Phase encode, decode, accumulate, encode_ef;
-};
+}  // namespace gw::perf
+
+namespace {
 
 [[noreturn]] void die(const std::string& what, const gw::Status& s) {
   std::fprintf(stderr, "codec_bench: %s: %s\n", what.c_str(), s.to_string().c_str());
@@ -228,8 +219,32 @@ std::vector<size_t> probe_positions(const float* ref, size_t n) {
 
 constexpr float kPoison = -12345.678f;
 
-Row run_codec(const std::string& spec, Buffers& b, const Options& o) {
-  Row row;
+}  // namespace
+
+namespace gw::perf {
+
+CodecBuffers make_codec_buffers(size_t n, const std::vector<std::string>& specs) {
+  CodecBuffers b;
+  b.n = n;
+  for (const std::string& s : specs) {
+    auto c = gw::Codec::create(s);
+    if (!c) die("codec '" + s + "'", c.status());
+    b.msg_cap = std::max(b.msg_cap, (*c)->max_encoded_bytes(n, gw::DType::kFloat32));
+  }
+  b.src.reset(new float[n]);
+  b.dst.reset(new float[n]);
+  b.ref.reset(new float[n]);
+  b.msg.reset(new uint8_t[b.msg_cap]);
+  // First touch everything now: page faults would otherwise land in the timed loops.
+  fill_gradient(b.src.get(), n);
+  std::memset(b.dst.get(), 0, n * sizeof(float));
+  std::memset(b.ref.get(), 0, n * sizeof(float));
+  std::memset(b.msg.get(), 0, b.msg_cap);
+  return b;
+}
+
+CodecResult time_codec(const std::string& spec, CodecBuffers& b, const CodecTiming& o) {
+  CodecResult row;
   row.spec = spec;
   auto created = gw::Codec::create(spec);
   if (!created) die("codec '" + spec + "'", created.status());
@@ -284,7 +299,7 @@ Row run_codec(const std::string& spec, Buffers& b, const Options& o) {
   }
   const std::vector<size_t> probes = probe_positions(ref, n);
 
-  auto decode_timed = [&](gw::DecodeMode mode, Phase* phase) {
+  auto decode_timed = [&](gw::DecodeMode mode, CodecPhase* phase) {
     // Poison the probes (overwrite must replace them; accumulate must add to a known value).
     for (size_t p : probes) dst[p] = kPoison;
     const auto t0 = Clock::now();
@@ -301,14 +316,16 @@ Row run_codec(const std::string& spec, Buffers& b, const Options& o) {
     }
     if (phase != nullptr) phase->times.push_back(t);
   };
-  for (int i = 0; i < o.warmup; ++i) decode_timed(gw::DecodeMode::kOverwrite, nullptr);
-  for (int i = 0; i < o.reps; ++i) decode_timed(gw::DecodeMode::kOverwrite, &row.decode);
+  if (o.all_phases) {
+    for (int i = 0; i < o.warmup; ++i) decode_timed(gw::DecodeMode::kOverwrite, nullptr);
+    for (int i = 0; i < o.reps; ++i) decode_timed(gw::DecodeMode::kOverwrite, &row.decode);
+  }
   for (int i = 0; i < o.warmup; ++i) decode_timed(gw::DecodeMode::kAccumulate, nullptr);
   for (int i = 0; i < o.reps; ++i) decode_timed(gw::DecodeMode::kAccumulate, &row.accumulate);
 
   // Encode with error feedback: residual += g, encode, residual -= decode (the library's
   // own path). The residual is allocated (and zeroed, so touched) by the state.
-  {
+  if (o.all_phases) {
     gw::ErrorFeedback ef(n);
     auto ef_once = [&]() {
       auto r = codec.encode(src, n, gw::EncodeContext{ef.step(), 0}, ef, msg, cap);
@@ -324,15 +341,19 @@ Row run_codec(const std::string& spec, Buffers& b, const Options& o) {
   return row;
 }
 
+}  // namespace gw::perf
+
+namespace {
+
 // Plain-loop memory references on the same buffers, for reading the codec numbers against.
 struct MemRef {
   double read_gbps = 0.0, copy_gbps = 0.0;
 };
 
-MemRef measure_memory(Buffers& b, const Options& o) {
+MemRef measure_memory(CodecBuffers& b, const Options& o) {
   MemRef m;
   const size_t n = b.n;
-  Phase read, copy;
+  CodecPhase read, copy;
   volatile float sink = 0.0f;
   for (int i = 0; i < o.warmup + o.reps; ++i) {
     auto t0 = Clock::now();
@@ -390,16 +411,16 @@ std::string json_escape(const std::string& s) {
   return r;
 }
 
-void write_phase(FILE* f, const char* name, const Phase& p, size_t n, bool last) {
-  std::fprintf(f, "      \"%s\": {\"gbps\": %.4f, \"median_s\": %.6e, \"times_s\": [", name, p.gbps(n),
-               median(p.times));
+void write_phase(FILE* f, const char* name, const CodecPhase& p, size_t n, bool last) {
+  std::fprintf(f, "      \"%s\": {\"gbps\": %.4f, \"median_s\": %.6e, \"times_s\": [", name, p.gbps(n), p.median_s());
   for (size_t i = 0; i < p.times.size(); ++i) {
     std::fprintf(f, "%s%.6e", i ? ", " : "", p.times[i]);
   }
   std::fprintf(f, "]}%s\n", last ? "" : ",");
 }
 
-void write_json(const std::string& path, const Options& o, size_t n, const MemRef& mem, const std::vector<Row>& rows) {
+void write_json(const std::string& path, const Options& o, size_t n, const MemRef& mem,
+                const std::vector<CodecResult>& rows) {
   FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) {
     std::fprintf(stderr, "codec_bench: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
@@ -413,7 +434,7 @@ void write_json(const std::string& path, const Options& o, size_t n, const MemRe
   std::fprintf(f, "  \"memory\": {\"read_gbps\": %.4f, \"memcpy_gbps\": %.4f},\n", mem.read_gbps, mem.copy_gbps);
   std::fprintf(f, "  \"codecs\": [\n");
   for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
+    const CodecResult& r = rows[i];
     std::fprintf(f, "    {\n      \"spec\": \"%s\",\n      \"encoded_bytes\": %zu,\n", json_escape(r.spec).c_str(),
                  r.encoded_bytes);
     std::fprintf(f, "      \"nnz\": %" PRIu64 ",\n      \"ratio\": %.4f,\n      \"rel_error\": %.6f,\n", r.nnz, r.ratio,
@@ -438,23 +459,10 @@ int gw::perf::codec_bench_main(int argc, char** argv) {
     if (!c) die("codec '" + s + "'", c.status());
   }
 
-  Buffers b;
-  b.n = static_cast<size_t>(o.size_mb * 1048576.0 / sizeof(float));
-  if (b.n == 0) b.n = 1;
+  size_t elements = static_cast<size_t>(o.size_mb * 1048576.0 / sizeof(float));
+  if (elements == 0) elements = 1;
+  CodecBuffers b = gw::perf::make_codec_buffers(elements, o.specs);
   const size_t n = b.n;
-  for (const std::string& s : o.specs) {
-    auto c = gw::Codec::create(s);
-    b.msg_cap = std::max(b.msg_cap, (*c)->max_encoded_bytes(n, gw::DType::kFloat32));
-  }
-  b.src.reset(new float[n]);
-  b.dst.reset(new float[n]);
-  b.ref.reset(new float[n]);
-  b.msg.reset(new uint8_t[b.msg_cap]);
-  // First touch everything now: page faults would otherwise land in the timed loops.
-  fill_gradient(b.src.get(), n);
-  std::memset(b.dst.get(), 0, n * sizeof(float));
-  std::memset(b.ref.get(), 0, n * sizeof(float));
-  std::memset(b.msg.get(), 0, b.msg_cap);
 
   const MemRef mem = measure_memory(b, o);
   std::printf("# codec_bench: %zu fp32 elements (%.1f MiB), 1 thread, median of %d reps (%d warm-up)\n", n,
@@ -469,10 +477,10 @@ int gw::perf::codec_bench_main(int argc, char** argv) {
   std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   std::fflush(stdout);
 
-  std::vector<Row> rows;
+  std::vector<CodecResult> rows;
   for (const std::string& s : o.specs) {
-    rows.push_back(run_codec(s, b, o));
-    const Row& r = rows.back();
+    rows.push_back(gw::perf::time_codec(s, b, gw::perf::CodecTiming{o.reps, o.warmup, true}));
+    const CodecResult& r = rows.back();
     std::printf("| %s | %.1f | %.3f | %.3f | %.3f | %.3f | %.4f |\n", r.spec.c_str(), r.ratio, r.encode.gbps(n),
                 r.decode.gbps(n), r.accumulate.gbps(n), r.encode_ef.gbps(n), r.rel_error);
     std::fflush(stdout);
