@@ -7,6 +7,9 @@
 //   message_cpu_s           per message on the sender: (time to post N 8-byte gw_isend back to
 //                           back and gw_wait them all - latency_s) / N, median over bursts;
 //                           the receiver has posted its N receives before each burst
+//   switch_s                the same 8-byte ping-pong with both ranks pinned to CPU 0, half its
+//                           median round trip less latency_s: what a message costs when its
+//                           receiver has to be switched in (more ranks than cores)
 //   reduce_bytes_per_s      the library's dense fp32 sum (dst[i] += src[i], one core) on buffers
 //                           of --size-mb MiB: src bytes per second
 //   sparse_sum_bytes_per_s  topk's encoded bytes / the time of its decode-accumulate into a dense
@@ -23,6 +26,7 @@
 // a summary on stderr.
 //
 // usage: calibrate [--np N] [--out FILE] [--quick] [--size-mb M]
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -224,8 +228,24 @@ double quantile(std::vector<double> v, double q) {
   return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
 }
 
+// Pins the calling process to CPU 0 (pin) or gives it back every CPU it had (!pin).
+void pin_to_cpu0(bool pin) {
+  static cpu_set_t saved;
+  static bool have_saved = false;
+  if (pin) {
+    have_saved = sched_getaffinity(0, sizeof saved, &saved) == 0;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0) std::perror("calibrate: sched_setaffinity");
+  } else if (have_saved) {
+    sched_setaffinity(0, sizeof saved, &saved);
+  }
+}
+
 struct Network {
   double latency_s = 0, link_bytes_per_s = 0, message_cpu_s = 0;
+  double switch_s = 0;       // the ping-pong's one-way time with both ranks on one core, less latency_s
   double spread[3][2] = {};  // the same three from the first and third quartile of the samples
 };
 
@@ -237,6 +257,12 @@ Network measure_network(gw_comm_t comm, int rank, const Plan& p) {
   const std::vector<double> small = round_trips(comm, rank, buf.data(), 8, p.ping_warmup, p.ping_iters);
   const std::vector<double> big = round_trips(comm, rank, buf.data(), p.big_bytes, p.big_warmup, p.big_iters);
   const std::vector<double> burst = bursts(comm, rank, p.burst_n, p.burst_warmup, p.burst_reps);
+  // Ranks sharing a core (more ranks than cores): each message waits for its receiver to be
+  // switched in. The same ping-pong with both ranks on CPU 0 prices that switch.
+  check(gw_barrier(comm), "gw_barrier");
+  pin_to_cpu0(true);
+  const std::vector<double> shared = round_trips(comm, rank, buf.data(), 8, p.ping_warmup, p.ping_iters / 4 + 1);
+  pin_to_cpu0(false);
   check(gw_barrier(comm), "gw_barrier");
   if (rank != 0) return net;
   net.latency_s = median(small) / 2.0;
@@ -245,6 +271,7 @@ Network measure_network(gw_comm_t comm, int rank, const Plan& p) {
   per_message.reserve(burst.size());
   for (double t : burst) per_message.push_back((t - net.latency_s) / p.burst_n);
   net.message_cpu_s = median(per_message);
+  net.switch_s = std::max(1e-7, median(shared) / 2.0 - net.latency_s);
   for (int i = 0; i < 2; ++i) {
     const double q = i == 0 ? 0.25 : 0.75;
     net.spread[0][i] = quantile(small, q) / 2.0;
@@ -360,6 +387,7 @@ std::string cost_model_text(const Network& net, const Compute& c, const Plan& p,
   appendf(t, "version = 1\n");
   appendf(t, "transport = UCX_TLS=%s\n", tls_text.c_str());
   appendf(t, "latency_s = %.4g\n", net.latency_s);
+  appendf(t, "switch_s = %.4g\n", net.switch_s);
   appendf(t, "link_bytes_per_s = %.4g\n", net.link_bytes_per_s);
   appendf(t, "message_cpu_s = %.4g\n", net.message_cpu_s);
   appendf(t, "reduce_bytes_per_s = %.4g\n", c.reduce_bytes_per_s);

@@ -89,18 +89,14 @@ TEST(CostModel, FromTheEnvironment) {
   EXPECT_EQ(d.value().source, "built-in defaults");
 
   const std::string path = ::testing::TempDir() + "gw_cost_model_test.txt";
-  {
-    std::ofstream(path) << kGood;
-  }
+  { std::ofstream(path) << kGood; }
   setenv("GW_COST_MODEL", path.c_str(), 1);
   auto r = cost_model_from_env();
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_EQ(r.value().source, path);
   EXPECT_EQ(r.value().cores, 2);
 
-  {
-    std::ofstream(path) << "version = 1\nlatency_s = -3\n";
-  }
+  { std::ofstream(path) << "version = 1\nlatency_s = -3\n"; }
   r = cost_model_from_env();
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("GW_COST_MODEL: " + path + ":2: latency_s"), std::string::npos)

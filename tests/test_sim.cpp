@@ -76,16 +76,17 @@ TEST(Sim, SchedulesSendWhatTheAlgorithmsSend) {
           real[static_cast<size_t>(r)] = Sent{st->messages_sent, static_cast<double>(st->bytes_sent)};
         });
         std::unique_ptr<Codec> codec = k.codec != nullptr ? test::make_codec(k.codec) : nullptr;
-        const Call call{p, n, 4096, codec.get()};  // run_local_ranks pipelines in 4 KiB chunks
+        // run_local_ranks pipelines in 4 KiB chunks; the statistics do not count descriptors.
+        const Call call{p, n, 4096, codec.get(), false};
         auto s = make_schedule(k.sim, call, model);
         ASSERT_NE(s, nullptr);
         for (int r = 0; r < p; ++r) {
           const Sent want = sent_by(*s, r);
           const Sent got = real[static_cast<size_t>(r)];
-          EXPECT_EQ(got.messages, want.messages) << k.sim << " " << (k.codec ? k.codec : "") << " p=" << p
-                                                 << " n=" << n << " rank " << r;
-          EXPECT_EQ(got.bytes, want.bytes) << k.sim << " " << (k.codec ? k.codec : "") << " p=" << p << " n=" << n
-                                           << " rank " << r;
+          EXPECT_EQ(got.messages, want.messages)
+              << k.sim << " " << (k.codec ? k.codec : "") << " p=" << p << " n=" << n << " rank " << r;
+          EXPECT_EQ(got.bytes, want.bytes)
+              << k.sim << " " << (k.codec ? k.codec : "") << " p=" << p << " n=" << n << " rank " << r;
         }
         const Outcome o = simulate(*s, model);
         EXPECT_TRUE(o.error.empty()) << o.error;
@@ -129,8 +130,7 @@ TEST(Sim, OneMessageCostsCpuLatencyAndBytesAtBothEnds) {
 TEST(Sim, ATargetPortTakesMessagesOneAfterAnother) {
   const coll::CostModel m = simple_model();
   // Two senders at once into one receiver: the second message waits for the first's bytes.
-  const Outcome o =
-      simulate(Listed({{Op::send(2, 1e6)}, {Op::send(2, 1e6)}, {Op::recv(0), Op::recv(1)}}), m);
+  const Outcome o = simulate(Listed({{Op::send(2, 1e6)}, {Op::send(2, 1e6)}, {Op::recv(0), Op::recv(1)}}), m);
   ASSERT_TRUE(o.error.empty());
   EXPECT_NEAR(o.seconds, 1e-7 + 1e-6 + 2e-3 + 1e-7, 2e-7);
 }
@@ -160,7 +160,8 @@ TEST(Sim, TooManyMessagesInFlightIsReported) {
   EXPECT_TRUE(simulate(Listed(ops), simple_model()).error.empty());
 }
 
-// The policy decides with closed forms; where no port is shared by two messages at once
+// The policy decides with closed forms of the algorithms (the call checks left out); where no
+// port is shared by two messages at once
 // (powers of two), they are the replay's time to within 10 %.
 TEST(Sim, ClosedFormsAgreeWithTheReplay) {
   const coll::CostModel model;
@@ -169,7 +170,7 @@ TEST(Sim, ClosedFormsAgreeWithTheReplay) {
     for (int p : {4, 64, 1024}) {
       for (uint64_t bytes : {uint64_t{4096}, uint64_t{1} << 20, uint64_t{64} << 20}) {
         if (std::string(a) == "scatter_reduce" && p == 1024 && bytes == 4096) continue;  // in-port bound
-        const Call call{p, bytes / 4, size_t{1} << 20, q.get()};
+        const Call call{p, bytes / 4, size_t{1} << 20, q.get(), false};  // the closed forms leave out the checks
         const Outcome o = simulate(*make_schedule(a, call, model), model);
         ASSERT_TRUE(o.error.empty()) << o.error;
         const coll::PolicyInput in{bytes / 4, DType::kFloat32, q.get(), p, Algo::kAuto, Algo::kAuto, 0, false, &model};
@@ -178,6 +179,26 @@ TEST(Sim, ClosedFormsAgreeWithTheReplay) {
       }
     }
   }
+}
+
+// Every call sends its call-check descriptors as the graph of its algorithm says: one to the
+// ring neighbour for ring-based calls, one per partner more for halving-doubling, one to
+// every peer for scatter-reduce.
+TEST(Sim, CallChecksAddTheirGraphsMessages) {
+  const coll::CostModel model;
+  auto q = test::make_codec("qsgd:bits=8");
+  const int p = 16;
+  auto extra = [&](const char* a) {
+    Call on{p, 4096, size_t{1} << 20, q.get(), true}, off = on;
+    off.checks = false;
+    return simulate(*make_schedule(a, on, model), model).messages -
+           simulate(*make_schedule(a, off, model), model).messages;
+  };
+  EXPECT_EQ(extra("ring"), 16u);
+  EXPECT_EQ(extra("recursive_doubling"), 16u);  // partners' descriptors ride in the data
+  // The ring edge and 4 partners, each peer once: an even rank's next is its first partner.
+  EXPECT_EQ(extra("halving_doubling"), 8u * 4u + 8u * 5u);
+  EXPECT_EQ(extra("scatter_reduce"), 16u * 15u);
 }
 
 TEST(Sim, NcclTreeIsLogarithmicAndEveryRankTakesPart) {

@@ -48,6 +48,7 @@ Result<CostModel> parse_cost_model(const std::string& text, const std::string& w
   std::map<std::string, double*> numbers = {{"latency_s", &m.latency_s},
                                             {"link_bytes_per_s", &m.link_bytes_per_s},
                                             {"message_cpu_s", &m.message_cpu_s},
+                                            {"switch_s", &m.switch_s},
                                             {"reduce_bytes_per_s", &m.reduce_bytes_per_s},
                                             {"sparse_sum_bytes_per_s", &m.sparse_sum_bytes_per_s}};
   std::set<std::string> seen;

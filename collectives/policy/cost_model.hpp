@@ -3,7 +3,7 @@
 // GW_COST_MODEL names, else defaults for a 100 Gbit/s fabric.
 //
 // The file is `key = value` lines (# comments): version = 1, transport = text, latency_s,
-// link_bytes_per_s, message_cpu_s, reduce_bytes_per_s, sparse_sum_bytes_per_s, cores, and
+// link_bytes_per_s, message_cpu_s, switch_s, reduce_bytes_per_s, sparse_sum_bytes_per_s, cores, and
 // encode_bytes_per_s.<codec> / decode_bytes_per_s.<codec> per codec name. A key it does not
 // know, a repeated key, a value that is not a finite positive number, or a missing version is
 // refused with the line and key named: a cost model that is half read would steer every call.
@@ -25,6 +25,7 @@ struct CostModel {
   double latency_s = 3e-6;              // one small message, one way, software included
   double link_bytes_per_s = 12.5e9;     // a rank's link (100 Gbit/s)
   double message_cpu_s = 0.5e-6;        // a rank's CPU time per message it sends or receives
+  double switch_s = 2e-6;               // a core switching to a rank that was waiting for it (more ranks than cores)
   double reduce_bytes_per_s = 5e9;      // dense fp32 sum, input bytes per second, one core
   double sparse_sum_bytes_per_s = 1e9;  // sparse messages summed into a dense buffer, message bytes/s
   CodecRates default_codec{2e9, 10e9};  // codecs the file does not name

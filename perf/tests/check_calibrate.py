@@ -6,7 +6,7 @@ usage: check_calibrate.py run TOOL WORKDIR
 
 run: a quick 2-rank run (--np 2 --quick) writes a cost model file (--out) that
 collectives/policy/cost_model.cpp can read: its first line says where and how it was measured;
-every key is present exactly once (latency_s, link_bytes_per_s, message_cpu_s,
+every key is present exactly once (latency_s, switch_s, link_bytes_per_s, message_cpu_s,
 reduce_bytes_per_s, sparse_sum_bytes_per_s, cores, version, transport), version = 1, every
 number is finite and > 0, cores is a whole number >= 1, there is an encode and a decode line
 for at least none, qsgd and topk (and for every codec one has, the other), and no unknown key
@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-NUMBERS = ("latency_s", "link_bytes_per_s", "message_cpu_s", "reduce_bytes_per_s", "sparse_sum_bytes_per_s")
+NUMBERS = ("latency_s", "switch_s", "link_bytes_per_s", "message_cpu_s", "reduce_bytes_per_s", "sparse_sum_bytes_per_s")
 REQUIRED = ("version", "transport", "cores") + NUMBERS
 CODEC_KEY = re.compile(r"^(encode|decode)_bytes_per_s\.([A-Za-z0-9_]+)$")
 MUST_HAVE_CODECS = ("none", "qsgd", "topk")

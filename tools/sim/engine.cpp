@@ -19,13 +19,19 @@ struct Entity {
   int waiting_on = -1;  // the peer it waits for, -1: not waiting
   bool queued = false;
   bool ended = false;
+  double spun = 0;             // seconds spent polling for the current receive
+  bool slept = false;          // stopped polling: pays a switch when woken
   std::vector<Message> inbox;  // in the order sent; taken oldest first per sender
 };
+
+// How long a rank polls for a message before it sleeps (the UCX transport's spin, kSpin in
+// ucx_transport.cpp); only modelled when ranks share cores.
+constexpr double kSpinS = 30e-6;
 
 class Engine {
  public:
   Engine(const Schedule& s, const coll::CostModel& m, const Limits& l)
-      : s_(s), m_(m), limits_(l), p_(s.ranks()), lanes_(s.lanes()) {
+      : s_(s), m_(m), limits_(l), p_(s.ranks()), lanes_(s.lanes()), oversubscribed_(m.cores > 0 && p_ > m.cores) {
     entities_.resize(static_cast<size_t>(p_) * static_cast<size_t>(lanes_));
     out_free_.assign(static_cast<size_t>(p_), 0.0);
     in_free_.assign(static_cast<size_t>(p_), 0.0);
@@ -99,12 +105,8 @@ class Engine {
           x.ended = true;
           finish_[static_cast<size_t>(rank)] = std::max(finish_[static_cast<size_t>(rank)], x.t);
           return;
-        case Op::kSkip:
-          ++x.pc;
-          continue;
-        case Op::kWork:
-          x.t = cpu(rank, x.t, op.amount);
-          break;
+        case Op::kSkip: ++x.pc; continue;
+        case Op::kWork: x.t = cpu(rank, x.t, op.amount); break;
         case Op::kSend: {
           x.t = cpu(rank, x.t, m_.message_cpu_s);
           const double wire = op.amount / m_.link_bytes_per_s;
@@ -124,10 +126,22 @@ class Engine {
           auto& box = x.inbox;
           auto it = std::find_if(box.begin(), box.end(), [&](const Message& m) { return m.src == op.peer; });
           if (it == box.end()) {
+            if (oversubscribed_ && x.spun < kSpinS) {  // polls, yielding its core to the others
+              x.t = cpu(rank, x.t, m_.switch_s);
+              x.spun += m_.switch_s;
+              enqueue(e, x.t);
+              return;
+            }
             x.waiting_on = op.peer;
+            x.slept = oversubscribed_;
             return;  // deliver() wakes it
           }
           x.waiting_on = -1;
+          x.spun = 0;
+          if (x.slept) {
+            x.slept = false;
+            x.t = cpu(rank, std::max(x.t, it->complete), m_.switch_s);
+          }
           x.t = std::max(x.t, it->complete);
           box.erase(it);
           --in_flight_;
@@ -162,6 +176,7 @@ class Engine {
   Limits limits_;
   int p_;
   int lanes_;
+  bool oversubscribed_;
   std::vector<Entity> entities_;
   std::vector<double> out_free_, in_free_, core_free_, finish_;
   std::priority_queue<double, std::vector<double>, std::greater<>> pool_;

@@ -9,7 +9,9 @@
 //   The fabric in between never congests (a full-bisection fat tree).
 // - Receiving costs the receiver message_cpu_s once the message is complete.
 // - CPU time (work and per-message time) runs on the rank's core, one lane at a time; with
-//   model.cores > 0 all ranks share that many cores (ranks oversubscribed on one machine).
+//   model.cores > 0 all ranks share that many cores (ranks oversubscribed on one machine), and
+//   with more ranks than cores a rank waiting for a message polls for it as the transport
+//   does (30 us, each look a switch_s of a core), then sleeps and pays a switch when woken.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "collectives/algorithms/algorithm_table.hpp"
 #include "collectives/checks/call_descriptor.hpp"
+#include "collectives/checks/check_graph.hpp"
 #include "collectives/common/context.hpp"
 #include "collectives/common/doubling.hpp"
 
@@ -42,8 +44,12 @@ int wrap(int v, int p) { return ((v % p) + p) % p; }
 class RingSchedule : public Schedule {
  public:
   RingSchedule(std::string name, const Call& c, const coll::CostModel& m, size_t chunk_bytes)
-      : name_(std::move(name)), p_(c.ranks), n_(c.count), part_{c.count, static_cast<uint64_t>(c.ranks)},
-        chunks_(Chunking::for_segment(part_.length(0), chunk_bytes, sizeof(float))), costs_(c, m) {
+      : name_(std::move(name)),
+        p_(c.ranks),
+        n_(c.count),
+        part_{c.count, static_cast<uint64_t>(c.ranks)},
+        chunks_(Chunking::for_segment(part_.length(0), chunk_bytes, sizeof(float))),
+        costs_(c, m) {
     lanes_ = p_ == 1 || n_ == 0 ? 1 : static_cast<int>(std::max<uint32_t>(1, chunks_.count(part_.length(0))));
   }
   std::string name() const override { return name_; }
@@ -64,13 +70,11 @@ class RingSchedule : public Schedule {
     const int s = static_cast<int>(s64);
     const uint64_t e = len(recv_seg(s));
     switch ((pc - 1) % 3) {
-      case 0:
-        return e > 0 ? Op::recv(wrap(r - 1, p_)) : Op::skip();
-      case 1:
-        return s < rs ? Op::work(costs_.reduce(e)) : Op::skip();
+      case 0: return e > 0 ? Op::recv(wrap(r - 1, p_)) : Op::skip();
+      case 1: return s < rs ? Op::work(costs_.reduce(e)) : Op::skip();
       default:
         return s + 1 < steps && len(send_seg(s + 1)) > 0 ? Op::send(wrap(r + 1, p_), fp32_bytes(len(send_seg(s + 1))))
-                                                          : Op::skip();
+                                                         : Op::skip();
     }
   }
 
@@ -89,8 +93,11 @@ class RingSchedule : public Schedule {
 class CompressedRingSchedule : public Schedule {
  public:
   CompressedRingSchedule(const Call& c, const coll::CostModel& m)
-      : p_(c.ranks), n_(c.count), part_{c.count, static_cast<uint64_t>(c.ranks)},
-        chunks_(Chunking::for_segment(part_.length(0), c.chunk_bytes, sizeof(float))), costs_(c, m) {
+      : p_(c.ranks),
+        n_(c.count),
+        part_{c.count, static_cast<uint64_t>(c.ranks)},
+        chunks_(Chunking::for_segment(part_.length(0), c.chunk_bytes, sizeof(float))),
+        costs_(c, m) {
     lanes_ = p_ == 1 || n_ == 0 ? 1 : static_cast<int>(std::max<uint32_t>(1, chunks_.count(part_.length(0))));
   }
   std::string name() const override { return "compressed_ring"; }
@@ -113,12 +120,10 @@ class CompressedRingSchedule : public Schedule {
     const uint64_t e = len(recv_seg(s));
     if (e == 0) return Op::skip();
     switch ((pc - 2) % 3) {
-      case 0:
-        return Op::recv(wrap(r - 1, p_));
+      case 0: return Op::recv(wrap(r - 1, p_));
       case 1:  // reduce-scatter: decode, add, encode for the next hop (the owner: its sum)
         return Op::work(costs_.decode(e) + (s < rs ? costs_.encode(e) : 0));
-      default:
-        return s + 1 < steps ? Op::send(wrap(r + 1, p_), costs_.encoded(len(send_seg(s + 1)))) : Op::skip();
+      default: return s + 1 < steps ? Op::send(wrap(r + 1, p_), costs_.encoded(len(send_seg(s + 1)))) : Op::skip();
     }
   }
 
@@ -158,12 +163,9 @@ class RecursiveDoublingSchedule : public Schedule {
     if (k < static_cast<uint64_t>(d.m)) {
       const int peer = d.partner(static_cast<int>(k));
       switch (i % 3) {
-        case 0:
-          return Op::send(peer, bytes);
-        case 1:
-          return Op::recv(peer);
-        default:
-          return Op::work(costs_.reduce(n_));
+        case 0: return Op::send(peer, bytes);
+        case 1: return Op::recv(peer);
+        default: return Op::work(costs_.reduce(n_));
       }
     }
     if (d.takes >= 0 && i == 3 * static_cast<uint64_t>(d.m)) return Op::send(d.takes, bytes);
@@ -182,7 +184,10 @@ class RecursiveDoublingSchedule : public Schedule {
 class HalvingDoublingSchedule : public Schedule {
  public:
   HalvingDoublingSchedule(const Call& c, const coll::CostModel& m)
-      : p_(c.ranks), n_(c.count), costs_(c, m), owners_(static_cast<uint64_t>(Doubling(0, c.ranks).pof2)),
+      : p_(c.ranks),
+        n_(c.count),
+        costs_(c, m),
+        owners_(static_cast<uint64_t>(Doubling(0, c.ranks).pof2)),
         part_{c.count, owners_} {
     // The bundle of owners [0, j): its bytes, prefix sums (every rank's bundles are ranges).
     bundle_.assign(owners_ + 1, 0.0);
@@ -198,16 +203,11 @@ class HalvingDoublingSchedule : public Schedule {
     const double decode_all = costs_.decode(n_);
     if (d.folded >= 0) {
       switch (pc) {
-        case 0:
-          return Op::work(costs_.encode(n_));
-        case 1:
-          return Op::send(d.folded, costs_.encoded(n_));
-        case 2:
-          return Op::recv(d.folded);
-        case 3:
-          return Op::work(decode_all);
-        default:
-          return Op::end();
+        case 0: return Op::work(costs_.encode(n_));
+        case 1: return Op::send(d.folded, costs_.encoded(n_));
+        case 2: return Op::recv(d.folded);
+        case 3: return Op::work(decode_all);
+        default: return Op::end();
       }
     }
     uint64_t i = pc;
@@ -237,14 +237,10 @@ class HalvingDoublingSchedule : public Schedule {
       }
       const uint64_t klo = slo == lo ? shi : lo, khi = slo == lo ? hi : slo;
       switch (i % 4) {
-        case 0:
-          return Op::work(costs_.encode(elems(slo, shi)));
-        case 1:
-          return Op::send(peer, costs_.encoded(elems(slo, shi)));
-        case 2:
-          return Op::recv(peer);
-        default:
-          return Op::work(costs_.decode(elems(klo, khi)));
+        case 0: return Op::work(costs_.encode(elems(slo, shi)));
+        case 1: return Op::send(peer, costs_.encoded(elems(slo, shi)));
+        case 2: return Op::recv(peer);
+        default: return Op::work(costs_.decode(elems(klo, khi)));
       }
     }
     i -= 4 * m;
@@ -282,7 +278,10 @@ class HalvingDoublingSchedule : public Schedule {
 class ScatterReduceSimSchedule : public Schedule {
  public:
   ScatterReduceSimSchedule(const Call& c, const coll::CostModel& m)
-      : p_(c.ranks), n_(c.count), costs_(c, m), part_{c.count, static_cast<uint64_t>(c.ranks)},
+      : p_(c.ranks),
+        n_(c.count),
+        costs_(c, m),
+        part_{c.count, static_cast<uint64_t>(c.ranks)},
         chunks_(Chunking::for_segment(part_.length(0), c.chunk_bytes, sizeof(float))),
         max_chunks_(chunks_.count(part_.length(0))) {}
   std::string name() const override { return "scatter_reduce"; }
@@ -429,19 +428,14 @@ class NcclTreeSchedule : public Schedule {
       const uint64_t e = std::min<uint64_t>(chunk_elems_, n - c * chunk_elems_);
       const double bytes = fp32_bytes(e);
       switch (pc % 6) {
-        case 0:
-          return nd.down[0] >= 0 ? Op::recv(nd.down[0]) : Op::skip();
-        case 1:
-          return nd.down[0] >= 0 ? Op::work(costs_.reduce(e)) : Op::skip();
-        case 2:
-          return nd.down[1] >= 0 ? Op::recv(nd.down[1]) : Op::skip();
-        case 3:
-          return nd.down[1] >= 0 ? Op::work(costs_.reduce(e)) : Op::skip();
+        case 0: return nd.down[0] >= 0 ? Op::recv(nd.down[0]) : Op::skip();
+        case 1: return nd.down[0] >= 0 ? Op::work(costs_.reduce(e)) : Op::skip();
+        case 2: return nd.down[1] >= 0 ? Op::recv(nd.down[1]) : Op::skip();
+        case 3: return nd.down[1] >= 0 ? Op::work(costs_.reduce(e)) : Op::skip();
         case 4:
           if (nd.up >= 0) return Op::send(nd.up, bytes);  // to the parent's up lane
           return nd.down[0] >= 0 ? Op::send(nd.down[0], bytes, lane + 1) : Op::skip();
-        default:
-          return nd.up < 0 && nd.down[1] >= 0 ? Op::send(nd.down[1], bytes, lane + 1) : Op::skip();
+        default: return nd.up < 0 && nd.down[1] >= 0 ? Op::send(nd.down[1], bytes, lane + 1) : Op::skip();
       }
     }
     if (nd.up < 0) return Op::end();  // the root's down phase runs on its up lane
@@ -450,12 +444,9 @@ class NcclTreeSchedule : public Schedule {
     const uint64_t e = std::min<uint64_t>(chunk_elems_, n - c * chunk_elems_);
     const double bytes = fp32_bytes(e);
     switch (pc % 3) {
-      case 0:
-        return Op::recv(nd.up);
-      case 1:
-        return nd.down[0] >= 0 ? Op::send(nd.down[0], bytes) : Op::skip();
-      default:
-        return nd.down[1] >= 0 ? Op::send(nd.down[1], bytes) : Op::skip();
+      case 0: return Op::recv(nd.up);
+      case 1: return nd.down[0] >= 0 ? Op::send(nd.down[0], bytes) : Op::skip();
+      default: return nd.down[1] >= 0 ? Op::send(nd.down[1], bytes) : Op::skip();
     }
   }
 
@@ -467,21 +458,58 @@ class NcclTreeSchedule : public Schedule {
   uint64_t chunk_elems_;
 };
 
-}  // namespace
+// --- the call check (call_check.cpp): beside an algorithm's own lanes, one more that sends
+// this rank's descriptor to the peers its graph names and takes theirs, as messages of their
+// own (carried descriptors ride in the data and cost nothing more).
+class CheckedSchedule : public Schedule {
+ public:
+  CheckedSchedule(std::unique_ptr<Schedule> inner, coll::CheckGraph graph, double descriptor_bytes)
+      : inner_(std::move(inner)), graph_(graph), bytes_(descriptor_bytes), lane_(inner_->lanes()) {}
+  std::string name() const override { return inner_->name(); }
+  int ranks() const override { return inner_->ranks(); }
+  int lanes() const override { return lane_ + 1; }
+  Op op(int r, int lane, uint64_t pc) const override {
+    if (lane < lane_) return inner_->op(r, lane, pc);
+    const int p = ranks();
+    if (p == 1) return Op::end();
+    if (graph_ == coll::CheckGraph::kAllPeers) {  // every other rank, both ways
+      const uint64_t q = static_cast<uint64_t>(p - 1);
+      if (pc < q) return Op::send((r + 1 + static_cast<int>(pc)) % p, bytes_, lane_);
+      if (pc < 2 * q) return Op::recv((r + 1 + static_cast<int>(pc - q)) % p);
+      return Op::end();
+    }
+    // The ring edge, and for halving-doubling its partners, with messages of their own; each
+    // peer once each way (CallCheck::add_out, add_in).
+    int out[40], in[40], nout = 0, nin = 0;
+    auto add = [&](int* list, int& n, int peer) {
+      for (int i = 0; i < n; ++i) {
+        if (list[i] == peer) return;
+      }
+      if (peer != r) list[n++] = peer;
+    };
+    add(out, nout, wrap(r + 1, p));
+    add(in, nin, wrap(r - 1, p));
+    if (graph_ == coll::CheckGraph::kPartners) {
+      const Doubling d(r, p);
+      for (int q : {d.folded, d.takes}) {
+        if (q >= 0) add(out, nout, q), add(in, nin, q);
+      }
+      for (int k = 0; d.newrank >= 0 && k < d.m; ++k) add(out, nout, d.partner(k)), add(in, nin, d.partner(k));
+    }
+    const uint64_t uo = static_cast<uint64_t>(nout), ui = static_cast<uint64_t>(nin);
+    if (pc < uo) return Op::send(out[pc], bytes_, lane_);
+    if (pc < uo + ui) return Op::recv(in[pc - uo]);
+    return Op::end();
+  }
 
-std::vector<std::string> schedule_names() {
-  return {"ring",     "recursive_doubling", "compressed_ring", "scatter_reduce", "halving_doubling",
-          "sparse_allgather", "nccl_ring", "nccl_tree"};
-}
+ private:
+  std::unique_ptr<Schedule> inner_;
+  coll::CheckGraph graph_;
+  double bytes_;
+  int lane_;
+};
 
-bool compressed_schedule(const std::string& algo) {
-  return algo == "compressed_ring" || algo == "scatter_reduce" || algo == "halving_doubling" ||
-         algo == "sparse_allgather";
-}
-
-std::unique_ptr<Schedule> make_schedule(const std::string& algo, const Call& call, const coll::CostModel& model) {
-  if (call.ranks < 1) return nullptr;
-  if (compressed_schedule(algo) && call.codec == nullptr) return nullptr;
+std::unique_ptr<Schedule> make_unchecked(const std::string& algo, const Call& call, const coll::CostModel& model) {
   Call dense = call;
   dense.codec = nullptr;
   if (algo == "ring") return std::make_unique<RingSchedule>("ring", dense, model, call.chunk_bytes);
@@ -494,6 +522,31 @@ std::unique_ptr<Schedule> make_schedule(const std::string& algo, const Call& cal
   if (algo == "scatter_reduce") return std::make_unique<ScatterReduceSimSchedule>(call, model);
   if (algo == "sparse_allgather") return std::make_unique<SparseAllgatherSchedule>(call, model);
   return nullptr;
+}
+
+}  // namespace
+
+std::vector<std::string> schedule_names() {
+  return {"ring",           "recursive_doubling", "compressed_ring",
+          "scatter_reduce", "halving_doubling",   "sparse_allgather",
+          "nccl_ring",      "nccl_tree"};
+}
+
+bool compressed_schedule(const std::string& algo) {
+  return algo == "compressed_ring" || algo == "scatter_reduce" || algo == "halving_doubling" ||
+         algo == "sparse_allgather";
+}
+
+std::unique_ptr<Schedule> make_schedule(const std::string& algo, const Call& call, const coll::CostModel& model) {
+  if (call.ranks < 1) return nullptr;
+  if (compressed_schedule(algo) && call.codec == nullptr) return nullptr;
+  std::unique_ptr<Schedule> s = make_unchecked(algo, call, model);
+  if (s == nullptr || !call.checks || algo.rfind("nccl_", 0) == 0) return s;
+  const coll::AlgorithmRow* row = coll::find_algorithm(algo);
+  if (row == nullptr) return s;
+  const double bytes = static_cast<double>(coll::CallDescriptor::kFixedBytes) +
+                       (call.codec != nullptr ? static_cast<double>(call.codec->spec().to_string().size()) : 0.0);
+  return std::make_unique<CheckedSchedule>(std::move(s), row->check, bytes);
 }
 
 }  // namespace gw::sim

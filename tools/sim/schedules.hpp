@@ -16,9 +16,10 @@ namespace gw::sim {
 
 struct Call {
   int ranks = 2;
-  uint64_t count = 0;                     // fp32 elements
-  size_t chunk_bytes = size_t{1} << 20;   // gradwire's pipelining unit (CommConfig::chunk_bytes)
-  const Codec* codec = nullptr;           // compressed algorithms: the codec (its bounds and rates)
+  uint64_t count = 0;                    // fp32 elements
+  size_t chunk_bytes = size_t{1} << 20;  // gradwire's pipelining unit (CommConfig::chunk_bytes)
+  const Codec* codec = nullptr;          // compressed algorithms: the codec (its bounds and rates)
+  bool checks = true;                    // gradwire's call-check descriptors (check_graph.hpp) too
 };
 
 // Names: ring, recursive_doubling, compressed_ring, scatter_reduce, halving_doubling,

@@ -47,10 +47,14 @@ uint64_t parse_size(const std::string& s, const char* what) {
   const double v = std::strtod(s.c_str(), &end);
   double mult = 1;
   if (end != nullptr && *end != '\0') {
-    if (std::strcmp(end, "K") == 0) mult = 1024.0;
-    else if (std::strcmp(end, "M") == 0) mult = 1024.0 * 1024;
-    else if (std::strcmp(end, "G") == 0) mult = 1024.0 * 1024 * 1024;
-    else usage((std::string(what) + " '" + s + "' is not a size").c_str());
+    if (std::strcmp(end, "K") == 0)
+      mult = 1024.0;
+    else if (std::strcmp(end, "M") == 0)
+      mult = 1024.0 * 1024;
+    else if (std::strcmp(end, "G") == 0)
+      mult = 1024.0 * 1024 * 1024;
+    else
+      usage((std::string(what) + " '" + s + "' is not a size").c_str());
   }
   if (end == s.c_str() || !std::isfinite(v) || v < 0 || v * mult > 1e15) {
     usage((std::string(what) + " '" + s + "' is not a size").c_str());
@@ -71,16 +75,26 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) usage((a + " needs a value").c_str());
       return argv[++i];
     };
-    if (a == "--model") model_path = next();
-    else if (a == "--cores") cores = static_cast<int>(parse_size(next(), "--cores"));
-    else if (a == "--codec") codec_spec = next();
-    else if (a == "--chunk-bytes") chunk_bytes = parse_size(next(), "--chunk-bytes");
-    else if (a == "--ranks") ranks_s = next();
-    else if (a == "--bytes") bytes_s = next();
-    else if (a == "--algo") algos_s = next();
-    else if (a == "--json") json = true;
-    else if (a == "-h" || a == "--help") usage(nullptr);
-    else usage(("unknown argument '" + a + "'").c_str());
+    if (a == "--model")
+      model_path = next();
+    else if (a == "--cores")
+      cores = static_cast<int>(parse_size(next(), "--cores"));
+    else if (a == "--codec")
+      codec_spec = next();
+    else if (a == "--chunk-bytes")
+      chunk_bytes = parse_size(next(), "--chunk-bytes");
+    else if (a == "--ranks")
+      ranks_s = next();
+    else if (a == "--bytes")
+      bytes_s = next();
+    else if (a == "--algo")
+      algos_s = next();
+    else if (a == "--json")
+      json = true;
+    else if (a == "-h" || a == "--help")
+      usage(nullptr);
+    else
+      usage(("unknown argument '" + a + "'").c_str());
   }
   if (ranks_s.empty() || bytes_s.empty()) usage("--ranks and --bytes are needed");
   if (chunk_bytes == 0) usage("--chunk-bytes must be > 0");
@@ -133,8 +147,8 @@ int main(int argc, char** argv) {
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         double closed = -1;
         if (const gw::coll::AlgorithmRow* row = gw::coll::find_algorithm(a); row != nullptr) {
-          const gw::coll::PolicyInput in{bytes / 4,       gw::DType::kFloat32, codec.get(), p, gw::Algo::kAuto,
-                                         gw::Algo::kAuto, 0,                   false,       &model};
+          const gw::coll::PolicyInput in{
+              bytes / 4, gw::DType::kFloat32, codec.get(), p, gw::Algo::kAuto, gw::Algo::kAuto, 0, false, &model};
           closed = gw::coll::model_seconds(in, row->id);
         }
         if (!o.error.empty()) rc = 1;
