@@ -35,7 +35,10 @@ void check_hints(const Topology& t, const std::vector<topo::HostInfo>& hosts, in
 
 Result<std::unique_ptr<Communicator>> init_communicator(int rank, int nranks, const AddressExchange& exchange,
                                                         const CommConfig& config) {
-  if (nranks < 1 || nranks > 1024) return invalid_argument("nranks " + std::to_string(nranks) + " is not in [1, 1024]");
+  if (nranks < 1 || nranks > transport::kMaxRanks) {
+    return invalid_argument("nranks " + std::to_string(nranks) + " is not in [1, " +
+                            std::to_string(transport::kMaxRanks) + "]");
+  }
   if (rank < 0 || rank >= nranks) {
     return invalid_argument("rank " + std::to_string(rank) + " is not in [0, " + std::to_string(nranks) + ")");
   }

@@ -46,7 +46,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
                                                            const CommConfig& config,
                                                            const std::vector<int>& node_of_rank) {
   if (tp == nullptr) return invalid_argument("transport is null");
-  if (tp->size() > 1024) return unsupported("communicators hold at most 1024 ranks");
+  if (tp->size() < 1 || tp->size() > transport::kMaxRanks) {
+    return unsupported("communicators hold 1 to " + std::to_string(transport::kMaxRanks) + " ranks, not " +
+                       std::to_string(tp->size()));
+  }
   if (!node_of_rank.empty() && node_of_rank.size() != static_cast<size_t>(tp->size())) {
     return invalid_argument("node_of_rank has " + std::to_string(node_of_rank.size()) + " entries for " +
                             std::to_string(tp->size()) + " ranks");

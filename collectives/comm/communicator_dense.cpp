@@ -56,7 +56,9 @@ Status layout(const char* what, const size_t* bytes, const size_t* displs, int p
     const std::string name = std::string(what) + "[" + std::to_string(r) + "]";
     GW_RETURN_IF_ERROR(check_size(name.c_str(), (*len)[r], 1, "bytes"));
     (*off)[r] = displs != nullptr ? displs[r] : packed;
-    packed += (*len)[r];  // each at most 2^48, p at most 1024: no wrap
+    if (__builtin_add_overflow(packed, (*len)[r], &packed)) {  // 2^16 ranks of 2^48 bytes could
+      return invalid_argument(std::string(what) + " add up to more than 2^64 bytes");
+    }
     uint64_t block_end = 0;
     if (__builtin_add_overflow((*off)[r], (*len)[r], &block_end) || block_end > kMaxBufferBytes) {
       return invalid_argument(name + " at displacement " + std::to_string((*off)[r]) + " ends beyond any buffer");

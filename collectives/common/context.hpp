@@ -61,9 +61,13 @@ struct Context {
   // call's sequence number): the pieces of one call draw different random words.
   uint64_t stream_step(uint64_t base) const { return piece == 0 ? base : (base << 7) | piece; }
 
+  // Steps past the field wrap modulo kMaxSteps - 1, so they never reach the call check's step
+  // (kMaxSteps - 1, step_ranges.hpp). A ring takes 2 (p - 1) steps, more than the field holds
+  // past 2048 ranks; a step and the one kMaxSteps - 1 later come from the same peer, which
+  // keeps at most two steps in flight, so a wrapped tag never meets its twin.
   uint64_t tag(uint32_t step, uint32_t chunk) const {
     return ((seq & ((uint64_t{1} << kSeqBits) - 1)) << (kStepBits + kChunkBits)) |
-           (static_cast<uint64_t>((step + step_base) & (kMaxSteps - 1)) << kChunkBits) | chunk;
+           (static_cast<uint64_t>((step + step_base) % (kMaxSteps - 1)) << kChunkBits) | chunk;
   }
   int next() const { return (rank + 1) % size; }
   int prev() const { return (rank + size - 1) % size; }
