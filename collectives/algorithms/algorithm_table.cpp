@@ -15,12 +15,19 @@ namespace {
 // the wire bytes go over the link and the work runs at the model's rates. tools/sim replays
 // the schedules themselves on the same parameters (docs/performance.md, "Simulation at scale").
 double per_step(const CostInput& in) { return in.message_s + 2 * in.message_cpu_s; }
+// The pipelining unit the closed forms assume (CommConfig::chunk_bytes' default).
+constexpr double kModelChunkBytes = 1 << 20;
 
 // --- ring: dense reduce-scatter then all-gather.
 double ring_cost(const CostInput& in) {
   const double p = in.ranks;
   const double wire = 2 * (p - 1) / p * in.bytes;
-  return 2 * (p - 1) * per_step(in) + wire / in.link_bytes_per_s + (p - 1) / p * in.bytes / in.reduce_bps;
+  // The reduce-scatter's sums overlap its bytes on the wire as far as a segment has chunks
+  // (of the default 1 MiB pipelining unit) to move on while others are summed; the
+  // all-gather's bytes follow.
+  const double chunks = std::max(1.0, std::ceil(in.bytes / p / kModelChunkBytes));
+  const double w = wire / in.link_bytes_per_s / 2, r = (p - 1) / p * in.bytes / in.reduce_bps;
+  return 2 * (p - 1) * per_step(in) + std::max(w, r) + std::min(w, r) / chunks + w;
 }
 Status ring_host(Context& c, const HostAllreduce& a) {
   return ring_allreduce(c, a.send, a.recv, a.count, a.dtype, a.op);
@@ -37,7 +44,12 @@ double recursive_doubling_cost(const CostInput& in) {
   const bool pow2 = (1 << m) == static_cast<int>(in.ranks);
   const double exchanges = m + (pow2 ? 0 : 2);
   const double sums = m + (pow2 ? 0 : 1);  // the folded ranks' last step only copies
-  return exchanges * (per_step(in) + in.bytes / in.link_bytes_per_s) + sums * in.bytes / in.reduce_bps;
+  // The first exchange's partner message is on its way while the fold is: one latency fewer.
+  const double latencies = m + (pow2 ? 0 : 1);
+  // Every message is copied behind the carried call descriptor first (at about a sum's rate).
+  return latencies * in.message_s +
+         exchanges * (2 * in.message_cpu_s + in.bytes / in.link_bytes_per_s + in.bytes / in.reduce_bps) +
+         sums * in.bytes / in.reduce_bps;
 }
 Status recursive_doubling_host(Context& c, const HostAllreduce& a) {
   return recursive_doubling_allreduce(c, a.send, a.recv, a.count, a.dtype, a.op);

@@ -64,6 +64,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
   if (const char* t = std::getenv("GW_TUNE"); t != nullptr && std::strcmp(t, "0") == 0) impl->tune = false;
   if (impl->tune) impl->link_gbps = coll::link_gbps_from_env();
   GW_ASSIGN_OR_RETURN(impl->cost_model, coll::cost_model_from_env());
+  GW_ASSIGN_OR_RETURN(impl->exact_codec, Codec::create("none"));
   if (!config.codec_override.empty()) {
     GW_ASSIGN_OR_RETURN(impl->codec_override, Codec::create(config.codec_override));
   }
@@ -390,9 +391,23 @@ Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* 
                             std::to_string(count));
   }
   codec = impl_->effective_codec(codec, dtype);
-  const Algo flat = coll::choose_allreduce(
-      coll::PolicyInput{count, dtype, codec, size(), flat_request(algo), flat_request(impl_->config.algo),
-                        impl_->config.dense_threshold_bytes, on_device, &impl_->cost_model});
+  const coll::PolicyInput in{count,
+                             dtype,
+                             codec,
+                             size(),
+                             flat_request(algo),
+                             flat_request(impl_->config.algo),
+                             impl_->config.dense_threshold_bytes,
+                             on_device,
+                             &impl_->cost_model,
+                             op,
+                             ef_count != nullptr};
+  const Algo flat = coll::choose_allreduce(in);
+  // A dense call the policy runs as halving-doubling (Rabenseifner) takes the exact codec.
+  if (flat == Algo::kHalvingDoubling && codec == nullptr && in.requested == Algo::kAuto &&
+      in.configured == Algo::kAuto && coll::dense_halving_allowed(in)) {
+    codec = impl_->exact_codec.get();
+  }
   const Algo chosen = impl_->layout_choice(flat, algo, on_device);
   const bool tuned = tunable(impl_->tune, flat, algo, impl_->config.algo, codec, size());
   if (const coll::AlgorithmRow* row = coll::find_algorithm(flat); row == nullptr || !(row->codecs & coll::kNoCodec)) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "collectives/algorithms/algorithm_table.hpp"
@@ -45,11 +46,34 @@ double model_seconds(const PolicyInput& in, Algo algo, double link_gbps) {
   return row->cost(cost_input(in, algo, link_gbps));
 }
 
+bool dense_halving_allowed(const PolicyInput& in) {
+  return !in.on_device && in.dtype == DType::kFloat32 && (in.op == ReduceOp::kSum || in.op == ReduceOp::kAvg) &&
+         !in.ef && in.nranks > 2;
+}
+
+// The exact codec the dense halving-doubling is costed with (its encoded size and rates).
+const Codec& exact_codec() {
+  static const std::unique_ptr<Codec> none = std::move(Codec::create("none").value());
+  return *none;
+}
+
 Algo choose_dense(const PolicyInput& in) {
   const double bytes = static_cast<double>(in.count) * static_cast<double>(dtype_size(in.dtype));
-  if (in.on_device || in.nranks <= 1 || bytes > static_cast<double>(kDoublingMaxBytes)) return Algo::kRing;
-  return model_seconds(in, Algo::kRecursiveDoubling) < model_seconds(in, Algo::kRing) ? Algo::kRecursiveDoubling
-                                                                                      : Algo::kRing;
+  if (in.on_device || in.nranks <= 1 || bytes == 0) return Algo::kRing;
+  PolicyInput dense = in;
+  dense.codec = nullptr;
+  Algo best = Algo::kRing;
+  double t = model_seconds(dense, Algo::kRing);
+  if (const double rd = model_seconds(dense, Algo::kRecursiveDoubling); rd < t) {
+    best = Algo::kRecursiveDoubling;
+    t = rd;
+  }
+  if (dense_halving_allowed(in)) {
+    PolicyInput exact = in;
+    exact.codec = &exact_codec();
+    if (model_seconds(exact, Algo::kHalvingDoubling) < t) best = Algo::kHalvingDoubling;
+  }
+  return best;
 }
 
 Algo choose_allreduce(const PolicyInput& in) {

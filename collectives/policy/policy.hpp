@@ -23,6 +23,8 @@ struct PolicyInput {
   size_t dense_threshold_bytes;
   bool on_device = false;            // device buffers: only algorithms with a device entry
   const CostModel* model = nullptr;  // null: the defaults (cost_model.hpp)
+  ReduceOp op = ReduceOp::kSum;
+  bool ef = false;  // an error-feedback state came with the call
 };
 
 // The cost model's inputs for one call of in by algo (link_gbps > 0 replaces the model's
@@ -30,11 +32,18 @@ struct PolicyInput {
 CostInput cost_input(const PolicyInput& in, Algo algo, double link_gbps = 0);
 double model_seconds(const PolicyInput& in, Algo algo, double link_gbps = 0);
 
-// The dense algorithm for in: ring or recursive doubling, whichever the cost model rates
-// faster; recursive doubling only on host buffers up to kDoublingMaxBytes (it does not
-// pipeline the reduction with the wire).
+// The dense algorithm for in: ring or recursive doubling (host buffers), whichever the cost
+// model rates faster. Recursive doubling swaps and sums the whole buffer log p times and does
+// not pipeline: a few steps for small buffers, and for any buffer at thousands of ranks,
+// where the ring's 2 (p - 1) steps cost more than its extra bytes.
+// On float32 host buffers summed or averaged without error feedback, from 3 ranks, it may also
+// be halving-doubling with the exact codec none (Rabenseifner's reduce-scatter by recursive
+// halving and all-gather by recursive doubling: the ring's bytes in 2 log p steps), which
+// the communicator runs with a codec of its own.
 Algo choose_dense(const PolicyInput& in);
-constexpr size_t kDoublingMaxBytes = size_t{128} << 10;
+// Whether halving-doubling can stand in for a dense all-reduce of in (float32 host buffers,
+// sum or average, no error feedback).
+bool dense_halving_allowed(const PolicyInput& in);
 
 // The static choice, from the arguments and the cost model. Compressed calls: a sparse codec
 // all-gathers while k p < n (its sum is exact; past that the union is denser than a dense
