@@ -49,8 +49,8 @@ TEST(ManyRanks, ACommunicatorOf1025RanksRunsACall) {
       [&](Communicator& c, int r) {
         ASSERT_EQ(c.size(), p);
         float x = static_cast<float>(r), out = 0;
-        Status s = c.allreduce(&x, &out, 1, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr,
-                               Algo::kRecursiveDoubling);
+        Status s =
+            c.allreduce(&x, &out, 1, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr, Algo::kRecursiveDoubling);
         ASSERT_TRUE(s.is_ok()) << s.to_string();
         EXPECT_EQ(out, static_cast<float>(p) * static_cast<float>(p - 1) / 2.0f);
         ok.fetch_add(1);

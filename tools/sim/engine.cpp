@@ -138,6 +138,15 @@ class Engine {
           }
           x.waiting_on = -1;
           x.spun = 0;
+          // A message completing later: wait for its time in line first, so that the core
+          // this receive takes is not claimed ahead of work that comes earlier.
+          if (it->complete > x.t) {
+            x.t = it->complete;
+            if (!heap_.empty() && x.t > heap_.top().first) {
+              enqueue(e, x.t);
+              return;
+            }
+          }
           if (x.slept) {
             x.slept = false;
             x.t = cpu(rank, std::max(x.t, it->complete), m_.switch_s);
@@ -150,7 +159,9 @@ class Engine {
         }
       }
       ++x.pc;
-      if (!heap_.empty() && x.t > heap_.top().first) {
+      // A send moves the rank's clock by its CPU time only: it runs on without yielding (a
+      // port may then take its message up to message_cpu_s ahead of its turn).
+      if (op.kind != Op::kSend && !heap_.empty() && x.t > heap_.top().first) {
         enqueue(e, x.t);
         return;
       }

@@ -1,12 +1,14 @@
 // gw_sim: simulated time of all-reduces at any rank count (engine.hpp), beside the closed form
 // the policy decides with (algorithm_table.cpp's cost hooks), on a measured cost model.
 //
-//   gw_sim [--model FILE] [--cores N] [--codec SPEC] [--chunk-bytes B] [--json]
+//   gw_sim [--model FILE] [--cores N] [--codec SPEC] [--chunk-bytes B] [--max-in-flight N] [--json]
+//          [--policy]
 //          --ranks P[,P...] --bytes B[,B...] [--algo A[,A...]]
 //
 // Sizes take K, M and G suffixes (binary). --algo defaults to every schedule; compressed ones
-// need --codec. One line per (algorithm, ranks, bytes): simulated seconds of the slowest rank,
-// the closed form's seconds, messages and operations replayed, and how long the replay took.
+// need --codec. --policy prints the policy's static choice for each (ranks, bytes) beside the
+// replay's fastest among what it weighs. Otherwise one line per (algorithm, ranks, bytes): simulated seconds of the
+// slowest rank, the closed form's seconds, messages and operations replayed, and how long the replay took.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -24,9 +26,11 @@ namespace {
 
 [[noreturn]] void usage(const char* msg) {
   if (msg != nullptr) std::fprintf(stderr, "gw_sim: %s\n", msg);
-  std::fprintf(stderr,
-               "usage: gw_sim [--model FILE] [--cores N] [--codec SPEC] [--chunk-bytes B] [--json]\n"
-               "              --ranks P[,P...] --bytes B[,B...] [--algo A[,A...]]\n");
+  std::fprintf(
+      stderr,
+      "usage: gw_sim [--model FILE] [--cores N] [--codec SPEC] [--chunk-bytes B] [--max-in-flight N] [--json]\n"
+      "              [--policy]\n"
+      "              --ranks P[,P...] --bytes B[,B...] [--algo A[,A...]]\n");
   std::exit(2);
 }
 
@@ -62,6 +66,63 @@ uint64_t parse_size(const std::string& s, const char* what) {
   return static_cast<uint64_t>(v * mult);
 }
 
+// The policy's static choice for each (ranks, bytes) from its closed forms, and the replay's
+// fastest among the same candidates (where the replay is cheap: up to 4096 ranks).
+int print_policy(const gw::coll::CostModel& model, const gw::Codec* codec, const std::string& spec,
+                 const std::vector<int>& ranks, const std::vector<uint64_t>& sizes, const gw::sim::Limits& limits) {
+  std::printf("# model: %s (%s); codec %s; the policy's choice (closed forms) and the replay's fastest\n",
+              model.source.c_str(), model.transport.c_str(), codec ? spec.c_str() : "none (dense)");
+  std::printf("%7s %12s %-20s %-20s %s\n", "ranks", "bytes", "policy", "replay_fastest", "agree");
+  int disagree = 0;
+  auto none = gw::Codec::create("none");
+  const gw::Codec& exact = *none.value();
+  for (int p : ranks) {
+    for (uint64_t bytes : sizes) {
+      gw::coll::PolicyInput in{bytes / 4, gw::DType::kFloat32, codec, p, gw::Algo::kAuto, gw::Algo::kAuto, 0, false,
+                               &model};
+      const gw::Algo pick = gw::coll::choose_allreduce(in);
+      // What the static rule weighs: ring and recursive doubling (dense), or
+      // scatter-reduce and halving-doubling (value codecs), or those and the sparse all-gather.
+      std::vector<gw::Algo> cand;
+      const bool exact_hd = codec == nullptr && gw::coll::dense_halving_allowed(in);
+      if (codec == nullptr) {
+        cand = {gw::Algo::kRing};
+        if (p > 1) cand.push_back(gw::Algo::kRecursiveDoubling);
+        if (exact_hd) cand.push_back(gw::Algo::kHalvingDoubling);
+      } else if (pick == gw::Algo::kSparseAllgather) {
+        cand = {gw::Algo::kSparseAllgather};
+      } else {
+        cand = {gw::Algo::kScatterReduce};
+        if (p > 2) cand.push_back(gw::Algo::kHalvingDoubling);
+      }
+      // Agreement: the policy's pick replays within kTie of the fastest (closer calls are
+      // within the model's resolution either way).
+      constexpr double kTie = 0.10;
+      std::string fastest = "-";
+      double best = -1, picked = -1;
+      if (p <= 4096) {
+        for (gw::Algo a : cand) {
+          const std::string name = gw::coll::find_algorithm(a)->name;
+          const gw::Codec* c = a == gw::Algo::kHalvingDoubling && codec == nullptr ? &exact : codec;
+          auto s = gw::sim::make_schedule(name, gw::sim::Call{p, bytes / 4, size_t{1} << 20, c}, model);
+          const gw::sim::Outcome o = gw::sim::simulate(*s, model, limits);
+          if (!o.error.empty()) continue;
+          if (a == pick) picked = o.seconds;
+          if (best < 0 || o.seconds < best) best = o.seconds, fastest = name;
+        }
+      }
+      const char* name = gw::coll::find_algorithm(pick)->name;
+      const bool agree = fastest == "-" || fastest == name || (picked > 0 && picked <= (1 + kTie) * best);
+      disagree += agree ? 0 : 1;
+      std::printf("%7d %12llu %-20s %-20s %s\n", p, static_cast<unsigned long long>(bytes),
+                  pick == gw::Algo::kHalvingDoubling && codec == nullptr ? "halving_doubling(exact)" : name,
+                  fastest.c_str(), fastest == "-" ? "-" : (agree ? "yes" : "NO"));
+    }
+  }
+  std::printf("# %d disagreement(s)\n", disagree);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -69,6 +130,9 @@ int main(int argc, char** argv) {
   int cores = -1;
   size_t chunk_bytes = size_t{1} << 20;
   bool json = false;
+  bool policy = false;
+  bool checks = true;
+  gw::sim::Limits limits;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -91,6 +155,12 @@ int main(int argc, char** argv) {
       algos_s = next();
     else if (a == "--json")
       json = true;
+    else if (a == "--policy")
+      policy = true;
+    else if (a == "--no-checks")
+      checks = false;
+    else if (a == "--max-in-flight")
+      limits.max_in_flight = parse_size(next(), "--max-in-flight");
     else if (a == "-h" || a == "--help")
       usage(nullptr);
     else
@@ -126,6 +196,7 @@ int main(int argc, char** argv) {
     if (!known) usage(("--algo '" + a + "' names no schedule").c_str());
   }
 
+  if (policy) return print_policy(model, codec.get(), codec_spec, ranks, sizes, limits);
   if (!json) {
     std::printf("# model: %s (%s), cores %d; codec %s\n", model.source.c_str(), model.transport.c_str(), model.cores,
                 codec ? codec_spec.c_str() : "-");
@@ -140,10 +211,10 @@ int main(int argc, char** argv) {
     }
     for (int p : ranks) {
       for (uint64_t bytes : sizes) {
-        gw::sim::Call call{p, bytes / 4, chunk_bytes, codec.get()};
+        gw::sim::Call call{p, bytes / 4, chunk_bytes, codec.get(), checks};
         auto s = gw::sim::make_schedule(a, call, model);
         const auto t0 = std::chrono::steady_clock::now();
-        const gw::sim::Outcome o = gw::sim::simulate(*s, model);
+        const gw::sim::Outcome o = gw::sim::simulate(*s, model, limits);
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         double closed = -1;
         if (const gw::coll::AlgorithmRow* row = gw::coll::find_algorithm(a); row != nullptr) {

@@ -7,6 +7,8 @@ on a cost model measured by perf/calibrate, with the ranks sharing this machine'
 prints both times and their ratio, then the median and worst ratio per algorithm.
 
 Usage: tools/sim/validate.py BUILD_DIR MODEL_FILE [--ranks 2,3,4,8,16,32] [--json OUT]
+                             [--quick] [--within X]
+--quick: two cases (a smoke test); --within X: exit 1 when a ratio is outside [1/X, X].
 (UCX_TLS should name the transport the model was measured over.)
 """
 import argparse
@@ -63,12 +65,15 @@ def main():
     ap.add_argument("model")
     ap.add_argument("--ranks", default="2,3,4,8,16,32")
     ap.add_argument("--json")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--within", type=float, default=0)
     a = ap.parse_args()
+    cases = [CASES[0], CASES[6]] if a.quick else CASES
     rows = []
     print("%-19s %-16s %5s %9s %12s %12s %12s %7s" % ("algorithm", "codec", "ranks", "bytes", "measured_us", "sim_us",
                                                      "closed_us", "sim/me"))
     for p in [int(x) for x in a.ranks.split(",")]:
-        for algo, codec, size in CASES:
+        for algo, codec, size in cases:
             t = measure(a.build, p, algo, codec, size)
             s, c = simulate(a.build, a.model, p, algo, codec, size)
             rows.append(dict(algo=algo, codec=codec or "", ranks=p, bytes=size, measured_s=t, sim_s=s, closed_s=c))
@@ -84,6 +89,11 @@ def main():
     print("all: median %.2f, %d of %d within 2x" % (statistics.median(allq), inside, len(allq)))
     if a.json:
         json.dump(rows, open(a.json, "w"), indent=1)
+    if a.within > 0:
+        bad = [x for x in allq if not 1 / a.within <= x <= a.within]
+        if bad:
+            print("FAILED: %d ratio(s) outside [1/%g, %g]" % (len(bad), a.within, a.within))
+            return 1
     return 0
 
 
