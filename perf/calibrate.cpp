@@ -1,7 +1,8 @@
 // calibrate: measures the parameters of the cost model (collectives/policy/cost_model.hpp) on
 // the machine it runs on, and writes them as the file GW_COST_MODEL reads:
 //   latency_s               half the median round trip of an 8-byte gw_send/gw_recv ping-pong
-//                           between ranks 0 and 1: one small message, one way, software included
+//                           between ranks 0 and 1, each pinned to a core of its own (where the
+//                           machine has two): one small message, one way, software included
 //   link_bytes_per_s        16 MiB / half the median round trip of a 16 MiB ping-pong (buffers
 //                           allocated, touched and warmed by untimed round trips first)
 //   message_cpu_s           per message on the sender: (time to post N 8-byte gw_isend back to
@@ -228,15 +229,15 @@ double quantile(std::vector<double> v, double q) {
   return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
 }
 
-// Pins the calling process to CPU 0 (pin) or gives it back every CPU it had (!pin).
-void pin_to_cpu0(bool pin) {
+// Pins the calling process to one CPU (cpu >= 0) or gives it back every CPU it had (cpu < 0).
+void pin_to_cpu(int cpu) {
   static cpu_set_t saved;
   static bool have_saved = false;
-  if (pin) {
-    have_saved = sched_getaffinity(0, sizeof saved, &saved) == 0;
+  if (cpu >= 0) {
+    if (!have_saved) have_saved = sched_getaffinity(0, sizeof saved, &saved) == 0;
     cpu_set_t one;
     CPU_ZERO(&one);
-    CPU_SET(0, &one);
+    CPU_SET(cpu, &one);
     if (sched_setaffinity(0, sizeof one, &one) != 0) std::perror("calibrate: sched_setaffinity");
   } else if (have_saved) {
     sched_setaffinity(0, sizeof saved, &saved);
@@ -254,15 +255,22 @@ Network measure_network(gw_comm_t comm, int rank, const Plan& p) {
   Network net;
   std::vector<uint8_t> buf(p.big_bytes, 0x5a);  // allocated and touched before any timing
   check(gw_barrier(comm), "gw_barrier");
+  // The latency with ranks 0 and 1 on cores of their own (the scheduler may otherwise put both
+  // on one, and the figure would swing between the two cases from run to run).
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus >= 2 && rank < 2) pin_to_cpu(rank);
+  check(gw_barrier(comm), "gw_barrier");
   const std::vector<double> small = round_trips(comm, rank, buf.data(), 8, p.ping_warmup, p.ping_iters);
+  pin_to_cpu(-1);
   const std::vector<double> big = round_trips(comm, rank, buf.data(), p.big_bytes, p.big_warmup, p.big_iters);
   const std::vector<double> burst = bursts(comm, rank, p.burst_n, p.burst_warmup, p.burst_reps);
   // Ranks sharing a core (more ranks than cores): each message waits for its receiver to be
   // switched in. The same ping-pong with both ranks on CPU 0 prices that switch.
   check(gw_barrier(comm), "gw_barrier");
-  pin_to_cpu0(true);
+  pin_to_cpu(0);
+  check(gw_barrier(comm), "gw_barrier");
   const std::vector<double> shared = round_trips(comm, rank, buf.data(), 8, p.ping_warmup, p.ping_iters / 4 + 1);
-  pin_to_cpu0(false);
+  pin_to_cpu(-1);
   check(gw_barrier(comm), "gw_barrier");
   if (rank != 0) return net;
   net.latency_s = median(small) / 2.0;
