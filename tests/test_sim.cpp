@@ -167,9 +167,11 @@ TEST(Sim, ClosedFormsAgreeWithTheReplay) {
   const coll::CostModel model;
   auto q = test::make_codec("qsgd:bits=8");
   for (const char* a : {"ring", "recursive_doubling", "scatter_reduce", "halving_doubling"}) {
-    for (int p : {4, 64, 1024}) {
+    for (int p : {4, 64, 256, 1024}) {
       for (uint64_t bytes : {uint64_t{4096}, uint64_t{1} << 20, uint64_t{64} << 20}) {
-        if (std::string(a) == "scatter_reduce" && p == 1024 && bytes == 4096) continue;  // in-port bound
+        // Rings and all-to-alls at 1024 ranks are millions of messages: minutes under ASan.
+        const bool log_p = std::string(a) == "recursive_doubling" || std::string(a) == "halving_doubling";
+        if (p == 1024 && !log_p) continue;
         const Call call{p, bytes / 4, size_t{1} << 20, q.get(), false};  // the closed forms leave out the checks
         const Outcome o = simulate(*make_schedule(a, call, model), model);
         ASSERT_TRUE(o.error.empty()) << o.error;

@@ -114,7 +114,9 @@ double halving_doubling_cost(const CostInput& in) {
   // whole buffer each way.
   const double fold =
       pow2 ? 0 : in.bytes / in.encode_bps + in.bytes / in.decode_bps + 2 * in.encoded / in.link_bytes_per_s;
-  return (steps + (pow2 ? 0 : 2)) * per_step(in) + std::max(wire / in.link_bytes_per_s, work) + fold;
+  // Its messages go whole (no chunks): each step's codec work waits for its bytes, and theirs
+  // for it.
+  return (steps + (pow2 ? 0 : 2)) * per_step(in) + wire / in.link_bytes_per_s + work + fold;
 }
 bool halving_doubling_weighed(const TuneInput& in) {
   return !in.sparse_codec && !in.on_device && in.nranks > 8 && in.static_choice != Algo::kHalvingDoubling;

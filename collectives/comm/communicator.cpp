@@ -402,13 +402,18 @@ Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* 
                              &impl_->cost_model,
                              op,
                              ef_count != nullptr};
-  const Algo flat = coll::choose_allreduce(in);
-  // A dense call the policy runs as halving-doubling (Rabenseifner) takes the exact codec.
+  Algo flat = coll::choose_allreduce(in);
+  Algo chosen = impl_->layout_choice(flat, algo, on_device);
+  // A dense call the policy runs as halving-doubling (Rabenseifner) takes the exact codec;
+  // where the layout runs the hierarchical all-reduce instead, it stays dense.
   if (flat == Algo::kHalvingDoubling && codec == nullptr && in.requested == Algo::kAuto &&
       in.configured == Algo::kAuto && coll::dense_halving_allowed(in)) {
-    codec = impl_->exact_codec.get();
+    if (chosen == Algo::kHalvingDoubling) {
+      codec = impl_->exact_codec.get();
+    } else {
+      flat = Algo::kRing;
+    }
   }
-  const Algo chosen = impl_->layout_choice(flat, algo, on_device);
   const bool tuned = tunable(impl_->tune, flat, algo, impl_->config.algo, codec, size());
   if (const coll::AlgorithmRow* row = coll::find_algorithm(flat); row == nullptr || !(row->codecs & coll::kNoCodec)) {
     if (codec == nullptr) return invalid_argument(std::string("algorithm ") + algo_name(flat) + " needs a codec");

@@ -39,53 +39,66 @@ struct Costs {
 
 int wrap(int v, int p) { return ((v % p) + p) % p; }
 
+// The ring's step arithmetic (ring_allreduce.cpp, compressed_ring_allreduce.cpp): step s of
+// rank r sends segment send(s) to r + 1 and receives recv(s) from r - 1, p - 1 reduce-scatter
+// steps then p - 1 all-gather steps; chunk k of a segment is one lane's message.
+struct RingSteps {
+  int p;
+  Partition part;
+  Chunking chunks;
+  RingSteps(const Call& c, size_t chunk_bytes)
+      : p(c.ranks),
+        part{c.count, static_cast<uint64_t>(c.ranks)},
+        chunks(Chunking::for_segment(part.length(0), chunk_bytes, sizeof(float))) {}
+  int lanes(uint64_t n) const {
+    return p == 1 || n == 0 ? 1 : static_cast<int>(std::max<uint32_t>(1, chunks.count(part.length(0))));
+  }
+  int rs() const { return p - 1; }
+  int steps() const { return 2 * (p - 1); }
+  int send_seg(int r, int s) const { return s < rs() ? wrap(r - s, p) : wrap(r + 1 - (s - rs()), p); }
+  int recv_seg(int r, int s) const { return s < rs() ? wrap(r - s - 1, p) : wrap(r - (s - rs()), p); }
+  // Chunk k of seg, 0 when seg has no chunk k.
+  uint64_t len(int seg, int k) const {
+    const uint64_t l = part.length(static_cast<uint64_t>(seg));
+    return static_cast<uint32_t>(k) < chunks.count(l) ? chunks.length(l, static_cast<uint32_t>(k)) : 0;
+  }
+};
+
 // --- ring (ring_allreduce.cpp): p - 1 reduce-scatter then p - 1 all-gather steps, each
 // segment cut into chunks that move on as soon as they are reduced: one lane per chunk.
 class RingSchedule : public Schedule {
  public:
   RingSchedule(std::string name, const Call& c, const coll::CostModel& m, size_t chunk_bytes)
-      : name_(std::move(name)),
-        p_(c.ranks),
-        n_(c.count),
-        part_{c.count, static_cast<uint64_t>(c.ranks)},
-        chunks_(Chunking::for_segment(part_.length(0), chunk_bytes, sizeof(float))),
-        costs_(c, m) {
-    lanes_ = p_ == 1 || n_ == 0 ? 1 : static_cast<int>(std::max<uint32_t>(1, chunks_.count(part_.length(0))));
-  }
+      : name_(std::move(name)), n_(c.count), ring_(c, chunk_bytes), costs_(c, m) {}
   std::string name() const override { return name_; }
-  int ranks() const override { return p_; }
-  int lanes() const override { return lanes_; }
+  int ranks() const override { return ring_.p; }
+  int lanes() const override { return ring_.lanes(n_); }
   Op op(int r, int k, uint64_t pc) const override {
-    if (p_ == 1 || n_ == 0) return Op::end();
-    const int rs = p_ - 1, steps = 2 * (p_ - 1);
-    auto send_seg = [&](int s) { return s < rs ? wrap(r - s, p_) : wrap(r + 1 - (s - rs), p_); };
-    auto recv_seg = [&](int s) { return s < rs ? wrap(r - s - 1, p_) : wrap(r - (s - rs), p_); };
-    auto len = [&](int seg) -> uint64_t {  // chunk k of seg, 0 when seg has no chunk k
-      const uint64_t l = part_.length(static_cast<uint64_t>(seg));
-      return static_cast<uint32_t>(k) < chunks_.count(l) ? chunks_.length(l, static_cast<uint32_t>(k)) : 0;
-    };
-    if (pc == 0) return len(send_seg(0)) > 0 ? Op::send(wrap(r + 1, p_), fp32_bytes(len(send_seg(0)))) : Op::skip();
+    const int p = ring_.p;
+    if (p == 1 || n_ == 0) return Op::end();
+    if (pc == 0) {
+      const uint64_t e0 = ring_.len(ring_.send_seg(r, 0), k);
+      return e0 > 0 ? Op::send(wrap(r + 1, p), fp32_bytes(e0)) : Op::skip();
+    }
     const uint64_t s64 = (pc - 1) / 3;
-    if (s64 >= static_cast<uint64_t>(steps)) return Op::end();
+    if (s64 >= static_cast<uint64_t>(ring_.steps())) return Op::end();
     const int s = static_cast<int>(s64);
-    const uint64_t e = len(recv_seg(s));
+    const uint64_t e = ring_.len(ring_.recv_seg(r, s), k);
     switch ((pc - 1) % 3) {
-      case 0: return e > 0 ? Op::recv(wrap(r - 1, p_)) : Op::skip();
-      case 1: return s < rs ? Op::work(costs_.reduce(e)) : Op::skip();
-      default:
-        return s + 1 < steps && len(send_seg(s + 1)) > 0 ? Op::send(wrap(r + 1, p_), fp32_bytes(len(send_seg(s + 1))))
-                                                         : Op::skip();
+      case 0: return e > 0 ? Op::recv(wrap(r - 1, p)) : Op::skip();
+      case 1: return s < ring_.rs() ? Op::work(costs_.reduce(e)) : Op::skip();
+      default: {
+        const uint64_t next = s + 1 < ring_.steps() ? ring_.len(ring_.send_seg(r, s + 1), k) : 0;
+        return next > 0 ? Op::send(wrap(r + 1, p), fp32_bytes(next)) : Op::skip();
+      }
     }
   }
 
  private:
   std::string name_;
-  int p_;
   uint64_t n_;
-  Partition part_;
-  Chunking chunks_;
+  RingSteps ring_;
   Costs costs_;
-  int lanes_ = 1;
 };
 
 // --- compressed ring (compressed_ring_allreduce.cpp): every reduce-scatter hop decodes the
@@ -93,47 +106,35 @@ class RingSchedule : public Schedule {
 class CompressedRingSchedule : public Schedule {
  public:
   CompressedRingSchedule(const Call& c, const coll::CostModel& m)
-      : p_(c.ranks),
-        n_(c.count),
-        part_{c.count, static_cast<uint64_t>(c.ranks)},
-        chunks_(Chunking::for_segment(part_.length(0), c.chunk_bytes, sizeof(float))),
-        costs_(c, m) {
-    lanes_ = p_ == 1 || n_ == 0 ? 1 : static_cast<int>(std::max<uint32_t>(1, chunks_.count(part_.length(0))));
-  }
+      : n_(c.count), ring_(c, c.chunk_bytes), costs_(c, m) {}
   std::string name() const override { return "compressed_ring"; }
-  int ranks() const override { return p_; }
-  int lanes() const override { return lanes_; }
+  int ranks() const override { return ring_.p; }
+  int lanes() const override { return ring_.lanes(n_); }
   Op op(int r, int k, uint64_t pc) const override {
-    if (p_ == 1 || n_ == 0) return Op::end();
-    const int rs = p_ - 1, steps = 2 * (p_ - 1);
-    auto send_seg = [&](int s) { return s < rs ? wrap(r - s, p_) : wrap(r + 1 - (s - rs), p_); };
-    auto recv_seg = [&](int s) { return s < rs ? wrap(r - s - 1, p_) : wrap(r - (s - rs), p_); };
-    auto len = [&](int seg) -> uint64_t {  // chunk k of seg, 0 when seg has no chunk k
-      const uint64_t l = part_.length(static_cast<uint64_t>(seg));
-      return static_cast<uint32_t>(k) < chunks_.count(l) ? chunks_.length(l, static_cast<uint32_t>(k)) : 0;
-    };
-    if (pc == 0) return Op::work(costs_.encode(len(send_seg(0))));
-    if (pc == 1) return len(send_seg(0)) > 0 ? Op::send(wrap(r + 1, p_), costs_.encoded(len(send_seg(0)))) : Op::skip();
+    const int p = ring_.p;
+    if (p == 1 || n_ == 0) return Op::end();
+    const uint64_t e0 = ring_.len(ring_.send_seg(r, 0), k);
+    if (pc == 0) return Op::work(costs_.encode(e0));
+    if (pc == 1) return e0 > 0 ? Op::send(wrap(r + 1, p), costs_.encoded(e0)) : Op::skip();
     const uint64_t s64 = (pc - 2) / 3;
-    if (s64 >= static_cast<uint64_t>(steps)) return Op::end();
+    if (s64 >= static_cast<uint64_t>(ring_.steps())) return Op::end();
     const int s = static_cast<int>(s64);
-    const uint64_t e = len(recv_seg(s));
+    const uint64_t e = ring_.len(ring_.recv_seg(r, s), k);
     if (e == 0) return Op::skip();
     switch ((pc - 2) % 3) {
-      case 0: return Op::recv(wrap(r - 1, p_));
+      case 0: return Op::recv(wrap(r - 1, p));
       case 1:  // reduce-scatter: decode, add, encode for the next hop (the owner: its sum)
-        return Op::work(costs_.decode(e) + (s < rs ? costs_.encode(e) : 0));
-      default: return s + 1 < steps ? Op::send(wrap(r + 1, p_), costs_.encoded(len(send_seg(s + 1)))) : Op::skip();
+        return Op::work(costs_.decode(e) + (s < ring_.rs() ? costs_.encode(e) : 0));
+      default:
+        return s + 1 < ring_.steps() ? Op::send(wrap(r + 1, p), costs_.encoded(ring_.len(ring_.send_seg(r, s + 1), k)))
+                                     : Op::skip();
     }
   }
 
  private:
-  int p_;
   uint64_t n_;
-  Partition part_;
-  Chunking chunks_;
+  RingSteps ring_;
   Costs costs_;
-  int lanes_ = 1;
 };
 
 // --- recursive doubling (recursive_doubling_allreduce.cpp): whole-buffer exchanges with the

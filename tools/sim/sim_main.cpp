@@ -1,14 +1,15 @@
 // gw_sim: simulated time of all-reduces at any rank count (engine.hpp), beside the closed form
 // the policy decides with (algorithm_table.cpp's cost hooks), on a measured cost model.
 //
-//   gw_sim [--model FILE] [--cores N] [--codec SPEC] [--chunk-bytes B] [--max-in-flight N] [--json]
-//          [--policy]
+//   gw_sim [--model FILE] [--cores N] [--codec SPEC] [--chunk-bytes B] [--max-in-flight N]
+//          [--no-checks] [--json] [--policy [--no-replay]]
 //          --ranks P[,P...] --bytes B[,B...] [--algo A[,A...]]
 //
 // Sizes take K, M and G suffixes (binary). --algo defaults to every schedule; compressed ones
 // need --codec. --policy prints the policy's static choice for each (ranks, bytes) beside the
-// replay's fastest among what it weighs. Otherwise one line per (algorithm, ranks, bytes): simulated seconds of the
-// slowest rank, the closed form's seconds, messages and operations replayed, and how long the replay took.
+// replay's fastest among what it weighs (--no-replay: the choice alone). Otherwise one line
+// per (algorithm, ranks, bytes): simulated seconds of the slowest rank, the closed form's
+// seconds, messages and operations replayed, and how long the replay took.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,11 +27,10 @@ namespace {
 
 [[noreturn]] void usage(const char* msg) {
   if (msg != nullptr) std::fprintf(stderr, "gw_sim: %s\n", msg);
-  std::fprintf(
-      stderr,
-      "usage: gw_sim [--model FILE] [--cores N] [--codec SPEC] [--chunk-bytes B] [--max-in-flight N] [--json]\n"
-      "              [--policy]\n"
-      "              --ranks P[,P...] --bytes B[,B...] [--algo A[,A...]]\n");
+  std::fprintf(stderr,
+               "usage: gw_sim [--model FILE] [--cores N] [--codec SPEC] [--chunk-bytes B] [--max-in-flight N]\n"
+               "              [--no-checks] [--json] [--policy [--no-replay]]\n"
+               "              --ranks P[,P...] --bytes B[,B...] [--algo A[,A...]]\n");
   std::exit(2);
 }
 
@@ -100,7 +100,7 @@ int print_policy(const gw::coll::CostModel& model, const gw::Codec* codec, const
       constexpr double kTie = 0.10;
       std::string fastest = "-";
       double best = -1, picked = -1;
-      if (p <= 4096) {
+      if (p <= 4096 && limits.max_in_flight > 0) {
         for (gw::Algo a : cand) {
           const std::string name = gw::coll::find_algorithm(a)->name;
           const gw::Codec* c = a == gw::Algo::kHalvingDoubling && codec == nullptr ? &exact : codec;
@@ -159,6 +159,8 @@ int main(int argc, char** argv) {
       policy = true;
     else if (a == "--no-checks")
       checks = false;
+    else if (a == "--no-replay")
+      limits.max_in_flight = 0;  // --policy: the closed forms' choices alone
     else if (a == "--max-in-flight")
       limits.max_in_flight = parse_size(next(), "--max-in-flight");
     else if (a == "-h" || a == "--help")
