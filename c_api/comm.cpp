@@ -1,4 +1,5 @@
 // The communicator half of the C ABI.
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <initializer_list>
@@ -41,12 +42,34 @@ gw::Result<gw::CommConfig> merge_config(const gw_config_t* config) {
   if (config->size < sizeof(gw_config_t) || config->size > 4096) {
     return gw::invalid_argument("config->size " + std::to_string(config->size) + " is not sizeof(gw_config_t)");
   }
-  if (config->timeout_s < 0 || config->timeout_s > 1e7)
-    return gw::invalid_argument("config->timeout_s is out of range");
-  if (config->timeout_s > 0) c.timeout = std::chrono::milliseconds(static_cast<int64_t>(config->timeout_s * 1000.0));
+  // A config from a newer header may carry fields this library cannot read: refused, not guessed.
+  if (config->version == 0 || config->version > GW_VERSION_CODE) {
+    return gw::invalid_argument("config->version " + std::to_string(config->version) +
+                                " is not a version this library knows (it is " + std::to_string(GW_VERSION_CODE) +
+                                "; set the config up with GW_CONFIG_INITIALIZER)");
+  }
+  if (!std::isfinite(config->timeout_s) || config->timeout_s < 0 || config->timeout_s > 1e7) {
+    return gw::invalid_argument("config->timeout_s " + std::to_string(config->timeout_s) +
+                                " is not a number of seconds in [0, 1e7] (0: GW_TIMEOUT_S or the default)");
+  }
+  if (config->timeout_s > 0) {
+    if (config->timeout_s < 0.001) {
+      return gw::invalid_argument("config->timeout_s " + std::to_string(config->timeout_s) +
+                                  " is below a millisecond (0: GW_TIMEOUT_S or the default)");
+    }
+    c.timeout = std::chrono::milliseconds(static_cast<int64_t>(config->timeout_s * 1000.0));
+  }
   if (config->chunk_bytes > 0) {
-    if (config->chunk_bytes < 4096) return gw::invalid_argument("config->chunk_bytes is below 4096");
+    if (config->chunk_bytes < gw::kMinChunkBytes || config->chunk_bytes > gw::kMaxChunkBytes) {
+      return gw::invalid_argument("config->chunk_bytes " + std::to_string(config->chunk_bytes) + " is not in [" +
+                                  std::to_string(gw::kMinChunkBytes) + ", " + std::to_string(gw::kMaxChunkBytes) +
+                                  "] (0: GW_CHUNK_BYTES or the default)");
+    }
     c.chunk_bytes = config->chunk_bytes;
+  }
+  if (config->dense_threshold_bytes < -1) {
+    return gw::invalid_argument("config->dense_threshold_bytes " + std::to_string(config->dense_threshold_bytes) +
+                                " is negative (-1: GW_DENSE_THRESHOLD or the default)");
   }
   if (config->dense_threshold_bytes >= 0) c.dense_threshold_bytes = static_cast<size_t>(config->dense_threshold_bytes);
   return c;

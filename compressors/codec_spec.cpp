@@ -27,16 +27,26 @@ Status bad_value(std::string_view key, std::string_view value, const char* expec
 
 Result<uint64_t> parse_u64(std::string_view key, std::string_view value, const char* expected) {
   std::string s(value);
-  if (s.empty() || s[0] == '-' || s[0] == '+') return bad_value(key, value, expected);
+  if (s.empty() || s[0] < '0' || s[0] > '9') return bad_value(key, value, expected);
+  // Decimal only: "010" is not 8 (octal) nor 10 with a stray zero, "0x10" not 16.
+  if (s.size() > 1 && s[0] == '0') {
+    return invalid_argument("codec spec: " + std::string(key) + "=" + s + " has a leading zero (expected " + expected +
+                            ", in decimal)");
+  }
   errno = 0;
   char* end = nullptr;
-  const unsigned long long v = std::strtoull(s.c_str(), &end, 0);
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
   if (errno != 0 || end != s.c_str() + s.size()) return bad_value(key, value, expected);
   return static_cast<uint64_t>(v);
 }
 
 Result<double> parse_double(std::string_view key, std::string_view value, const char* expected) {
   std::string s(value);
+  // strtod would skip leading whitespace and read hexadecimal floats, NAN and INF.
+  if (s.empty() || !((s[0] >= '0' && s[0] <= '9') || s[0] == '.')) return bad_value(key, value, expected);
+  for (char ch : s) {
+    if (ch == 'x' || ch == 'X') return bad_value(key, value, expected);
+  }
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
@@ -138,6 +148,20 @@ std::string format_param(const detail::SpecParam& p, const CodecSpec& spec) {
 }  // namespace
 
 Result<CodecSpec> CodecSpec::parse(std::string_view text) {
+  // Specs are short ("topk:ratio=0.01,ef=1"); the longest canonical one is far below this.
+  constexpr size_t kMaxSpecText = 1024;
+  if (text.size() > kMaxSpecText) {
+    return invalid_argument("codec spec: " + std::to_string(text.size()) + " bytes of text; a spec is at most " +
+                            std::to_string(kMaxSpecText));
+  }
+  for (char ch : text) {
+    if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) {
+      return invalid_argument("codec spec: a control or non-ASCII byte (0x" +
+                              std::string(1, "0123456789abcdef"[(static_cast<unsigned char>(ch) >> 4) & 15]) +
+                              std::string(1, "0123456789abcdef"[static_cast<unsigned char>(ch) & 15]) +
+                              ") in the text; spaces around names, keys and values are the only whitespace allowed");
+    }
+  }
   text = trim(text);
   const size_t colon = text.find(':');
   const std::string_view name = trim(text.substr(0, colon));

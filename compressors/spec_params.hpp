@@ -16,8 +16,9 @@ constexpr SpecParam kSeedParam = unsigned_param("seed", &CodecSpec::seed, 0, UIN
 // to_string prints the one that is set.
 inline bool k_is_set(const CodecSpec& s) { return s.k > 0; }
 inline bool k_is_unset(const CodecSpec& s) { return s.k == 0; }
+// A ratio below 2^-40 keeps one element of any buffer a process can hold: use k= instead.
 constexpr SpecParam kRatioParam =
-    real_param("ratio", &CodecSpec::ratio, 0.0, 1.0, "0 < ratio <= 1").shown_when(k_is_unset);
+    real_param("ratio", &CodecSpec::ratio, 0x1p-40, 1.0, "2^-40 < ratio <= 1; for fewer use k=").shown_when(k_is_unset);
 constexpr SpecParam kKParam = unsigned_param("k", &CodecSpec::k, 1, UINT64_MAX, "k >= 1").shown_when(k_is_set);
 
 // Exactly one of ratio= and k=.

@@ -1,5 +1,6 @@
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -17,8 +18,9 @@ Result<double> env_number(const char* name, double lo, double hi, bool& present)
   errno = 0;
   const double d = std::strtod(v, &end);
   if (errno != 0 || *end != '\0' || !std::isfinite(d) || d < lo || d > hi) {
-    return invalid_argument(std::string(name) + "=" + v + " is not a number in [" + std::to_string(lo) + ", " +
-                            std::to_string(hi) + "]");
+    char range[64];
+    std::snprintf(range, sizeof range, "[%g, %g]", lo, hi);
+    return invalid_argument(std::string(name) + "=" + v + " is not a number in " + range);
   }
   return d;
 }
@@ -30,7 +32,8 @@ Result<CommConfig> CommConfig::from_env() {
   bool set = false;
   GW_ASSIGN_OR_RETURN(double timeout, env_number("GW_TIMEOUT_S", 0.001, 1e7, set));
   if (set) c.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000.0));
-  GW_ASSIGN_OR_RETURN(double chunk, env_number("GW_CHUNK_BYTES", 4096, 1e12, set));
+  GW_ASSIGN_OR_RETURN(double chunk, env_number("GW_CHUNK_BYTES", static_cast<double>(kMinChunkBytes),
+                                               static_cast<double>(kMaxChunkBytes), set));
   if (set) c.chunk_bytes = static_cast<size_t>(chunk);
   GW_ASSIGN_OR_RETURN(double dense, env_number("GW_DENSE_THRESHOLD", 0, 1e15, set));
   if (set) c.dense_threshold_bytes = static_cast<size_t>(dense);

@@ -41,6 +41,10 @@ enum class Algo : uint8_t {
 GW_API const char* algo_name(Algo algo);
 GW_API Result<Algo> parse_algo(const std::string& name);
 
+// The pipelining unit's bounds (CommConfig::chunk_bytes, GW_CHUNK_BYTES, gw_config_t).
+constexpr size_t kMinChunkBytes = 4096;
+constexpr size_t kMaxChunkBytes = size_t{1} << 30;
+
 struct CommConfig {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // every wait's bound
   size_t chunk_bytes = size_t{1} << 20;                          // pipelining unit
