@@ -36,7 +36,8 @@ void expect_refused(const std::function<void(gw_config_t&)>& edit, const std::st
 TEST(ConfigRefusal, EachBadFieldIsNamed) {
   expect_refused([](gw_config_t& c) { c.timeout_s = std::nan(""); }, "config->timeout_s nan");
   expect_refused([](gw_config_t& c) { c.timeout_s = -1; }, "config->timeout_s -1");
-  expect_refused([](gw_config_t& c) { c.timeout_s = std::numeric_limits<double>::infinity(); }, "config->timeout_s inf");
+  expect_refused([](gw_config_t& c) { c.timeout_s = std::numeric_limits<double>::infinity(); },
+                 "config->timeout_s inf");
   expect_refused([](gw_config_t& c) { c.timeout_s = 1e-9; }, "below a millisecond");
   expect_refused([](gw_config_t& c) { c.version = 0; }, "config->version 0");
   expect_refused([](gw_config_t& c) { c.version = GW_VERSION_CODE + 1; }, "is not a version this library knows");
@@ -49,8 +50,8 @@ TEST(ConfigRefusal, EachBadFieldIsNamed) {
 
 TEST(ConfigRefusal, GoodConfigsStillWork) {
   for (const auto& edit : std::vector<std::function<void(gw_config_t&)>>{
-           [](gw_config_t&) {}, [](gw_config_t& c) { c.timeout_s = 2.5; },
-           [](gw_config_t& c) { c.chunk_bytes = 4096; }, [](gw_config_t& c) { c.chunk_bytes = size_t{1} << 30; },
+           [](gw_config_t&) {}, [](gw_config_t& c) { c.timeout_s = 2.5; }, [](gw_config_t& c) { c.chunk_bytes = 4096; },
+           [](gw_config_t& c) { c.chunk_bytes = size_t{1} << 30; },
            [](gw_config_t& c) { c.dense_threshold_bytes = 0; }}) {
     const auto [r, msg] = init_with(edit);
     EXPECT_EQ(r, GW_SUCCESS) << msg;
@@ -58,9 +59,12 @@ TEST(ConfigRefusal, GoodConfigsStillWork) {
 }
 
 TEST(ConfigRefusal, BadEnvironmentIsNamed) {
-  for (const auto& [name, value] : std::vector<std::pair<const char*, const char*>>{
-           {"GW_TIMEOUT_S", "nan"}, {"GW_TIMEOUT_S", "-5"}, {"GW_CHUNK_BYTES", "18446744073709551615"},
-           {"GW_CHUNK_BYTES", "2e9"}, {"GW_DENSE_THRESHOLD", "-1"}}) {
+  for (const auto& [name, value] :
+       std::vector<std::pair<const char*, const char*>>{{"GW_TIMEOUT_S", "nan"},
+                                                        {"GW_TIMEOUT_S", "-5"},
+                                                        {"GW_CHUNK_BYTES", "18446744073709551615"},
+                                                        {"GW_CHUNK_BYTES", "2e9"},
+                                                        {"GW_DENSE_THRESHOLD", "-1"}}) {
     ASSERT_EQ(setenv(name, value, 1), 0);
     // Refused at the first call that reads the environment: making the job's id, here.
     gw_unique_id_t id;
