@@ -134,30 +134,50 @@ TEST(CostModel, DenseCallsRunHalvingDoublingWhereTheModelSays) {
   setenv("GW_COST_MODEL", path.c_str(), 1);
   const size_t n = 1000000;
   const int p = 4;
-  test::run_local_ranks(p, [&](Communicator& c, int r) {
-    std::vector<float> x(n), out(n, -1.0f);
-    for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(static_cast<int>((i * 7 + r * 13) % 41) - 20);
-    ASSERT_TRUE(
-        c.allreduce(x.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr, Algo::kAuto).is_ok());
-    auto st = c.stats();
-    ASSERT_TRUE(st.is_ok());
-    EXPECT_EQ(st->last_algo, Algo::kHalvingDoubling);
-    for (size_t i = 0; i < n; i += 9973) {
-      float want = 0;
-      for (int q = 0; q < p; ++q) want += static_cast<float>(static_cast<int>((i * 7 + q * 13) % 41) - 20);
-      ASSERT_EQ(out[i], want) << i;
-    }
-    ASSERT_TRUE(
-        c.allreduce(x.data(), out.data(), n, DType::kFloat32, ReduceOp::kMax, nullptr, nullptr, Algo::kAuto).is_ok());
-    st = c.stats();
-    EXPECT_NE(st->last_algo, Algo::kHalvingDoubling);
-    EXPECT_EQ(out[0], 19.0f);  // max over ranks of (13 r % 41) - 20, r < 4: 39 - 20
-    ErrorFeedback ef(n);
-    ASSERT_TRUE(
-        c.allreduce(x.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, &ef, Algo::kAuto).is_ok());
-    st = c.stats();
-    EXPECT_NE(st->last_algo, Algo::kHalvingDoubling);
-  });
+  CommConfig cfg;
+  cfg.dense_threshold_bytes = size_t{64} << 20;  // every call below: dense
+  test::run_local_ranks(
+      p,
+      [&](Communicator& c, int r) {
+        std::vector<float> x(n), out(n, -1.0f);
+        for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(static_cast<int>((i * 7 + r * 13) % 41) - 20);
+        ASSERT_TRUE(c.allreduce(x.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr, Algo::kAuto)
+                        .is_ok());
+        auto st = c.stats();
+        ASSERT_TRUE(st.is_ok());
+        EXPECT_EQ(st->last_algo, Algo::kHalvingDoubling);
+        for (size_t i = 0; i < n; i += 9973) {
+          float want = 0;
+          for (int q = 0; q < p; ++q) want += static_cast<float>(static_cast<int>((i * 7 + q * 13) % 41) - 20);
+          ASSERT_EQ(out[i], want) << i;
+        }
+        ASSERT_TRUE(c.allreduce(x.data(), out.data(), n, DType::kFloat32, ReduceOp::kMax, nullptr, nullptr, Algo::kAuto)
+                        .is_ok());
+        st = c.stats();
+        EXPECT_NE(st->last_algo, Algo::kHalvingDoubling);
+        EXPECT_EQ(out[0], 19.0f);  // max over ranks of (13 r % 41) - 20, r < 4: 39 - 20
+        // Below the dense threshold a lossy codec's call is dense too: exact sums, no trials.
+        auto q = Codec::create("qsgd:bits=2");
+        ASSERT_TRUE(q.is_ok());
+        for (int call = 0; call < 3; ++call) {
+          ASSERT_TRUE(c.allreduce(x.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, q.value().get(), nullptr,
+                                  Algo::kAuto)
+                          .is_ok());
+          st = c.stats();
+          EXPECT_EQ(st->last_algo, Algo::kHalvingDoubling);
+          for (size_t i = 0; i < n; i += 9973) {
+            float want = 0;
+            for (int qr = 0; qr < p; ++qr) want += static_cast<float>(static_cast<int>((i * 7 + qr * 13) % 41) - 20);
+            ASSERT_EQ(out[i], want) << i;
+          }
+        }
+        ErrorFeedback ef(n);
+        ASSERT_TRUE(
+            c.allreduce(x.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, &ef, Algo::kAuto).is_ok());
+        st = c.stats();
+        EXPECT_NE(st->last_algo, Algo::kHalvingDoubling);
+      },
+      cfg);
   unsetenv("GW_COST_MODEL");
   std::remove(path.c_str());
 }

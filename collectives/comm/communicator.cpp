@@ -308,8 +308,9 @@ Algo flat_request(Algo a) { return a == Algo::kHierarchical ? Algo::kAuto : a; }
 
 // Whether the measured policy decides this call (see AllreduceTuner).
 bool tunable(bool tune, Algo static_choice, Algo requested, Algo configured, const Codec* codec, int nranks) {
+  // Dense calls are not tuned, halving-doubling with the exact codec (Rabenseifner) included.
   return tune && !coll::dense_algorithm(static_choice) && requested == Algo::kAuto && configured == Algo::kAuto &&
-         codec != nullptr && nranks > 1;
+         codec != nullptr && codec->id() != CodecId::kNone && nranks > 1;
 }
 
 // The entry points of a flat algorithm the policy chose (never kAuto or a composite; the
@@ -404,10 +405,11 @@ Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* 
                              ef_count != nullptr};
   Algo flat = coll::choose_allreduce(in);
   Algo chosen = impl_->layout_choice(flat, algo, on_device);
-  // A dense call the policy runs as halving-doubling (Rabenseifner) takes the exact codec;
-  // where the layout runs the hierarchical all-reduce instead, it stays dense.
-  if (flat == Algo::kHalvingDoubling && codec == nullptr && in.requested == Algo::kAuto &&
-      in.configured == Algo::kAuto && coll::dense_halving_allowed(in)) {
+  // A dense call (a lossy codec's too, below the dense threshold) the policy runs as
+  // halving-doubling (Rabenseifner) takes the exact codec; where the layout runs the
+  // hierarchical all-reduce instead, it stays dense.
+  if (flat == Algo::kHalvingDoubling && in.requested == Algo::kAuto && in.configured == Algo::kAuto &&
+      coll::dense_call(in) && coll::dense_halving_allowed(in)) {
     if (chosen == Algo::kHalvingDoubling) {
       codec = impl_->exact_codec.get();
     } else {

@@ -76,12 +76,15 @@ Algo choose_dense(const PolicyInput& in) {
   return best;
 }
 
+bool dense_call(const PolicyInput& in) {
+  return in.codec == nullptr || in.codec->id() == CodecId::kNone || in.dtype != DType::kFloat32 ||
+         in.count * dtype_size(in.dtype) < in.dense_threshold_bytes;
+}
+
 Algo choose_allreduce(const PolicyInput& in) {
   if (in.requested != Algo::kAuto) return in.requested;
   if (in.configured != Algo::kAuto) return in.configured;
-  if (in.codec == nullptr || in.codec->id() == CodecId::kNone) return choose_dense(in);
-  if (in.dtype != DType::kFloat32) return choose_dense(in);
-  if (in.count * dtype_size(in.dtype) < in.dense_threshold_bytes) return choose_dense(in);
+  if (dense_call(in)) return choose_dense(in);
   if (in.nranks == 1) return Algo::kScatterReduce;
   if (in.codec->spec().is_sparse()) {
     // All-gather moves (p - 1) messages of about k entries into every rank; a ring or

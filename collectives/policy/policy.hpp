@@ -45,6 +45,10 @@ Algo choose_dense(const PolicyInput& in);
 // sum or average, no error feedback).
 bool dense_halving_allowed(const PolicyInput& in);
 
+// Whether the static rule runs in dense (no codec or codec none, data other than float32, or a
+// buffer below the dense threshold), whatever algorithm it picks for it.
+bool dense_call(const PolicyInput& in);
+
 // The static choice, from the arguments and the cost model. Compressed calls: a sparse codec
 // all-gathers while k p < n (its sum is exact; past that the union is denser than a dense
 // exchange); otherwise scatter-reduce or (host buffers) halving-doubling, whichever the model
