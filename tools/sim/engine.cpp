@@ -61,12 +61,7 @@ class Engine {
         }
       }
     }
-    double sum = 0;
-    for (double f : finish_) {
-      out_.seconds = std::max(out_.seconds, f);
-      sum += f;
-    }
-    out_.mean_rank_seconds = p_ > 0 ? sum / p_ : 0;
+    for (double f : finish_) out_.seconds = std::max(out_.seconds, f);
     return out_;
   }
 
@@ -147,11 +142,10 @@ class Engine {
               return;
             }
           }
-          if (x.slept) {
+          if (x.slept) {  // woken: the core switches back to it
             x.slept = false;
-            x.t = cpu(rank, std::max(x.t, it->complete), m_.switch_s);
+            x.t = cpu(rank, x.t, m_.switch_s);
           }
-          x.t = std::max(x.t, it->complete);
           box.erase(it);
           --in_flight_;
           x.t = cpu(rank, x.t, m_.message_cpu_s);

@@ -24,13 +24,12 @@
 namespace gw::sim {
 
 struct Outcome {
-  double seconds = 0;            // the last rank's finish
-  double mean_rank_seconds = 0;  // mean over ranks of each rank's finish
-  uint64_t messages = 0;         // sent in all
-  double bytes = 0;              // sent in all
-  uint64_t events = 0;           // operations replayed
-  bool deadlock = false;         // a rank waited for a message nobody sent
-  std::string error;             // set with deadlock, or when a limit was hit
+  double seconds = 0;     // the last rank's finish
+  uint64_t messages = 0;  // sent in all
+  double bytes = 0;       // sent in all
+  uint64_t events = 0;    // operations replayed
+  bool deadlock = false;  // a rank waited for a message nobody sent
+  std::string error;      // set with deadlock, or when a limit was hit
 };
 
 struct Limits {

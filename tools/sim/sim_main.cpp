@@ -69,7 +69,8 @@ uint64_t parse_size(const std::string& s, const char* what) {
 // The policy's static choice for each (ranks, bytes) from its closed forms, and the replay's
 // fastest among the same candidates (where the replay is cheap: up to 4096 ranks).
 int print_policy(const gw::coll::CostModel& model, const gw::Codec* codec, const std::string& spec,
-                 const std::vector<int>& ranks, const std::vector<uint64_t>& sizes, const gw::sim::Limits& limits) {
+                 const std::vector<int>& ranks, const std::vector<uint64_t>& sizes, const gw::sim::Limits& limits,
+                 bool replay) {
   std::printf("# model: %s (%s); codec %s; the policy's choice (closed forms) and the replay's fastest\n",
               model.source.c_str(), model.transport.c_str(), codec ? spec.c_str() : "none (dense)");
   std::printf("%7s %12s %-20s %-20s %s\n", "ranks", "bytes", "policy", "replay_fastest", "agree");
@@ -100,7 +101,7 @@ int print_policy(const gw::coll::CostModel& model, const gw::Codec* codec, const
       constexpr double kTie = 0.10;
       std::string fastest = "-";
       double best = -1, picked = -1;
-      if (p <= 4096 && limits.max_in_flight > 0) {
+      if (replay && p <= 4096) {
         for (gw::Algo a : cand) {
           const std::string name = gw::coll::find_algorithm(a)->name;
           const gw::Codec* c = a == gw::Algo::kHalvingDoubling && codec == nullptr ? &exact : codec;
@@ -131,6 +132,7 @@ int main(int argc, char** argv) {
   size_t chunk_bytes = size_t{1} << 20;
   bool json = false;
   bool policy = false;
+  bool replay = true;  // --policy: replay the candidates too
   bool checks = true;
   gw::sim::Limits limits;
   for (int i = 1; i < argc; ++i) {
@@ -160,7 +162,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-checks")
       checks = false;
     else if (a == "--no-replay")
-      limits.max_in_flight = 0;  // --policy: the closed forms' choices alone
+      replay = false;
     else if (a == "--max-in-flight")
       limits.max_in_flight = parse_size(next(), "--max-in-flight");
     else if (a == "-h" || a == "--help")
@@ -198,7 +200,7 @@ int main(int argc, char** argv) {
     if (!known) usage(("--algo '" + a + "' names no schedule").c_str());
   }
 
-  if (policy) return print_policy(model, codec.get(), codec_spec, ranks, sizes, limits);
+  if (policy) return print_policy(model, codec.get(), codec_spec, ranks, sizes, limits, replay);
   if (!json) {
     std::printf("# model: %s (%s), cores %d; codec %s\n", model.source.c_str(), model.transport.c_str(), model.cores,
                 codec ? codec_spec.c_str() : "-");
