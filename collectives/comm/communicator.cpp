@@ -195,6 +195,7 @@ void Communicator::abort(const std::string& why) {
 Status Communicator::Impl::enter() {
   if (driven_here()) return Status::ok();  // a call's own function calling a collective
   const std::thread::id me = std::this_thread::get_id();
+  Status refused;
   {
     std::lock_guard<std::mutex> lock(entry_mu);
     if (depth == 0 || caller == me) {
@@ -202,18 +203,23 @@ Status Communicator::Impl::enter() {
       ++depth;
       return Status::ok();
     }
+    if (overlap.is_ok()) {
+      overlap = invalid_usage(
+          "two threads called collectives on one communicator at once: the ranks could pair different calls, so the "
+          "communicator is now broken (give each thread its own communicator, or make the calls from one thread at a "
+          "time)");
+    }
+    refused = overlap;
   }
-  const Status s = invalid_usage(
-      "two threads called collectives on one communicator at once: the ranks could pair different calls, so the "
-      "communicator is now broken (give each thread its own communicator, or make the calls from one thread at a time)");
-  break_with(s);
-  return s;
+  break_with(refused);
+  return refused;
 }
 
-void Communicator::Impl::leave() {
-  if (driven_here()) return;
+Status Communicator::Impl::leave() {
+  if (driven_here()) return Status::ok();
   std::lock_guard<std::mutex> lock(entry_mu);
   --depth;
+  return overlap;
 }
 
 std::shared_ptr<Communicator::Work> Communicator::submit(std::function<Status(Communicator&)> fn, Where where) {
@@ -230,7 +236,7 @@ std::shared_ptr<Communicator::Work> Communicator::submit(std::function<Status(Co
     impl_->enqueue_locked(w);
   }
   impl_->cv.notify_all();
-  impl_->leave();
+  impl_->leave();  // a second thread now fails this request's call through the broken communicator
   return w;
 }
 
@@ -297,7 +303,10 @@ Status Communicator::run(std::function<Status()> fn, bool collective, Where wher
     im.cv.notify_all();
     s = w->wait();
   }
-  if (collective) im.leave();
+  if (collective) {
+    const Status overlapped = im.leave();
+    if (s.is_ok() && !overlapped.is_ok()) return overlapped;
+  }
   return s;
 }
 

@@ -287,8 +287,11 @@ struct Communicator::Impl {
   std::mutex entry_mu;
   std::thread::id caller;
   int depth = 0;
+  Status overlap;  // the refusal, once a second thread came in while one was inside
   Status enter();
-  void leave();
+  // The refusal if a second thread came in while this call was inside (decided under
+  // entry_mu, so the call that was inside fails too, however far it got), else ok.
+  Status leave();
 
   std::mutex mu;
   std::condition_variable cv;
