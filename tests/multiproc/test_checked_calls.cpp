@@ -1158,7 +1158,8 @@ constexpr size_t kThreadCount = 256;
 // nothing could have shown two threads); kAfterError: a call that started after this rank's
 // first failed call had returned and still succeeded (the break is sticky: never).
 enum { kOk = 0, kWrong = 1, kCodes = 2, kAfterError = 16, kWrongFirst = 17, kThreadCounters = 18 };
-static_assert(kCodes + GW_NUM_RESULTS <= kAfterError && kThreadCounters <= 20, "the counters overlap or overflow Report::v");
+static_assert(kCodes + GW_NUM_RESULTS <= kAfterError && kThreadCounters <= 20,
+              "the counters overlap or overflow Report::v");
 
 // Thread t of a rank sends (t + 1) * 100 + rank: its sum over np ranks is its own.
 float thread_sum(int t, int np) { return static_cast<float>(np * (t + 1) * 100 + np * (np - 1) / 2); }
