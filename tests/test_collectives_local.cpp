@@ -171,6 +171,76 @@ TEST(HalvingDoubling, EveryRankCountExactWithNoneSameBitsLossyAndLogPMessages) {
   }
 }
 
+// Sparse doubling on every rank count, powers of two and not: the sparse all-gather's sum
+// (integers: exact in any order) for top-k, dgc and random-k, in log p exchanges; sparse
+// messages while the union is sparse, dense ones from the step it is denser.
+TEST(SparseDoubling, TheSparseAllgathersSumInLogPExchangesDenseOnceDenser) {
+  for (int p : {1, 2, 3, 4, 5, 6, 7, 8, 11, 16}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{3}, size_t{13}, size_t{1031}, size_t{40009}}) {
+      for (const char* spec : {"topk:ratio=0.01", "topk:ratio=0.3", "dgc:ratio=0.05", "randomk:ratio=0.1"}) {
+        std::vector<std::vector<float>> outs(static_cast<size_t>(p));
+        std::mutex mu;
+        run_local_ranks(p, [&](Communicator& c, int r) {
+          auto codec = test::make_codec(spec);
+          const auto x = int_data(n, r, 9);
+          std::vector<float> want(n, -7.0f), got(n, -3.0f);
+          // Fresh states at the same step: random-k draws the same indices for both calls.
+          ErrorFeedback ef_gather(n), ef_doubling(n);
+          Status s = c.allreduce(x.data(), want.data(), n, DType::kFloat32, ReduceOp::kSum, codec.get(), &ef_gather,
+                                 Algo::kSparseAllgather);
+          ASSERT_TRUE(s.is_ok()) << s.to_string();
+          ASSERT_TRUE(c.reset_stats().is_ok());
+          s = c.allreduce(x.data(), got.data(), n, DType::kFloat32, ReduceOp::kSum, codec.get(), &ef_doubling,
+                          Algo::kSparseDoubling);
+          ASSERT_TRUE(s.is_ok()) << s.to_string();
+          EXPECT_EQ(got, want) << spec << " p=" << p << " n=" << n << " rank " << r;
+          for (size_t i = 0; i < n; ++i) ASSERT_EQ(ef_doubling.residual()[i], ef_gather.residual()[i]) << i;
+          const auto st = c.stats();
+          ASSERT_TRUE(st.is_ok());
+          EXPECT_EQ(st->last_algo, Algo::kSparseDoubling);
+          int m = 0;
+          while ((2 << m) <= p) ++m;
+          const bool folded_or_taker = r < 2 * (p - (1 << m));
+          const bool folded = folded_or_taker && r % 2 == 0;
+          const uint64_t want_msgs = n == 0 ? 0 : folded ? 1 : static_cast<uint64_t>(m) + (folded_or_taker ? 1 : 0);
+          EXPECT_EQ(st->messages_sent, want_msgs) << spec << " p=" << p << " n=" << n << " rank " << r;
+          // No message is larger than a dense one (header, descriptor and all).
+          if (want_msgs > 0) {
+            EXPECT_LE(st->bytes_sent, want_msgs * (56 + 4 * n + 256)) << spec << " p=" << p;
+          }
+          std::lock_guard<std::mutex> lock(mu);
+          outs[static_cast<size_t>(r)] = got;
+        });
+        for (int r = 1; r < p; ++r) EXPECT_EQ(outs[static_cast<size_t>(r)], outs[0]) << spec << " p=" << p;
+      }
+    }
+  }
+}
+
+// Ranks whose top-k indices are disjoint: the union doubles every exchange, so the last
+// exchange of 16 ranks at 1/16 density goes dense, and the bytes say so.
+TEST(SparseDoubling, SwitchesToDenseMessagesWhereTheUnionIsDenser) {
+  const int p = 16;
+  const size_t n = 4096, k = n / 16;
+  run_local_ranks(p, [&](Communicator& c, int r) {
+    auto codec = test::make_codec("topk:k=" + std::to_string(k));
+    std::vector<float> x(n, 0.0f), out(n, -1.0f);
+    for (size_t i = 0; i < k; ++i) x[static_cast<size_t>(r) * k + i] = static_cast<float>(r + 1);
+    ASSERT_TRUE(c.reset_stats().is_ok());
+    const Status s = c.allreduce(x.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, codec.get(), nullptr,
+                                 Algo::kSparseDoubling);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], static_cast<float>(i / k + 1)) << i;
+    const auto st = c.stats();
+    ASSERT_TRUE(st.is_ok());
+    // It sends unions of 256, 512, 1024 and 2048 entries: pairs (8 bytes each) for the first
+    // three, dense (4 bytes an element) for the last, where pairs would be no smaller.
+    const uint64_t msgs = 56 + 8 * 256 + 56 + 8 * 512 + 56 + 8 * 1024 + 56 + 4 * n;
+    EXPECT_GE(st->bytes_sent, msgs);
+    EXPECT_LE(st->bytes_sent, msgs + 4 * 256);  // the call descriptors carried at each head
+  });
+}
+
 TEST(RingAllreduce, HalfPrecisionTypes) {
   for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
     for (int p : {2, 3, 4}) {
@@ -205,6 +275,10 @@ std::vector<LossyCase> lossy_cases() {
                            "sign:bucket=128", "topk:ratio=0.05", "dgc:ratio=0.05", "randomk:ratio=0.1"}) {
     for (Algo a : {Algo::kCompressedRing, Algo::kScatterReduce, Algo::kSparseAllgather, Algo::kHalvingDoubling}) {
       cases.push_back({spec, a});
+    }
+    const std::string s = spec;
+    if (s == "none" || s.rfind("topk", 0) == 0 || s.rfind("dgc", 0) == 0 || s.rfind("randomk", 0) == 0) {
+      cases.push_back({spec, Algo::kSparseDoubling});
     }
   }
   return cases;

@@ -281,7 +281,9 @@ TEST(PolicyTuner, CandidatesByCodecRanksAndMemory) {
   };
   auto check = [&](const coll::PolicyInput& pi, bool device, std::vector<Algo> want) {
     const auto c = coll::allreduce_candidates(pi, coll::choose_allreduce(pi), device, 0);
-    ASSERT_EQ(c.n, static_cast<int>(want.size()));
+    std::string got;
+    for (int j = 0; j < c.n; ++j) got += std::string(j > 0 ? ", " : "") + algo_name(c.algo[j]);
+    ASSERT_EQ(c.n, static_cast<int>(want.size())) << "p=" << pi.nranks << ": " << got;
     for (int j = 0; j < c.n; ++j) EXPECT_EQ(c.algo[j], want[static_cast<size_t>(j)]) << j;
     EXPECT_EQ(c.seed, 0);
     EXPECT_FALSE(c.seeded);
@@ -289,10 +291,13 @@ TEST(PolicyTuner, CandidatesByCodecRanksAndMemory) {
   check(in(q.get(), 4), false, {Algo::kScatterReduce, Algo::kCompressedRing, Algo::kRing});
   check(in(q.get(), 2), false, {Algo::kScatterReduce, Algo::kRing});
   check(in(q.get(), 4), true, {Algo::kScatterReduce, Algo::kRing});  // no compressed ring on device
-  check(in(t.get(), 4), false, {Algo::kSparseAllgather, Algo::kScatterReduce, Algo::kRing});
+  // Sparse codecs on host buffers weigh sparse doubling against any other choice, and the
+  // sparse all-gather while k p < n.
+  check(in(t.get(), 4), false, {Algo::kSparseAllgather, Algo::kScatterReduce, Algo::kSparseDoubling, Algo::kRing});
   check(in(t.get(), 4), true, {Algo::kSparseAllgather, Algo::kScatterReduce, Algo::kRing});
-  check(in(tdense.get(), 4), false, {Algo::kScatterReduce, Algo::kRing});
-  check(in(t.get(), 64), false, {Algo::kSparseAllgather, Algo::kScatterReduce, Algo::kRing});  // k p < n
+  check(in(tdense.get(), 4), false, {Algo::kScatterReduce, Algo::kSparseDoubling, Algo::kRing});
+  check(in(t.get(), 64), false,
+        {Algo::kHalvingDoubling, Algo::kSparseAllgather, Algo::kSparseDoubling, Algo::kRing});  // k p < n
   // Which of scatter-reduce and halving-doubling is the static choice is the cost model's
   // (host buffers; on device scatter-reduce stays): scatter-reduce's 2 (p - 1) messages per
   // rank against halving-doubling's second compression.
@@ -311,9 +316,10 @@ TEST(PolicyTuner, CandidatesByCodecRanksAndMemory) {
   check(with(in(q.get(), 9), cheap), false, {Algo::kScatterReduce, Algo::kHalvingDoubling, Algo::kRing});
   check(with(in(q.get(), 65), dear), false, {Algo::kHalvingDoubling, Algo::kRing});
   check(with(in(q.get(), 65), cheap), false, {Algo::kScatterReduce, Algo::kHalvingDoubling, Algo::kRing});
-  check(with(in(t.get(), 1024), dear), false, {Algo::kHalvingDoubling, Algo::kRing});  // k p > n
-  check(with(in(tdense.get(), 1024), dear), false, {Algo::kHalvingDoubling, Algo::kRing});
-  check(with(in(tdense.get(), 1000), cheap), false, {Algo::kScatterReduce, Algo::kRing});  // folding costs a pass
+  check(with(in(t.get(), 1024), dear), false, {Algo::kHalvingDoubling, Algo::kSparseDoubling, Algo::kRing});  // k p > n
+  check(with(in(tdense.get(), 1024), dear), false, {Algo::kHalvingDoubling, Algo::kSparseDoubling, Algo::kRing});
+  check(with(in(tdense.get(), 1000), cheap), false,
+        {Algo::kScatterReduce, Algo::kSparseDoubling, Algo::kRing});  // folding costs a pass
   // Whatever the model, the choice is its faster one.
   const coll::CostModel* models[] = {&dear, &cheap, nullptr};
   for (const coll::CostModel* m : models) {
@@ -324,6 +330,31 @@ TEST(PolicyTuner, CandidatesByCodecRanksAndMemory) {
         pi.model = m;
         const bool hd = coll::model_seconds(pi, Algo::kHalvingDoubling) < coll::model_seconds(pi, Algo::kScatterReduce);
         EXPECT_EQ(coll::choose_allreduce(pi), hd ? Algo::kHalvingDoubling : Algo::kScatterReduce) << p << " " << count;
+      }
+    }
+  }
+  // Sparse codecs on host buffers, more than 2 ranks: the model's fastest of the sparse
+  // all-gather (while k p < n), sparse doubling, scatter-reduce and halving-doubling.
+  for (const coll::CostModel* m : models) {
+    for (const Codec* codec : {t.get(), tdense.get()}) {
+      for (int p : {3, 8, 65, 1024, 16384}) {
+        for (size_t count : {size_t{1} << 14, size_t{1} << 20, size_t{1} << 24}) {  // above the dense threshold
+          coll::PolicyInput pi = in(codec, p);
+          pi.count = count;
+          pi.model = m;
+          const bool fits = codec->spec().k_for(count) * static_cast<uint64_t>(p) < count;
+          Algo best = Algo::kAuto;
+          double fastest = 0;
+          for (Algo a : {Algo::kSparseAllgather, Algo::kScatterReduce, Algo::kSparseDoubling, Algo::kHalvingDoubling}) {
+            if (a == Algo::kSparseAllgather && !fits) continue;
+            const double s = coll::model_seconds(pi, a);
+            if (best == Algo::kAuto || s < fastest) {
+              best = a;
+              fastest = s;
+            }
+          }
+          EXPECT_EQ(coll::choose_allreduce(pi), best) << codec->spec().to_string() << " p=" << p << " n=" << count;
+        }
       }
     }
   }

@@ -86,9 +86,9 @@ double scatter_reduce_cost(const CostInput& in) {
   // Its messages go out at once: two latencies, but every message costs its CPU time at both ends.
   return 2 * in.message_s + 4 * (p - 1) * in.message_cpu_s + std::max(wire / in.link_bytes_per_s, work);
 }
-// The alternative to a sparse all-gather (the static rule's choice while k p < n).
+// The alternative to the exact sparse sums (the sparse all-gather and sparse doubling).
 bool scatter_reduce_weighed(const TuneInput& in) {
-  return in.sparse_codec && in.static_choice == Algo::kSparseAllgather;
+  return in.sparse_codec && (in.static_choice == Algo::kSparseAllgather || in.static_choice == Algo::kSparseDoubling);
 }
 Status scatter_reduce_host(Context& c, const HostAllreduce& a) {
   return scatter_reduce_allreduce(c, static_cast<const float*>(a.send), static_cast<float*>(a.recv), a.count, a.op,
@@ -126,14 +126,18 @@ Status halving_doubling_host(Context& c, const HostAllreduce& a) {
                                     *a.codec, a.ef);
 }
 
-// --- sparse all-gather: every rank's message to every rank, summed in rank order. Never
-// weighed as an alternative: past k p < n it moves more than a dense buffer.
+// --- sparse all-gather: every rank's message to every rank, summed in rank order. Weighed
+// against the other compressed choices for sparse codecs while k p < n; past that it moves
+// more than a dense buffer.
 double sparse_allgather_cost(const CostInput& in) {
   const double p = in.ranks;
   const double wire = (p - 1) * in.encoded;
   const double work = in.bytes / in.encode_bps + p * in.encoded / in.sparse_sum_bps;
   // Straight to every rank: one latency, every message's CPU time at both ends.
   return in.message_s + 2 * (p - 1) * in.message_cpu_s + std::max(wire / in.link_bytes_per_s, work);
+}
+bool sparse_allgather_weighed(const TuneInput& in) {
+  return in.sparse_codec && in.gather_fits && in.static_choice != Algo::kSparseAllgather;
 }
 Status sparse_allgather_host(Context& c, const HostAllreduce& a) {
   return sparse_allgather_allreduce(c, static_cast<const float*>(a.send), static_cast<float*>(a.recv), a.count, a.op,
@@ -142,6 +146,39 @@ Status sparse_allgather_host(Context& c, const HostAllreduce& a) {
 Status sparse_allgather_device(Context& c, DeviceBackend& dev, const DeviceAllreduce& a) {
   return device_sparse_allgather_allreduce(c, dev, static_cast<const float*>(a.send), static_cast<float*>(a.recv),
                                            a.count, a.op, *a.codec, a.ef);
+}
+
+// --- sparse doubling: the sparse all-gather's sum in log p exchanges of merged messages.
+// The model assumes the ranks' indices are disjoint (the most a step can carry): a rank's
+// message doubles every step until it is a dense buffer's bytes, where it stays.
+double sparse_doubling_cost(const CostInput& in) {
+  int m = 0;
+  while ((2 << m) <= static_cast<int>(in.ranks)) ++m;
+  const bool pow2 = (1 << m) == static_cast<int>(in.ranks);
+  const double dense = in.bytes + 56;  // a dense message: header and every element
+  double held = std::min(in.encoded, dense), t = 0;
+  // Merging reads both messages and writes the union: a sparse one at the sparse sum's rate,
+  // a dense one at the dense sum's.
+  auto merge = [&](double next) { return next < dense ? 2 * next / in.sparse_sum_bps : in.bytes / in.reduce_bps; };
+  if (!pow2) t += per_step(in) + held / in.link_bytes_per_s + merge(std::min(2 * held, dense));
+  if (!pow2) held = std::min(2 * held, dense);
+  for (int k = 0; k < m; ++k) {
+    const double next = std::min(2 * held, dense);
+    t += per_step(in) + held / in.link_bytes_per_s + merge(next);
+    held = next;
+  }
+  if (!pow2) t += per_step(in) + held / in.link_bytes_per_s;  // the sum back to the folded ranks
+  // One encode, and the sum written out as a dense buffer.
+  return t + in.bytes / in.encode_bps + in.bytes / in.reduce_bps;
+}
+// Against every other compressed choice for sparse codecs: host buffers, more than 2 ranks
+// (at 2 it is the sparse all-gather's one exchange).
+bool sparse_doubling_weighed(const TuneInput& in) {
+  return in.sparse_codec && !in.on_device && in.nranks > 2 && in.static_choice != Algo::kSparseDoubling;
+}
+Status sparse_doubling_host(Context& c, const HostAllreduce& a) {
+  return sparse_doubling_allreduce(c, static_cast<const float*>(a.send), static_cast<float*>(a.recv), a.count, a.op,
+                                   *a.codec, a.ef);
 }
 
 // --- hierarchical: dense inside nodes, a flat algorithm between them. Without the layout
@@ -169,9 +206,9 @@ constexpr AlgorithmRow kRows[] = {
      kFlatDeviceSlots.mask(), kFlatStagingSlots.mask(), CheckGraph::kAllPeers},
     {Algo::kSparseAllgather, "sparse_allgather", "every rank's message to every rank, summed in rank order",
      kServesAllreduce | kServesSparseAllgather, kHostMemory | kDeviceMemory, kLossyCodecs, false,
-     Algo::kSparseAllgather, sparse_allgather_cost, nullptr, sparse_allgather_host, sparse_allgather_device,
-     kSparseAllgatherSteps, 2, kFlatHostSlots.mask(), kFlatDeviceSlots.mask(), kFlatStagingSlots.mask(),
-     CheckGraph::kAllPeers},
+     Algo::kSparseAllgather, sparse_allgather_cost, sparse_allgather_weighed, sparse_allgather_host,
+     sparse_allgather_device, kSparseAllgatherSteps, 2, kFlatHostSlots.mask(), kFlatDeviceSlots.mask(),
+     kFlatStagingSlots.mask(), CheckGraph::kAllPeers},
     {Algo::kHierarchical, "hierarchical", "dense inside each node, the policy's algorithm between nodes",
      kServesAllreduce | kServesSparseAllgather, kHostMemory | kDeviceMemory, kNoCodec | kLossyCodecs, true,
      Algo::kHierarchical, hierarchical_cost, nullptr, nullptr, nullptr, kHierarchicalSteps, 5, kNoSlots,
@@ -184,6 +221,10 @@ constexpr AlgorithmRow kRows[] = {
      kServesAllreduce, kHostMemory, kLossyCodecs, false, Algo::kScatterReduce, halving_doubling_cost,
      halving_doubling_weighed, halving_doubling_host, nullptr, &kFlatSteps, 1, kFlatHostSlots.mask(), kNoSlots,
      kNoSlots, CheckGraph::kPartners},
+    {Algo::kSparseDoubling, "sparse_doubling",
+     "sparse codecs: the sparse all-gather's sum in log p merges, dense from where denser", kServesAllreduce,
+     kHostMemory, kSparseCodecs, false, Algo::kSparseAllgather, sparse_doubling_cost, sparse_doubling_weighed,
+     sparse_doubling_host, nullptr, &kFlatSteps, 1, kFlatHostSlots.mask(), kNoSlots, kNoSlots, CheckGraph::kDoubling},
 };
 
 constexpr size_t kRowCount = sizeof kRows / sizeof kRows[0];

@@ -92,6 +92,7 @@ struct TuneInput {
   bool sparse_codec;
   int nranks;
   bool on_device;
+  bool gather_fits;  // a sparse codec's k p < n: the sparse all-gather moves less than a dense buffer
 };
 using TuneGate = bool (*)(const TuneInput& in);
 

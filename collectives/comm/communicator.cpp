@@ -431,6 +431,14 @@ Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* 
     if (dtype != DType::kFloat32) {
       return unsupported(std::string("compressed all-reduce takes float32, not ") + dtype_name(dtype));
     }
+    const bool sparse = codec->spec().is_sparse();
+    if (row != nullptr && codec->id() != CodecId::kNone &&
+        !(row->codecs & (sparse ? coll::kSparseCodecs : coll::kValueCodecs))) {
+      return invalid_argument(
+          std::string("algorithm ") + algo_name(flat) + " takes " +
+          (sparse ? "value codecs (qsgd, sign, fp16, bf16)" : "sparse codecs (topk, dgc, randomk)") + ", not " +
+          codec_name(codec->id()));
+    }
   }
   GW_TRACE(kColl, "allreduce count %zu %s codec %s algo %s", count, dtype_name(dtype),
            codec != nullptr ? codec->spec().to_string().c_str() : "none", algo_name(chosen));

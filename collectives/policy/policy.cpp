@@ -90,7 +90,23 @@ Algo choose_allreduce(const PolicyInput& in) {
     // All-gather moves (p - 1) messages of about k entries into every rank; a ring or
     // scatter-reduce moves about 2 (p - 1) / p of a dense chunk. Gather wins while k p < n.
     const uint64_t k = in.codec->spec().k_for(in.count);
-    if (k * static_cast<uint64_t>(in.nranks) < in.count) return Algo::kSparseAllgather;
+    const bool gather = k * static_cast<uint64_t>(in.nranks) < in.count;
+    if (!in.on_device && in.nranks > 2) {
+      // Sparse doubling sums the same messages in log p steps, each capped at a dense
+      // buffer's bytes: the model weighs it against the gather (while that fits) and the
+      // compressed all-reduces, which re-compress partial sums. Ties keep the earlier.
+      Algo best = gather ? Algo::kSparseAllgather : Algo::kScatterReduce;
+      double t = model_seconds(in, best);
+      for (Algo a : {Algo::kSparseDoubling, Algo::kScatterReduce, Algo::kHalvingDoubling}) {
+        if (a == best) continue;
+        if (const double s = model_seconds(in, a); s < t) {
+          best = a;
+          t = s;
+        }
+      }
+      return best;
+    }
+    if (gather) return Algo::kSparseAllgather;
   }
   if (in.on_device || in.nranks <= 2) return Algo::kScatterReduce;  // at 2 ranks the two are one
   return model_seconds(in, Algo::kHalvingDoubling) < model_seconds(in, Algo::kScatterReduce) ? Algo::kHalvingDoubling
@@ -280,7 +296,9 @@ AllreduceTuner::Candidates allreduce_candidates(const PolicyInput& in, Algo stat
     add(choose_allreduce(in));  // the flat path it has to beat
   } else {
     // The rows that say they are worth weighing against this static choice.
-    const TuneInput t{static_choice, in.codec != nullptr && in.codec->spec().is_sparse(), in.nranks, on_device};
+    const bool sparse = in.codec != nullptr && in.codec->spec().is_sparse();
+    const bool fits = sparse && in.codec->spec().k_for(in.count) * static_cast<uint64_t>(in.nranks) < in.count;
+    const TuneInput t{static_choice, sparse, in.nranks, on_device, fits};
     for (const AlgorithmRow& row : algorithms()) {
       if (row.weighed != nullptr && row.weighed(t)) add(row.id);
     }

@@ -80,7 +80,7 @@ Algo choose_allreduce(const PolicyInput& in);
 // same calls in the same order and reaches the same decisions.
 class AllreduceTuner {
  public:
-  static constexpr int kMaxCandidates = 3;
+  static constexpr int kMaxCandidates = 4;
   // Rounds of trials before the first decision. The first warms up (scratch, page faults):
   // every candidate once, untimed. In each later round every candidate runs a block of
   // kBlock calls of which only the last is timed, as is every challenger in a refresh round:

@@ -111,9 +111,13 @@ typedef enum gw_algo GW_ENUM_TYPE {
                                      not allow it (see gw_comm_topology) */
   GW_ALGO_RECURSIVE_DOUBLING = 6, /* dense, whole-buffer exchanges at distance 1, 2, 4, ...:
                                      log p steps; the policy's dense choice for small buffers */
-  GW_ALGO_HALVING_DOUBLING = 7    /* compressed recursive halving then doubling: 2 log p messages
+  GW_ALGO_HALVING_DOUBLING = 7,   /* compressed recursive halving then doubling: 2 log p messages
                                      per rank, log p + 1 compressions per element; the policy's
                                      compressed choice on many ranks (host buffers) */
+  GW_ALGO_SPARSE_DOUBLING = 8     /* sparse codecs (topk, dgc, randomk): the sparse all-gather's
+                                     exact sum of every rank's message in log p exchanges of
+                                     merged messages, sent dense from the step their union is
+                                     denser (SparCML); host buffers */
 } gw_algo_t;
 
 typedef struct gw_codec_s* gw_codec_t;

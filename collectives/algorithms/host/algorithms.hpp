@@ -29,6 +29,10 @@ Status halving_doubling_allreduce(Context& c, const float* send, float* recv, si
                                   ErrorFeedback* ef);
 Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op, Codec& codec,
                                   ErrorFeedback* ef);
+// The sparse all-gather's sum in log p exchanges of merged messages, dense from the step the
+// union of indices is denser (sparse_doubling_allreduce.cpp).
+Status sparse_doubling_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op, Codec& codec,
+                                 ErrorFeedback* ef);
 // Its messages without the sum: encodes send (+ ef's residual) and exchanges every rank's
 // message: rank r's lands at msgs + r * cap (cap: the codec's bound for n), lengths[r] its
 // bytes. on_message(r) runs for r in rank order as each is in (this rank's own included).
