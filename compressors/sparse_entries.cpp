@@ -44,46 +44,73 @@ void store_index(uint8_t* payload, uint64_t i, uint32_t width, uint64_t v) {
   }
 }
 
+// Calls f with a functor giving v's i-th index, specialised on how v stores them (the merges
+// touch every entry twice: a branch per index would cost more than the merge itself).
+template <class F>
+void with_indices(const EntryView& v, F&& f) {
+  if (v.dense) {
+    f([](uint64_t i) { return i; });
+  } else if (v.derived) {
+    f([&v](uint64_t i) { return stratified_index(v.stream, i, v.n, v.k); });
+  } else if (v.width == 4) {
+    f([p = v.idx](uint64_t i) { return uint64_t{load_le<uint32_t>(p, i)}; });
+  } else {
+    f([p = v.idx](uint64_t i) { return load_le<uint64_t>(p, i); });
+  }
+}
+
 // Entries of the union of lo's and hi's indices.
 uint64_t union_size(const EntryView& lo, const EntryView& hi) {
-  uint64_t i = 0, j = 0, u = 0;
-  while (i < lo.k && j < hi.k) {
-    const uint64_t a = lo.index(i), b = hi.index(j);
-    i += a <= b;
-    j += b <= a;
-    ++u;
-  }
-  return u + (lo.k - i) + (hi.k - j);
+  uint64_t u = 0;
+  with_indices(lo, [&](auto li) {
+    with_indices(hi, [&](auto hj) {
+      uint64_t i = 0, j = 0;
+      while (i < lo.k && j < hi.k) {
+        const uint64_t a = li(i), b = hj(j);
+        i += a <= b;
+        j += b <= a;
+        ++u;
+      }
+      u += (lo.k - i) + (hi.k - j);
+    });
+  });
+  return u;
 }
 
 // Calls emit(index, value) for every index of the union in increasing order, summing lo's
 // value first where both have it.
 template <class Emit>
 void walk_union(const EntryView& lo, const EntryView& hi, Emit&& emit) {
-  uint64_t i = 0, j = 0;
-  while (i < lo.k && j < hi.k) {
-    const uint64_t a = lo.index(i), b = hi.index(j);
-    if (a < b) {
-      emit(a, lo.value(i++));
-    } else if (b < a) {
-      emit(b, hi.value(j++));
-    } else {
-      emit(a, lo.value(i++) + hi.value(j++));
-    }
-  }
-  for (; i < lo.k; ++i) emit(lo.index(i), lo.value(i));
-  for (; j < hi.k; ++j) emit(hi.index(j), hi.value(j));
+  with_indices(lo, [&](auto li) {
+    with_indices(hi, [&](auto hj) {
+      uint64_t i = 0, j = 0;
+      while (i < lo.k && j < hi.k) {
+        const uint64_t a = li(i), b = hj(j);
+        if (a < b) {
+          emit(a, lo.value(i++));
+        } else if (b < a) {
+          emit(b, hi.value(j++));
+        } else {
+          emit(a, lo.value(i++) + hi.value(j++));
+        }
+      }
+      for (; i < lo.k; ++i) emit(li(i), lo.value(i));
+      for (; j < hi.k; ++j) emit(hj(j), hi.value(j));
+    });
+  });
 }
 
 // dense (a dense view) op sparse into out's dense payload; lo_dense: the dense one is lo.
 size_t merge_dense_sparse(const EntryView& dense, const EntryView& sparse, bool lo_dense, uint8_t* out) {
   uint8_t* payload = write_dense_header(dense.n, out);
   if (dense.n > 0) std::memmove(payload, dense.val, dense.n * sizeof(float));
-  for (uint64_t j = 0; j < sparse.k; ++j) {
-    const uint64_t at = sparse.index(j);
-    const float d = load_le<float>(payload, at), s = sparse.value(j);
-    store_le(payload, at, lo_dense ? d + s : s + d);
-  }
+  with_indices(sparse, [&](auto index) {
+    for (uint64_t j = 0; j < sparse.k; ++j) {
+      const uint64_t at = index(j);
+      const float d = load_le<float>(payload, at), s = sparse.value(j);
+      store_le(payload, at, lo_dense ? d + s : s + d);
+    }
+  });
   return static_cast<size_t>(dense_message_bytes(dense.n));
 }
 
@@ -95,7 +122,6 @@ uint64_t EntryView::index(uint64_t i) const {
   return load_index(idx, i, width);
 }
 
-float EntryView::value(uint64_t i) const { return load_le<float>(val, i); }
 
 uint64_t sparse_message_bytes(uint64_t n, uint64_t k) { return wire::kHeaderBytes + sparse_payload_bytes(n, k); }
 uint64_t dense_message_bytes(uint64_t n) { return wire::kHeaderBytes + n * sizeof(float); }
@@ -169,13 +195,15 @@ size_t rewrite_entries(const EntryView& v, uint8_t* out) {
   return merge_entries(v, none, out);
 }
 
-void expand_entries(const EntryView& v, float* dst) {
+void expand_entries(const EntryView& v, float* dst, bool zeroed) {
   if (v.dense) {
     if (v.n > 0) std::memcpy(dst, v.val, v.n * sizeof(float));
     return;
   }
-  if (v.n > 0) std::memset(dst, 0, v.n * sizeof(float));
-  for (uint64_t i = 0; i < v.k; ++i) dst[v.index(i)] = v.value(i);
+  if (!zeroed && v.n > 0) std::memset(dst, 0, v.n * sizeof(float));
+  with_indices(v, [&](auto index) {
+    for (uint64_t i = 0; i < v.k; ++i) dst[index(i)] = v.value(i);
+  });
 }
 
 }  // namespace gw::detail

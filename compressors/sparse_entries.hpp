@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "compressors/philox.hpp"
 #include "gradwire/status.hpp"
@@ -27,7 +28,11 @@ struct EntryView {
   RandomStream stream{};     // derived only
 
   uint64_t index(uint64_t i) const;
-  float value(uint64_t i) const;
+  float value(uint64_t i) const {
+    float v;
+    std::memcpy(&v, val + i * sizeof(float), sizeof v);
+    return v;
+  }
 };
 
 // msg validated whole (as decode would) as a float32 message of exactly n elements that adds
@@ -46,7 +51,7 @@ uint64_t max_entries_message_bytes(uint64_t n);
 size_t merge_entries(const EntryView& lo, const EntryView& hi, uint8_t* out);
 // v alone, in the same form merge_entries would choose (a randomk message gets its indices).
 size_t rewrite_entries(const EntryView& v, uint8_t* out);
-// dst (v.n floats) = v, zero where v has no entry.
-void expand_entries(const EntryView& v, float* dst);
+// dst (v.n floats) = v, zero where v has no entry (zeroed: dst is all zeros already).
+void expand_entries(const EntryView& v, float* dst, bool zeroed = false);
 
 }  // namespace gw::detail

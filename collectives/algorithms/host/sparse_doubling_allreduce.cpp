@@ -61,9 +61,23 @@ Status sparse_doubling_allreduce(Context& c, const float* send, float* recv, siz
     cur_len = detail::rewrite_entries(mine, cur + head);
   }
 
+  // Where even p whole messages of k entries, disjoint, would be sent as pairs, the sum
+  // comes out sparse: the output is zeroed while the first message is on its way (send has
+  // been encoded by then, and may be the same buffer).
+  const uint64_t kept = codec.spec().k_for(n);
+  const bool sparse_sum = kept <= n / static_cast<uint64_t>(p) &&
+                          detail::sparse_message_bytes(n, kept * static_cast<uint64_t>(p)) < detail::dense_message_bytes(n);
+  bool zeroed = false;
+  auto zero_output = [&] {
+    if (!sparse_sum || zeroed) return;
+    std::memset(recv, 0, n * sizeof(float));
+    zeroed = true;
+  };
+
   detail::EntryView theirs;
   // Waits for the message from peer, judges its descriptor and reads it (untrusted).
   auto take = [&](int peer, uint32_t step) -> Status {
+    zero_output();
     GW_RETURN_IF_ERROR(c.wait(recvs[0]));
     size_t at = 0;
     GW_RETURN_IF_ERROR(c.take_carried(peer, in, recvs[0].bytes, &at));
@@ -91,7 +105,7 @@ Status sparse_doubling_allreduce(Context& c, const float* send, float* recv, siz
     GW_RETURN_IF_ERROR(c.tp.isend(d.folded, c.tag(0, 0), cur, head + cur_len, sends[0]));
     GW_RETURN_IF_ERROR(take(d.folded, last));
     GW_RETURN_IF_ERROR(c.wait(sends[0]));
-    detail::expand_entries(theirs, recv);
+    detail::expand_entries(theirs, recv, zeroed);
   } else {
     if (d.takes >= 0) {
       GW_RETURN_IF_ERROR(c.tp.irecv(d.takes, c.tag(0, 0), in, in_cap, recvs[0]));
@@ -111,7 +125,7 @@ Status sparse_doubling_allreduce(Context& c, const float* send, float* recv, siz
       GW_RETURN_IF_ERROR(c.tp.isend(d.takes, c.tag(last, 0), cur, head + cur_len, sends[0]));
     }
     GW_ASSIGN_OR_RETURN(detail::EntryView sum, detail::view_entries(cur + head, cur_len, n));
-    detail::expand_entries(sum, recv);
+    detail::expand_entries(sum, recv, zeroed);
     if (d.takes >= 0) GW_RETURN_IF_ERROR(c.wait(sends[0]));
   }
   if (op == ReduceOp::kAvg) {
