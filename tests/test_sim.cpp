@@ -54,6 +54,8 @@ TEST(Sim, SchedulesSendWhatTheAlgorithmsSend) {
       {"halving_doubling", Algo::kHalvingDoubling, "qsgd:bits=8"},
       {"halving_doubling", Algo::kHalvingDoubling, "none"},
       {"sparse_allgather", Algo::kSparseAllgather, "topk:k=7"},
+      {"sparse_doubling", Algo::kSparseDoubling, "topk:k=7"},
+      {"sparse_doubling", Algo::kSparseDoubling, "topk:ratio=0.2"},
   };
   const coll::CostModel model;
   for (const Case& k : cases) {
@@ -66,6 +68,12 @@ TEST(Sim, SchedulesSendWhatTheAlgorithmsSend) {
           std::unique_ptr<Codec> codec = k.codec != nullptr ? test::make_codec(k.codec) : nullptr;
           std::vector<float> x(n, 1.0f + static_cast<float>(r)), out(n);
           for (size_t i = 0; i < n; ++i) x[i] += static_cast<float>(i % 17) * 0.25f;
+          if (k.algo == Algo::kSparseDoubling) {
+            // Rank r's top-k are the k elements from r k on (mod n): unions as disjoint as they
+            // can be, which the schedule assumes.
+            const uint64_t kept = codec->spec().k_for(n);
+            for (uint64_t j = 0; j < kept; ++j) x[(static_cast<uint64_t>(r) * kept + j) % n] = 1000.0f;
+          }
           ASSERT_TRUE(c.reset_stats().is_ok());
           const Status s =
               c.allreduce(x.data(), out.data(), n, DType::kFloat32, ReduceOp::kSum, codec.get(), nullptr, k.algo);
@@ -166,16 +174,19 @@ TEST(Sim, TooManyMessagesInFlightIsReported) {
 TEST(Sim, ClosedFormsAgreeWithTheReplay) {
   const coll::CostModel model;
   auto q = test::make_codec("qsgd:bits=8");
-  for (const char* a : {"ring", "recursive_doubling", "scatter_reduce", "halving_doubling"}) {
+  auto t = test::make_codec("topk:ratio=0.01");
+  for (const char* a : {"ring", "recursive_doubling", "scatter_reduce", "halving_doubling", "sparse_doubling"}) {
+    const Codec* codec = std::string(a) == "sparse_doubling" ? t.get() : q.get();
     for (int p : {4, 64, 256, 1024}) {
       for (uint64_t bytes : {uint64_t{4096}, uint64_t{1} << 20, uint64_t{64} << 20}) {
         // Rings and all-to-alls at 1024 ranks are millions of messages: minutes under ASan.
-        const bool log_p = std::string(a) == "recursive_doubling" || std::string(a) == "halving_doubling";
+        const bool log_p = std::string(a) == "recursive_doubling" || std::string(a) == "halving_doubling" ||
+                           std::string(a) == "sparse_doubling";
         if (p == 1024 && !log_p) continue;
-        const Call call{p, bytes / 4, size_t{1} << 20, q.get(), false};  // the closed forms leave out the checks
+        const Call call{p, bytes / 4, size_t{1} << 20, codec, false};  // the closed forms leave out the checks
         const Outcome o = simulate(*make_schedule(a, call, model), model);
         ASSERT_TRUE(o.error.empty()) << o.error;
-        const coll::PolicyInput in{bytes / 4, DType::kFloat32, q.get(), p, Algo::kAuto, Algo::kAuto, 0, false, &model};
+        const coll::PolicyInput in{bytes / 4, DType::kFloat32, codec, p, Algo::kAuto, Algo::kAuto, 0, false, &model};
         const double closed = coll::model_seconds(in, coll::find_algorithm(a)->id);
         EXPECT_NEAR(closed / o.seconds, 1.0, 0.10) << a << " p=" << p << " bytes=" << bytes;
       }
@@ -201,6 +212,12 @@ TEST(Sim, CallChecksAddTheirGraphsMessages) {
   // The ring edge and 4 partners, each peer once: an even rank's next is its first partner.
   EXPECT_EQ(extra("halving_doubling"), 8u * 4u + 8u * 5u);
   EXPECT_EQ(extra("scatter_reduce"), 16u * 15u);
+  auto t = test::make_codec("topk:ratio=0.01");
+  Call on{p, 4096, size_t{1} << 20, t.get(), true}, off = on;
+  off.checks = false;
+  EXPECT_EQ(simulate(*make_schedule("sparse_doubling", on, model), model).messages -
+                simulate(*make_schedule("sparse_doubling", off, model), model).messages,
+            16u);  // like recursive doubling: the partners' descriptors ride in the data
 }
 
 TEST(Sim, NcclTreeIsLogarithmicAndEveryRankTakesPart) {

@@ -7,6 +7,7 @@
 #include "collectives/checks/check_graph.hpp"
 #include "collectives/common/context.hpp"
 #include "collectives/common/doubling.hpp"
+#include "compressors/sparse_entries.hpp"
 
 namespace gw::sim {
 namespace {
@@ -371,6 +372,86 @@ class SparseAllgatherSchedule : public Schedule {
   Costs costs_;
 };
 
+// --- sparse doubling (sparse_doubling_allreduce.cpp): recursive doubling's exchanges of the
+// merged messages, folded ranks first handing in and last taking back. A rank's message holds
+// its group's entries: the schedule takes the ranks' indices to be as disjoint as they can be
+// (every group's union min(ranks x k, n) entries, what test_sim's inputs give), sent as
+// pairs while those are smaller than a dense message, with the call descriptor at the head.
+class SparseDoublingSchedule : public Schedule {
+ public:
+  SparseDoublingSchedule(const Call& c, const coll::CostModel& m)
+      : p_(c.ranks),
+        n_(c.count),
+        k_(c.codec->spec().k_for(c.count)),
+        head_(static_cast<double>(coll::CallDescriptor::kFixedBytes + c.codec->spec().to_string().size())),
+        costs_(c, m) {}
+  std::string name() const override { return "sparse_doubling"; }
+  int ranks() const override { return p_; }
+  Op op(int r, int, uint64_t pc) const override {
+    if (n_ == 0) return Op::end();
+    const Doubling d(r, p_);
+    const double descriptor = p_ > 1 ? head_ : 0;
+    uint64_t i = pc;
+    if (i == 0) return Op::work(costs_.encode(n_) + merge(1));  // encode, and the message rewritten
+    i -= 1;
+    if (d.folded >= 0) {
+      switch (i) {
+        case 0: return Op::send(d.folded, descriptor + bytes(1));
+        case 1: return Op::recv(d.folded);
+        case 2: return Op::work(costs_.reduce(n_));  // the sum written out
+        default: return Op::end();
+      }
+    }
+    if (d.takes >= 0) {
+      if (i == 0) return Op::recv(d.takes);
+      if (i == 1) return Op::work(merge(2));
+      i -= 2;
+    }
+    const uint64_t j = i / 3;
+    if (j < static_cast<uint64_t>(d.m)) {
+      const int peer = d.partner(static_cast<int>(j));
+      switch (i % 3) {
+        case 0: return Op::send(peer, descriptor + bytes(group(d, static_cast<int>(j))));
+        case 1: return Op::recv(peer);
+        default: return Op::work(merge(group(d, static_cast<int>(j) + 1)));
+      }
+    }
+    i -= 3 * static_cast<uint64_t>(d.m);
+    if (d.takes >= 0) {
+      if (i == 0) return Op::send(d.takes, descriptor + bytes(static_cast<uint64_t>(p_)));
+      i -= 1;
+    }
+    if (i == 0) return Op::work(costs_.reduce(n_));
+    return Op::end();
+  }
+
+ private:
+  // Ranks whose entries the group of this rank holds after j exchanges (the 2^j numbers that
+  // share its high bits, the ones below extra counting their folded neighbour too).
+  static uint64_t group(const Doubling& d, int j) {
+    const int lo = d.newrank & ~((1 << j) - 1), hi = lo + (1 << j);
+    return static_cast<uint64_t>((hi - lo) + std::max(0, std::min(hi, d.extra) - lo));
+  }
+  uint64_t entries(uint64_t ranks) const { return std::min(n_, ranks * k_); }
+  bool dense(uint64_t e) const {
+    return detail::sparse_message_bytes(n_, e) >= detail::dense_message_bytes(n_);
+  }
+  double bytes(uint64_t ranks) const {
+    const uint64_t e = entries(ranks);
+    return static_cast<double>(dense(e) ? detail::dense_message_bytes(n_) : detail::sparse_message_bytes(n_, e));
+  }
+  // Merging into a message of so many ranks' entries: both read and the union written.
+  double merge(uint64_t ranks) const {
+    const uint64_t e = entries(ranks);
+    return dense(e) ? costs_.reduce(n_) : 2 * bytes(ranks) / costs_.sparse_bps;
+  }
+  int p_;
+  uint64_t n_;
+  uint64_t k_;
+  double head_;
+  Costs costs_;
+};
+
 // --- NCCL's tree: a double binary tree (each half of the buffer on its own tree, a rank
 // that is a leaf in one is inner in the other), chunks reduced up to the root and broadcast
 // down, the up and down phases on lanes of their own as NCCL runs them on separate channels.
@@ -530,20 +611,23 @@ std::unique_ptr<Schedule> make_unchecked(const std::string& algo, const Call& ca
   if (algo == "halving_doubling") return std::make_unique<HalvingDoublingSchedule>(call, model);
   if (algo == "scatter_reduce") return std::make_unique<ScatterReduceSimSchedule>(call, model);
   if (algo == "sparse_allgather") return std::make_unique<SparseAllgatherSchedule>(call, model);
+  if (algo == "sparse_doubling") {
+    if (!call.codec->spec().is_sparse()) return nullptr;
+    return std::make_unique<SparseDoublingSchedule>(call, model);
+  }
   return nullptr;
 }
 
 }  // namespace
 
 std::vector<std::string> schedule_names() {
-  return {"ring",           "recursive_doubling", "compressed_ring",
-          "scatter_reduce", "halving_doubling",   "sparse_allgather",
-          "nccl_ring",      "nccl_tree"};
+  return {"ring",      "recursive_doubling", "compressed_ring", "scatter_reduce", "halving_doubling",
+          "sparse_allgather", "sparse_doubling", "nccl_ring",       "nccl_tree"};
 }
 
 bool compressed_schedule(const std::string& algo) {
   return algo == "compressed_ring" || algo == "scatter_reduce" || algo == "halving_doubling" ||
-         algo == "sparse_allgather";
+         algo == "sparse_allgather" || algo == "sparse_doubling";
 }
 
 std::unique_ptr<Schedule> make_schedule(const std::string& algo, const Call& call, const coll::CostModel& model) {

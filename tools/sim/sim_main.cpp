@@ -83,18 +83,25 @@ int print_policy(const gw::coll::CostModel& model, const gw::Codec* codec, const
                                &model};
       const gw::Algo pick = gw::coll::choose_allreduce(in);
       // What the static rule weighs: ring and recursive doubling (dense), or
-      // scatter-reduce and halving-doubling (value codecs), or those and the sparse all-gather.
+      // scatter-reduce and halving-doubling (value codecs), or those, sparse doubling and the
+      // sparse all-gather while k p < n (sparse codecs).
       std::vector<gw::Algo> cand;
       const bool exact_hd = codec == nullptr && gw::coll::dense_halving_allowed(in);
       if (codec == nullptr) {
         cand = {gw::Algo::kRing};
         if (p > 1) cand.push_back(gw::Algo::kRecursiveDoubling);
         if (exact_hd) cand.push_back(gw::Algo::kHalvingDoubling);
-      } else if (pick == gw::Algo::kSparseAllgather) {
+      } else if (p <= 2 && pick == gw::Algo::kSparseAllgather) {
         cand = {gw::Algo::kSparseAllgather};
       } else {
         cand = {gw::Algo::kScatterReduce};
         if (p > 2) cand.push_back(gw::Algo::kHalvingDoubling);
+        if (p > 2 && codec->spec().is_sparse()) {
+          cand.push_back(gw::Algo::kSparseDoubling);
+          if (codec->spec().k_for(bytes / 4) * static_cast<uint64_t>(p) < bytes / 4) {
+            cand.push_back(gw::Algo::kSparseAllgather);
+          }
+        }
       }
       // Agreement: the policy's pick replays within kTie of the fastest (closer calls are
       // within the model's resolution either way).
