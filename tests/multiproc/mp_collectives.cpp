@@ -128,7 +128,10 @@ void compressed_allreduce(Communicator& c) {
                              {"dgc:ratio=0.05", 1.5},
                              {"randomk:ratio=0.2", 1.5}};
   for (const LossyCase& lc : cases) {
-    for (Algo algo : {Algo::kCompressedRing, Algo::kScatterReduce, Algo::kSparseAllgather, Algo::kHalvingDoubling}) {
+    const bool sparse = Codec::create(lc.spec).value()->spec().is_sparse();
+    for (Algo algo : {Algo::kCompressedRing, Algo::kScatterReduce, Algo::kSparseAllgather, Algo::kHalvingDoubling,
+                      Algo::kSparseDoubling}) {
+      if (algo == Algo::kSparseDoubling && !sparse) continue;  // sparse codecs only
       for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{4099}, size_t{100003}}) {
         const std::string what = std::string(lc.spec) + " " + algo_name(algo) + " n=" + std::to_string(n);
         auto codec = std::move(Codec::create(lc.spec)).value();
