@@ -122,7 +122,6 @@ uint64_t EntryView::index(uint64_t i) const {
   return load_index(idx, i, width);
 }
 
-
 uint64_t sparse_message_bytes(uint64_t n, uint64_t k) { return wire::kHeaderBytes + sparse_payload_bytes(n, k); }
 uint64_t dense_message_bytes(uint64_t n) { return wire::kHeaderBytes + n * sizeof(float); }
 uint64_t max_entries_message_bytes(uint64_t n) { return dense_message_bytes(n); }

@@ -18,14 +18,14 @@ namespace gw::detail {
 
 // A validated message, read as entries in increasing index order.
 struct EntryView {
-  bool dense = false;        // codec none: every element, entry i is element i
-  bool derived = false;      // randomk: indices from the shared stream, not the payload
-  uint64_t n = 0;            // elements the message decodes to
-  uint64_t k = 0;            // entries (n when dense)
-  uint32_t width = 4;        // bytes of an index in the payload
+  bool dense = false;    // codec none: every element, entry i is element i
+  bool derived = false;  // randomk: indices from the shared stream, not the payload
+  uint64_t n = 0;        // elements the message decodes to
+  uint64_t k = 0;        // entries (n when dense)
+  uint32_t width = 4;    // bytes of an index in the payload
   const uint8_t* idx = nullptr;
   const uint8_t* val = nullptr;
-  RandomStream stream{};     // derived only
+  RandomStream stream{};  // derived only
 
   uint64_t index(uint64_t i) const;
   float value(uint64_t i) const {

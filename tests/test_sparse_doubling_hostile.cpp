@@ -116,7 +116,8 @@ TEST(SparseDoublingHostile, ForgedMessagesFailEveryRankWithinTheCall) {
         for (int r = 0; r < p; ++r) {
           const Status& s = got[static_cast<size_t>(r)];
           if (r == kForger && s.is_ok()) {
-            EXPECT_EQ(outs[static_cast<size_t>(r)], clean) << "the forger succeeded with a sum other than the clean one";
+            EXPECT_EQ(outs[static_cast<size_t>(r)], clean)
+                << "the forger succeeded with a sum other than the clean one";
           } else {
             EXPECT_FALSE(s.is_ok()) << "rank " << r << " succeeded with a forged message in its sum";
           }

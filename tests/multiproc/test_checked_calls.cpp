@@ -351,7 +351,19 @@ class CheckedCalls : public ::testing::TestWithParam<std::string> {};
 
 // ---- mismatched calls ----------------------------------------------------------------------
 
-enum class Mis { kCount, kCountFp16, kOp, kAlgo, kCodec, kRoot, kKind, kBarrierBroadcast, kDenseAlgo, kHalvingAlgo };
+enum class Mis {
+  kCount,
+  kCountFp16,
+  kOp,
+  kAlgo,
+  kCodec,
+  kRoot,
+  kKind,
+  kBarrierBroadcast,
+  kDenseAlgo,
+  kHalvingAlgo,
+  kSparseAlgo
+};
 const char* mis_name(Mis m) {
   switch (m) {
     case Mis::kCount: return "Count1000vs1001";
@@ -364,6 +376,7 @@ const char* mis_name(Mis m) {
     case Mis::kBarrierBroadcast: return "BarrierVsBroadcast";
     case Mis::kDenseAlgo: return "RingVsRecursiveDoubling";
     case Mis::kHalvingAlgo: return "HalvingDoublingVsScatterReduce";
+    case Mis::kSparseAlgo: return "SparseDoublingVsSparseAllgather";
   }
   return "?";
 }
@@ -442,6 +455,7 @@ void mismatch_child(Mis m, int odd, Child& c) {
       break;
     case Mis::kAlgo:
     case Mis::kHalvingAlgo:
+    case Mis::kSparseAlgo:
     case Mis::kCodec: {
       // Constant data: qsgd represents it exactly, so the sum is np (np + 1) / 2 within rounding.
       std::fill(x.begin(), x.end(), static_cast<float>(rank + 1));
@@ -466,6 +480,11 @@ void mismatch_child(Mis m, int odd, Child& c) {
           return me_odd ? gw_allreduce_ex(comm, x.data(), y.data(), kCompressedCount, GW_FLOAT32, GW_SUM, qsgd, nullptr,
                                           odd_algo)
                         : gw_allreduce(comm, x.data(), y.data(), kCompressedCount, GW_FLOAT32, GW_SUM, qsgd, nullptr);
+        });
+      } else if (m == Mis::kSparseAlgo) {
+        timed(rep, kMismatch, [&] {
+          return gw_allreduce_ex(comm, x.data(), y.data(), kCompressedCount, GW_FLOAT32, GW_SUM, topk, nullptr,
+                                 me_odd ? GW_ALGO_SPARSE_DOUBLING : GW_ALGO_AUTO);
         });
       } else {
         timed(rep, kMismatch, [&] {
@@ -530,6 +549,7 @@ std::pair<std::string, std::string> expected_side(Mis m, int r, int odd) {
                : std::make_pair(std::string("broadcast"), std::string(".*bytes=64.*root=0.*"));
     case Mis::kDenseAlgo: return {"allreduce", o ? " algo=ring" : " algo=recursive_doubling"};
     case Mis::kHalvingAlgo: return {"allreduce", o ? " algo=halving_doubling" : " algo=scatter_reduce"};
+    case Mis::kSparseAlgo: return {"allreduce", o ? " algo=sparse_doubling" : " algo=sparse_allgather"};
   }
   return {"?", "?"};
 }
@@ -574,7 +594,7 @@ TEST_P(Mismatch, EveryRankFailsWithInvalidUsageNamingBothSides) {
     }
     if (!controls_done) continue;  // broken before its mismatched call: nothing more to see
     EXPECT_EQ(rep.v[kControlRight], 1) << "the matching control call returned wrong data";
-    if (m == Mis::kAlgo || m == Mis::kCodec || m == Mis::kHalvingAlgo) {
+    if (m == Mis::kAlgo || m == Mis::kCodec || m == Mis::kHalvingAlgo || m == Mis::kSparseAlgo) {
       // GW_TUNE=0: the policy's pick is what runs; the control ran scatter_reduce, so the
       // compressed path was really taken.
       EXPECT_EQ(rep.v[kPolicyQsgd], GW_ALGO_SCATTER_REDUCE);
@@ -612,14 +632,16 @@ TEST_P(Mismatch, EveryRankFailsWithInvalidUsageNamingBothSides) {
   EXPECT_GE(reached, 2) << "the mismatch was found before the ranks that differ made their calls";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ranks, Mismatch,
-    ::testing::Combine(::testing::Values("tcp", "sm"), ::testing::Values(2, 3, 5),
-                       ::testing::Values(Mis::kCount, Mis::kCountFp16, Mis::kOp, Mis::kAlgo, Mis::kCodec, Mis::kRoot,
-                                         Mis::kKind, Mis::kBarrierBroadcast, Mis::kDenseAlgo, Mis::kHalvingAlgo)),
-    [](const ::testing::TestParamInfo<std::tuple<std::string, int, Mis>>& i) {
-      return std::get<0>(i.param) + "_np" + std::to_string(std::get<1>(i.param)) + "_" + mis_name(std::get<2>(i.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Ranks, Mismatch,
+                         ::testing::Combine(::testing::Values("tcp", "sm"), ::testing::Values(2, 3, 5),
+                                            ::testing::Values(Mis::kCount, Mis::kCountFp16, Mis::kOp, Mis::kAlgo,
+                                                              Mis::kCodec, Mis::kRoot, Mis::kKind,
+                                                              Mis::kBarrierBroadcast, Mis::kDenseAlgo,
+                                                              Mis::kHalvingAlgo, Mis::kSparseAlgo)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, int, Mis>>& i) {
+                           return std::get<0>(i.param) + "_np" + std::to_string(std::get<1>(i.param)) + "_" +
+                                  mis_name(std::get<2>(i.param));
+                         });
 
 // ---- sizes no buffer can have --------------------------------------------------------------
 

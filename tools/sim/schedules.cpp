@@ -433,9 +433,7 @@ class SparseDoublingSchedule : public Schedule {
     return static_cast<uint64_t>((hi - lo) + std::max(0, std::min(hi, d.extra) - lo));
   }
   uint64_t entries(uint64_t ranks) const { return std::min(n_, ranks * k_); }
-  bool dense(uint64_t e) const {
-    return detail::sparse_message_bytes(n_, e) >= detail::dense_message_bytes(n_);
-  }
+  bool dense(uint64_t e) const { return detail::sparse_message_bytes(n_, e) >= detail::dense_message_bytes(n_); }
   double bytes(uint64_t ranks) const {
     const uint64_t e = entries(ranks);
     return static_cast<double>(dense(e) ? detail::dense_message_bytes(n_) : detail::sparse_message_bytes(n_, e));
@@ -621,8 +619,15 @@ std::unique_ptr<Schedule> make_unchecked(const std::string& algo, const Call& ca
 }  // namespace
 
 std::vector<std::string> schedule_names() {
-  return {"ring",      "recursive_doubling", "compressed_ring", "scatter_reduce", "halving_doubling",
-          "sparse_allgather", "sparse_doubling", "nccl_ring",       "nccl_tree"};
+  return {"ring",
+          "recursive_doubling",
+          "compressed_ring",
+          "scatter_reduce",
+          "halving_doubling",
+          "sparse_allgather",
+          "sparse_doubling",
+          "nccl_ring",
+          "nccl_tree"};
 }
 
 bool compressed_schedule(const std::string& algo) {

@@ -98,6 +98,7 @@ static const combo_t kCombos[] = {
     {"sign:bucket=512", GW_ALGO_AUTO, "sign/auto"},
     {NULL, GW_ALGO_RECURSIVE_DOUBLING, "none/recursive_doubling"},
     {"qsgd:bits=8", GW_ALGO_HALVING_DOUBLING, "qsgd/halving_doubling"},
+    {"topk:ratio=0.05", GW_ALGO_SPARSE_DOUBLING, "topk/sparse_doubling"},
 };
 #define NUM_COMBOS ((int)(sizeof kCombos / sizeof kCombos[0]))
 

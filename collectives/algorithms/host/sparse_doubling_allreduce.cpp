@@ -65,8 +65,9 @@ Status sparse_doubling_allreduce(Context& c, const float* send, float* recv, siz
   // comes out sparse: the output is zeroed while the first message is on its way (send has
   // been encoded by then, and may be the same buffer).
   const uint64_t kept = codec.spec().k_for(n);
-  const bool sparse_sum = kept <= n / static_cast<uint64_t>(p) &&
-                          detail::sparse_message_bytes(n, kept * static_cast<uint64_t>(p)) < detail::dense_message_bytes(n);
+  const bool sparse_sum =
+      kept <= n / static_cast<uint64_t>(p) &&
+      detail::sparse_message_bytes(n, kept * static_cast<uint64_t>(p)) < detail::dense_message_bytes(n);
   bool zeroed = false;
   auto zero_output = [&] {
     if (!sparse_sum || zeroed) return;
@@ -92,8 +93,8 @@ Status sparse_doubling_allreduce(Context& c, const float* send, float* recv, siz
   // cur = lower rank's sum + higher rank's.
   auto merge = [&](int peer) -> Status {
     GW_ASSIGN_OR_RETURN(detail::EntryView mine, detail::view_entries(cur + head, cur_len, n));
-    const size_t l =
-        peer < c.rank ? detail::merge_entries(theirs, mine, nxt + head) : detail::merge_entries(mine, theirs, nxt + head);
+    const size_t l = peer < c.rank ? detail::merge_entries(theirs, mine, nxt + head)
+                                   : detail::merge_entries(mine, theirs, nxt + head);
     std::swap(cur, nxt);
     cur_len = l;
     return Status::ok();
