@@ -31,7 +31,7 @@ const char* algo_label(gw_algo_t a) {
   static const std::map<std::string, const char*> kShort = {
       {"compressed_ring", "cring"}, {"scatter_reduce", "sreduce"},    {"sparse_allgather", "sparseag"},
       {"hierarchical", "hier"},     {"recursive_doubling", "recdbl"}, {"halving_doubling", "halvdbl"},
-      {"sparse_doubling", "spdbl"}};
+      {"sparse_doubling", "spdbl"}, {"rabenseifner", "rabens"}};
   const char* name = algo_name(static_cast<Algo>(a));
   const auto it = kShort.find(name);
   return it != kShort.end() ? it->second : name;

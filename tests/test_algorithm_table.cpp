@@ -45,7 +45,8 @@ std::set<std::string> documented_values(const std::string& doc, const std::strin
 
 TEST(AlgorithmTable, EveryPublicAlgoHasOneRow) {
   const Algo all[] = {Algo::kRing,         Algo::kCompressedRing,    Algo::kScatterReduce,   Algo::kSparseAllgather,
-                      Algo::kHierarchical, Algo::kRecursiveDoubling, Algo::kHalvingDoubling, Algo::kSparseDoubling};
+                      Algo::kHierarchical, Algo::kRecursiveDoubling, Algo::kHalvingDoubling, Algo::kSparseDoubling,
+                      Algo::kRabenseifner};
   EXPECT_EQ(algorithms().n, sizeof all / sizeof all[0]);
   for (Algo a : all) {
     const AlgorithmRow* row = find_algorithm(a);
@@ -64,6 +65,7 @@ TEST(AlgorithmTable, EveryPublicAlgoHasOneRow) {
   EXPECT_EQ(static_cast<int>(Algo::kRecursiveDoubling), GW_ALGO_RECURSIVE_DOUBLING);
   EXPECT_EQ(static_cast<int>(Algo::kHalvingDoubling), GW_ALGO_HALVING_DOUBLING);
   EXPECT_EQ(static_cast<int>(Algo::kSparseDoubling), GW_ALGO_SPARSE_DOUBLING);
+  EXPECT_EQ(static_cast<int>(Algo::kRabenseifner), GW_ALGO_RABENSEIFNER);
   for (int v = 0; v <= static_cast<int>(algorithms().n) + 1; ++v) {
     EXPECT_EQ(algo_value_known(v), v <= static_cast<int>(algorithms().n)) << v;
   }
@@ -87,10 +89,10 @@ TEST(AlgorithmTable, NamesAreUniqueAndParseBack) {
   ASSERT_FALSE(bad.is_ok());
   EXPECT_EQ(bad.status().message(),
             "unknown algorithm 'fastest' (known: auto, ring, compressed_ring, scatter_reduce, sparse_allgather, "
-            "hierarchical, recursive_doubling, halving_doubling, sparse_doubling)");
+            "hierarchical, recursive_doubling, halving_doubling, sparse_doubling, rabenseifner)");
   EXPECT_EQ(algorithm_choices(" or "),
             "auto, ring, compressed_ring, scatter_reduce, sparse_allgather, hierarchical, recursive_doubling, "
-            "halving_doubling or sparse_doubling");
+            "halving_doubling, sparse_doubling or rabenseifner");
 }
 
 TEST(AlgorithmTable, EntryPointsWhereTheRowSaysItRuns) {

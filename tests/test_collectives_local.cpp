@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "collectives/common/context.hpp"
 #include "collectives/common/message_pieces.hpp"
 #include "collectives/policy/policy.hpp"
 #include "compressors/half.hpp"
@@ -54,82 +55,81 @@ TEST(RingAllreduce, ExactSumsForEveryRankCountAndSize) {
   }
 }
 
-// Recursive doubling asked for by name on every rank count (powers of two and not), every
-// op, awkward sizes, in and out of place; every rank ends with the same bits, NaN payloads
-// and signed zeros included.
+// Recursive doubling and Rabenseifner asked for by name on every rank count (powers of two
+// and not), every op, awkward sizes (fewer elements than ranks too), in and out of place;
+// every rank ends with the same bits, NaN payloads and signed zeros included.
 TEST(RecursiveDoubling, ExactForEveryRankCountOpAndSize) {
-  for (int p : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16}) {
-    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1031}, size_t{70001}}) {
-      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd}) {
-        std::vector<float> expect(n, op == ReduceOp::kProd ? 1.0f : 0.0f);
-        for (int r = 0; r < p; ++r) {
-          const auto d = int_data(n, r, 3);
-          for (size_t i = 0; i < n; ++i) {
-            const float v = op == ReduceOp::kProd ? (d[i] > 0 ? 1.0f : -1.0f) : d[i];
-            if (op == ReduceOp::kMax)
-              expect[i] = r == 0 ? v : std::max(expect[i], v);
-            else if (op == ReduceOp::kMin)
-              expect[i] = r == 0 ? v : std::min(expect[i], v);
-            else if (op == ReduceOp::kProd)
-              expect[i] *= v;
-            else
-              expect[i] += v;
+  for (Algo algo : {Algo::kRecursiveDoubling, Algo::kRabenseifner})
+    for (int p : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16}) {
+      for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1031}, size_t{70001}}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd}) {
+          std::vector<float> expect(n, op == ReduceOp::kProd ? 1.0f : 0.0f);
+          for (int r = 0; r < p; ++r) {
+            const auto d = int_data(n, r, 3);
+            for (size_t i = 0; i < n; ++i) {
+              const float v = op == ReduceOp::kProd ? (d[i] > 0 ? 1.0f : -1.0f) : d[i];
+              if (op == ReduceOp::kMax)
+                expect[i] = r == 0 ? v : std::max(expect[i], v);
+              else if (op == ReduceOp::kMin)
+                expect[i] = r == 0 ? v : std::min(expect[i], v);
+              else if (op == ReduceOp::kProd)
+                expect[i] *= v;
+              else
+                expect[i] += v;
+            }
           }
-        }
-        if (op == ReduceOp::kAvg) {
-          for (float& e : expect) e /= static_cast<float>(p);
-        }
-        run_local_ranks(p, [&](Communicator& c, int r) {
-          auto x = int_data(n, r, 3);
-          if (op == ReduceOp::kProd) {
-            for (float& v : x) v = v > 0 ? 1.0f : -1.0f;
+          if (op == ReduceOp::kAvg) {
+            for (float& e : expect) e /= static_cast<float>(p);
           }
-          std::vector<float> out(n, -7.0f);
-          const Status s =
-              c.allreduce(x.data(), out.data(), n, DType::kFloat32, op, nullptr, nullptr, Algo::kRecursiveDoubling);
-          ASSERT_TRUE(s.is_ok()) << s.to_string();
-          EXPECT_EQ(out, expect) << "p=" << p << " n=" << n << " op " << red_op_name(op) << " rank " << r;
-          EXPECT_EQ(c.stats()->last_algo, Algo::kRecursiveDoubling);
-          ASSERT_TRUE(
-              c.allreduce(x.data(), x.data(), n, DType::kFloat32, op, nullptr, nullptr, Algo::kRecursiveDoubling)
-                  .is_ok());
-          EXPECT_EQ(x, expect) << "in place, p=" << p << " n=" << n;
-        });
+          run_local_ranks(p, [&](Communicator& c, int r) {
+            auto x = int_data(n, r, 3);
+            if (op == ReduceOp::kProd) {
+              for (float& v : x) v = v > 0 ? 1.0f : -1.0f;
+            }
+            std::vector<float> out(n, -7.0f);
+            const Status s = c.allreduce(x.data(), out.data(), n, DType::kFloat32, op, nullptr, nullptr, algo);
+            ASSERT_TRUE(s.is_ok()) << s.to_string();
+            EXPECT_EQ(out, expect) << algo_name(algo) << " p=" << p << " n=" << n << " op " << red_op_name(op)
+                                   << " rank " << r;
+            EXPECT_EQ(c.stats()->last_algo, algo);
+            ASSERT_TRUE(c.allreduce(x.data(), x.data(), n, DType::kFloat32, op, nullptr, nullptr, algo).is_ok());
+            EXPECT_EQ(x, expect) << algo_name(algo) << " in place, p=" << p << " n=" << n;
+          });
+        }
       }
     }
-  }
 }
 
 TEST(RecursiveDoubling, EveryRankGetsTheSameBitsForNaNPayloadsAndSignedZeros) {
-  for (int p : {2, 3, 5, 6}) {
-    const size_t n = 64;
-    std::vector<std::vector<uint32_t>> got(static_cast<size_t>(p));
-    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
-      run_local_ranks(p, [&](Communicator& c, int r) {
-        std::vector<float> x(n);
-        for (size_t i = 0; i < n; ++i) {
-          // Different NaN payloads on different ranks, and +0 / -0 by rank parity.
-          const uint32_t nan = 0x7fc00000u | static_cast<uint32_t>(r * 64 + static_cast<int>(i) + 1);
-          float v = r % 2 == 0 ? 0.0f : -0.0f;
-          if (i % 3 == 0) std::memcpy(&v, &nan, sizeof v);
-          x[i] = v;
-        }
-        std::vector<float> out(n);
-        ASSERT_TRUE(
-            c.allreduce(x.data(), out.data(), n, DType::kFloat32, op, nullptr, nullptr, Algo::kRecursiveDoubling)
-                .is_ok());
-        std::vector<uint32_t> bits(n);
-        std::memcpy(bits.data(), out.data(), n * sizeof(float));
-        got[static_cast<size_t>(r)] = bits;
-      });
-      for (int r = 1; r < p; ++r) EXPECT_EQ(got[static_cast<size_t>(r)], got[0]) << "p=" << p << " rank " << r;
+  for (Algo algo : {Algo::kRecursiveDoubling, Algo::kRabenseifner})
+    for (int p : {2, 3, 5, 6}) {
+      const size_t n = 64;
+      std::vector<std::vector<uint32_t>> got(static_cast<size_t>(p));
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+        run_local_ranks(p, [&](Communicator& c, int r) {
+          std::vector<float> x(n);
+          for (size_t i = 0; i < n; ++i) {
+            // Different NaN payloads on different ranks, and +0 / -0 by rank parity.
+            const uint32_t nan = 0x7fc00000u | static_cast<uint32_t>(r * 64 + static_cast<int>(i) + 1);
+            float v = r % 2 == 0 ? 0.0f : -0.0f;
+            if (i % 3 == 0) std::memcpy(&v, &nan, sizeof v);
+            x[i] = v;
+          }
+          std::vector<float> out(n);
+          ASSERT_TRUE(c.allreduce(x.data(), out.data(), n, DType::kFloat32, op, nullptr, nullptr, algo).is_ok());
+          std::vector<uint32_t> bits(n);
+          std::memcpy(bits.data(), out.data(), n * sizeof(float));
+          got[static_cast<size_t>(r)] = bits;
+        });
+        for (int r = 1; r < p; ++r) EXPECT_EQ(got[static_cast<size_t>(r)], got[0]) << "p=" << p << " rank " << r;
+      }
     }
-  }
 }
 
 // Halving-doubling on every rank count, powers of two and not, awkward sizes (fewer elements
 // than owners included): exact with codec "none", the same bits on every rank with a lossy
-// codec, and 2 log p messages per rank (scatter-reduce: 2 (p - 1)).
+// codec, and log p messages per rank each way (scatter-reduce: 2 (p - 1)), a halving step's
+// cut in chunks of the pipelining unit (4 KiB here: 1024 elements), none for an empty half.
 TEST(HalvingDoubling, EveryRankCountExactWithNoneSameBitsLossyAndLogPMessages) {
   for (int p : {1, 2, 3, 4, 5, 6, 7, 9, 12, 16}) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{3}, size_t{13}, size_t{1031}, size_t{40009}}) {
@@ -157,7 +157,27 @@ TEST(HalvingDoubling, EveryRankCountExactWithNoneSameBitsLossyAndLogPMessages) {
         while ((2 << m) <= p) ++m;
         const bool folded_or_taker = r < 2 * (p - (1 << m));
         const bool folded = folded_or_taker && r % 2 == 0;
-        const uint64_t want = folded ? 1 : 2 * static_cast<uint64_t>(m) + (folded_or_taker ? 1 : 0);
+        auto chunks = [](uint64_t e) { return (e + 1023) / 1024; };
+        // Halving sends half of what the rank holds: about n/2, n/4, ... elements (segments
+        // are a partition into 2^m owners, so a half is a whole number of them).
+        uint64_t halving = 0;
+        {
+          const uint64_t owners = uint64_t{1} << m;
+          const int v = r < 2 * (p - (1 << m)) ? r / 2 : r - (p - (1 << m));
+          const coll::Partition part{n, owners};
+          uint64_t lo = 0, hi = owners;
+          for (int k = 0; k < m; ++k) {
+            const uint64_t dist = owners >> (k + 1), mid = lo + (hi - lo) / 2;
+            const bool low = (static_cast<uint64_t>(v) & dist) == 0;
+            halving += chunks(low ? part.start(hi) - part.start(mid) : part.start(mid) - part.start(lo));
+            if (low) {
+              hi = mid;
+            } else {
+              lo = mid;
+            }
+          }
+        }
+        const uint64_t want = folded ? chunks(n) : halving + static_cast<uint64_t>(m) + (folded_or_taker ? 1 : 0);
         EXPECT_EQ(st->messages_sent, want) << "p=" << p << " n=" << n << " rank " << r;
         ErrorFeedback ef(n);
         std::vector<float> g = x;
@@ -239,6 +259,44 @@ TEST(SparseDoubling, SwitchesToDenseMessagesWhereTheUnionIsDenser) {
     EXPECT_GE(st->bytes_sent, msgs);
     EXPECT_LE(st->bytes_sent, msgs + 4 * 256);  // the call descriptors carried at each head
   });
+}
+
+// Rabenseifner on every dtype: integers wrap as the ring's do, half types sum through float,
+// with chunks small enough (the local ranks' 4 KiB) that every step is several.
+TEST(Rabenseifner, EveryDtypeAsTheRingGivesIt) {
+  for (int p : {2, 3, 5, 8}) {
+    for (DType dt : {DType::kInt32, DType::kInt64, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kUInt8}) {
+      const size_t n = 10007, es = dtype_size(dt);
+      std::vector<std::vector<uint8_t>> ring(static_cast<size_t>(p)), rab(static_cast<size_t>(p));
+      std::mutex mu;
+      run_local_ranks(p, [&](Communicator& c, int r) {
+        std::vector<uint8_t> x(n * es), a(n * es), b(n * es);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>((i * 31 + static_cast<size_t>(r) * 7) % 61);
+        if (dt == DType::kFloat16 || dt == DType::kBFloat16) {  // small finite halves
+          for (size_t i = 0; i < n; ++i) {
+            const float v = static_cast<float>(static_cast<int>((i + static_cast<size_t>(r)) % 9) - 4);
+            const uint16_t h = dt == DType::kFloat16 ? hd::float_to_half(v) : hd::float_to_bf16(v);
+            std::memcpy(x.data() + 2 * i, &h, 2);
+          }
+        }
+        if (dt == DType::kFloat64) {
+          for (size_t i = 0; i < n; ++i) {
+            const double v = static_cast<double>((i * 3 + static_cast<size_t>(r)) % 17) - 8.0;
+            std::memcpy(x.data() + 8 * i, &v, 8);
+          }
+        }
+        ASSERT_TRUE(c.allreduce(x.data(), a.data(), n, dt, ReduceOp::kSum, nullptr, nullptr, Algo::kRing).is_ok());
+        const Status s = c.allreduce(x.data(), b.data(), n, dt, ReduceOp::kSum, nullptr, nullptr, Algo::kRabenseifner);
+        ASSERT_TRUE(s.is_ok()) << s.to_string();
+        std::lock_guard<std::mutex> lock(mu);
+        ring[static_cast<size_t>(r)] = a;
+        rab[static_cast<size_t>(r)] = b;
+      });
+      for (int r = 0; r < p; ++r) {
+        EXPECT_TRUE(rab[static_cast<size_t>(r)] == ring[0]) << dtype_name(dt) << " p=" << p << " rank " << r;
+      }
+    }
+  }
 }
 
 TEST(RingAllreduce, HalfPrecisionTypes) {
@@ -484,7 +542,8 @@ TEST(Policy, PicksByCodecSizeAndOverrides) {
     auto q = test::make_codec("qsgd:bits=8");
     auto t = test::make_codec("topk:ratio=0.01");
     auto dense = test::make_codec("topk:ratio=0.5");
-    EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, nullptr, Algo::kAuto), Algo::kRing);
+    // Larger dense calls: the ring's bytes in 2 log p steps (the default model's 100 Gbit/s).
+    EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, nullptr, Algo::kAuto), Algo::kRabenseifner);
     // Small dense calls (a codec on a buffer under the threshold runs dense): log p steps.
     EXPECT_EQ(c.choose_algo(100, DType::kFloat32, q.get(), Algo::kAuto), Algo::kRecursiveDoubling);
     EXPECT_EQ(c.choose_algo(1000, DType::kInt64, nullptr, Algo::kAuto), Algo::kRecursiveDoubling);
@@ -493,7 +552,7 @@ TEST(Policy, PicksByCodecSizeAndOverrides) {
     EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, q.get(), Algo::kAuto), Algo::kScatterReduce);
     EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, t.get(), Algo::kAuto), Algo::kSparseAllgather);
     EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, dense.get(), Algo::kAuto), Algo::kScatterReduce);
-    EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat16, q.get(), Algo::kAuto), Algo::kRing);
+    EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat16, q.get(), Algo::kAuto), Algo::kRabenseifner);
     EXPECT_EQ(c.choose_algo(1 << 20, DType::kFloat32, q.get(), Algo::kCompressedRing), Algo::kCompressedRing);
   });
   CommConfig cfg;

@@ -361,14 +361,38 @@ TEST(PolicyTuner, CandidatesByCodecRanksAndMemory) {
   coll::PolicyInput dev = with(in(q.get(), 1024), dear);
   dev.on_device = true;
   EXPECT_EQ(coll::choose_allreduce(dev), Algo::kScatterReduce);
-  // The dense choice: log p steps for small buffers on host memory, the ring for large ones.
+  // The dense choice: log p whole-buffer steps for small buffers on host memory, the ring's
+  // bytes in 2 log p steps (Rabenseifner) for larger ones; on device buffers the ring.
   coll::PolicyInput small = in(nullptr, 8);
   small.count = 1024;
   EXPECT_EQ(coll::choose_allreduce(small), Algo::kRecursiveDoubling);
   small.on_device = true;
   EXPECT_EQ(coll::choose_allreduce(small), Algo::kRing);
   coll::PolicyInput large = in(nullptr, 8);
+  EXPECT_EQ(coll::choose_allreduce(large), Algo::kRabenseifner);
+  large.on_device = true;
   EXPECT_EQ(coll::choose_allreduce(large), Algo::kRing);
+  // Whatever the model, the dense choice is its fastest of the three (the ring alone at 2
+  // ranks, where Rabenseifner is the ring's schedule).
+  for (const coll::CostModel* m : models) {
+    for (int p : {2, 3, 8, 65, 1024, 16384}) {
+      for (size_t count : {size_t{1} << 8, size_t{1} << 14, size_t{1} << 20, size_t{1} << 24}) {
+        coll::PolicyInput pi = in(nullptr, p);
+        pi.count = count;
+        pi.model = m;
+        Algo best = Algo::kRing;
+        double fastest = coll::model_seconds(pi, Algo::kRing);
+        for (Algo a : {Algo::kRecursiveDoubling, Algo::kRabenseifner}) {
+          if (a == Algo::kRabenseifner && p <= 2) continue;
+          if (const double s = coll::model_seconds(pi, a); s < fastest) {
+            best = a;
+            fastest = s;
+          }
+        }
+        EXPECT_EQ(coll::choose_allreduce(pi), best) << "dense p=" << p << " n=" << count;
+      }
+    }
+  }
 }
 
 TEST(PolicyTuner, LinkSpeedSeedsTheFirstChoice) {

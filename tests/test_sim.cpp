@@ -49,6 +49,7 @@ TEST(Sim, SchedulesSendWhatTheAlgorithmsSend) {
   const Case cases[] = {
       {"ring", Algo::kRing, nullptr},
       {"recursive_doubling", Algo::kRecursiveDoubling, nullptr},
+      {"rabenseifner", Algo::kRabenseifner, nullptr},
       {"compressed_ring", Algo::kCompressedRing, "qsgd:bits=8"},
       {"scatter_reduce", Algo::kScatterReduce, "qsgd:bits=4,bucket=64"},
       {"halving_doubling", Algo::kHalvingDoubling, "qsgd:bits=8"},
@@ -175,13 +176,14 @@ TEST(Sim, ClosedFormsAgreeWithTheReplay) {
   const coll::CostModel model;
   auto q = test::make_codec("qsgd:bits=8");
   auto t = test::make_codec("topk:ratio=0.01");
-  for (const char* a : {"ring", "recursive_doubling", "scatter_reduce", "halving_doubling", "sparse_doubling"}) {
+  for (const char* a :
+       {"ring", "recursive_doubling", "rabenseifner", "scatter_reduce", "halving_doubling", "sparse_doubling"}) {
     const Codec* codec = std::string(a) == "sparse_doubling" ? t.get() : q.get();
     for (int p : {4, 64, 256, 1024}) {
       for (uint64_t bytes : {uint64_t{4096}, uint64_t{1} << 20, uint64_t{64} << 20}) {
         // Rings and all-to-alls at 1024 ranks are millions of messages: minutes under ASan.
         const bool log_p = std::string(a) == "recursive_doubling" || std::string(a) == "halving_doubling" ||
-                           std::string(a) == "sparse_doubling";
+                           std::string(a) == "sparse_doubling" || std::string(a) == "rabenseifner";
         if (p == 1024 && !log_p) continue;
         const Call call{p, bytes / 4, size_t{1} << 20, codec, false};  // the closed forms leave out the checks
         const Outcome o = simulate(*make_schedule(a, call, model), model);

@@ -55,6 +55,41 @@ Status recursive_doubling_host(Context& c, const HostAllreduce& a) {
   return recursive_doubling_allreduce(c, a.send, a.recv, a.count, a.dtype, a.op);
 }
 
+// --- Rabenseifner: dense reduce-scatter by recursive halving, then all-gather by recursive
+// doubling, each step's range pipelined in chunks: the ring's bytes in 2 log p steps.
+double rabenseifner_step(const CostInput& in, double h, bool reduce) {
+  const double c = std::max(1.0, std::ceil(h / kModelChunkBytes));
+  const double w = h / in.link_bytes_per_s, r = reduce ? h / in.reduce_bps : 0;
+  // The chunks arrive at the link's pace and are reduced as they come: the last one's sum
+  // ends the step.
+  return in.message_s + 2 * c * in.message_cpu_s + std::max(w + r / c, r);
+}
+double rabenseifner_cost(const CostInput& in) {
+  int m = 0;
+  while ((2 << m) <= static_cast<int>(in.ranks)) ++m;
+  const bool pow2 = (1 << m) == static_cast<int>(in.ranks);
+  double t = 0;
+  // Halving step k and the doubling step of the same size (the doublings swap bytes / 2^m,
+  // then twice that, ... up to half the buffer).
+  for (int k = 0; k < m; ++k) {
+    const double h = std::ldexp(in.bytes, -(k + 1));
+    t += rabenseifner_step(in, h, true);
+    if (k + 1 < m) {
+      t += rabenseifner_step(in, h, false);
+    } else {  // the first doubling step rides on the last halving step: its last chunk's bytes
+      const double c = std::max(1.0, std::ceil(h / kModelChunkBytes));
+      t += in.message_s + 2 * c * in.message_cpu_s + h / in.link_bytes_per_s / c;
+    }
+  }
+
+  // The folded ranks' buffers in, summed, and the result back out.
+  if (!pow2) t += rabenseifner_step(in, in.bytes, true) + rabenseifner_step(in, in.bytes, false);
+  return t;
+}
+Status rabenseifner_host(Context& c, const HostAllreduce& a) {
+  return rabenseifner_allreduce(c, a.send, a.recv, a.count, a.dtype, a.op);
+}
+
 // --- compressed ring: every hop decodes, adds and re-encodes.
 double compressed_ring_cost(const CostInput& in) {
   const double p = in.ranks;
@@ -102,21 +137,35 @@ Status scatter_reduce_device(Context& c, DeviceBackend& dev, const DeviceAllredu
 // --- halving-doubling: compressed recursive halving then doubling. Bandwidth like
 // scatter-reduce, 2 log p messages instead of 2 (p - 1); weighed against the static choice
 // for value codecs from 9 ranks up (host buffers), where the compressed ring stops being.
+//
+// A halving step (and the fold) sends h bytes of input encoded as e bytes in chunks of the
+// pipelining unit: the partner's chunks cross the link while this rank encodes its own, then
+// this rank decodes them in order. With c chunks the last one arrives after max(encode,
+// wire) + min(encode, wire) / c, and it decodes at most what is left after that.
+double pipelined_step(const CostInput& in, double h, double e) {
+  const double c = std::max(1.0, std::ceil(h / kModelChunkBytes));
+  const double enc = h / in.encode_bps, dec = h / in.decode_bps, w = e / in.link_bytes_per_s;
+  return in.message_s + 2 * c * in.message_cpu_s +
+         std::max(enc + dec, std::max(enc, w) + std::min(enc, w) / c + dec / c);
+}
 double halving_doubling_cost(const CostInput& in) {
-  const double p = in.ranks;
-  const double steps = 2 * std::floor(std::log2(p > 1 ? p : 1));
-  const double wire = 2 * (p - 1) / p * in.encoded;
-  // Halving encodes half, a quarter, ... of the buffer (partial sums: n in all with the owned
-  // segment) and decodes as much, then every owner's message; folded ranks add one more pass.
-  const bool pow2 = (static_cast<int>(p) & (static_cast<int>(p) - 1)) == 0;
-  const double work = in.bytes / in.encode_bps + (2 - 1 / p) * in.bytes / in.decode_bps;
-  // Folding is on the critical path: the folded rank's encode, its partner's decode, and the
-  // whole buffer each way.
-  const double fold =
-      pow2 ? 0 : in.bytes / in.encode_bps + in.bytes / in.decode_bps + 2 * in.encoded / in.link_bytes_per_s;
-  // Its messages go whole (no chunks): each step's codec work waits for its bytes, and theirs
-  // for it.
-  return (steps + (pow2 ? 0 : 2)) * per_step(in) + wire / in.link_bytes_per_s + work + fold;
+  int m = 0;
+  while ((2 << m) <= static_cast<int>(in.ranks)) ++m;
+  const double owners = std::ldexp(1.0, m);
+  const bool pow2 = owners == in.ranks;
+  const double ratio = in.bytes > 0 ? in.encoded / in.bytes : 1.0;
+  double t = 0;
+  for (int k = 0; k < m; ++k) {
+    const double h = std::ldexp(in.bytes, -(k + 1));
+    t += pipelined_step(in, h, h * ratio);
+  }
+  // The owner encodes its segment once; doubling swaps bundles of owner messages (every
+  // owner's but this rank's, in all); every owner's message is decoded on every rank.
+  t += in.bytes / owners / in.encode_bps + m * per_step(in) + (owners - 1) / owners * in.encoded / in.link_bytes_per_s +
+       in.bytes / in.decode_bps;
+  // Folding is on the critical path: the whole buffer handed in, and every owner's message back.
+  if (!pow2) t += pipelined_step(in, in.bytes, in.encoded) + per_step(in) + in.encoded / in.link_bytes_per_s;
+  return t;
 }
 bool halving_doubling_weighed(const TuneInput& in) {
   return !in.sparse_codec && !in.on_device && in.nranks > 8 && in.static_choice != Algo::kHalvingDoubling;
@@ -225,6 +274,9 @@ constexpr AlgorithmRow kRows[] = {
      "sparse codecs: the sparse all-gather's sum in log p merges, dense from where denser", kServesAllreduce,
      kHostMemory, kSparseCodecs, false, Algo::kSparseAllgather, sparse_doubling_cost, sparse_doubling_weighed,
      sparse_doubling_host, nullptr, &kFlatSteps, 1, kFlatHostSlots.mask(), kNoSlots, kNoSlots, CheckGraph::kDoubling},
+    {Algo::kRabenseifner, "rabenseifner", "dense: reduce-scatter by recursive halving, all-gather by doubling",
+     kServesAllreduce, kHostMemory, kNoCodec, false, Algo::kRing, rabenseifner_cost, nullptr, rabenseifner_host,
+     nullptr, &kFlatSteps, 1, kFlatHostSlots.mask(), kNoSlots, kNoSlots, CheckGraph::kPartners},
 };
 
 constexpr size_t kRowCount = sizeof kRows / sizeof kRows[0];

@@ -64,7 +64,6 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
   if (const char* t = std::getenv("GW_TUNE"); t != nullptr && std::strcmp(t, "0") == 0) impl->tune = false;
   if (impl->tune) impl->link_gbps = coll::link_gbps_from_env();
   GW_ASSIGN_OR_RETURN(impl->cost_model, coll::cost_model_from_env());
-  GW_ASSIGN_OR_RETURN(impl->exact_codec, Codec::create("none"));
   if (!config.codec_override.empty()) {
     GW_ASSIGN_OR_RETURN(impl->codec_override, Codec::create(config.codec_override));
   }
@@ -317,7 +316,7 @@ Algo flat_request(Algo a) { return a == Algo::kHierarchical ? Algo::kAuto : a; }
 
 // Whether the measured policy decides this call (see AllreduceTuner).
 bool tunable(bool tune, Algo static_choice, Algo requested, Algo configured, const Codec* codec, int nranks) {
-  // Dense calls are not tuned, halving-doubling with the exact codec (Rabenseifner) included.
+  // Dense calls are not tuned.
   return tune && !coll::dense_algorithm(static_choice) && requested == Algo::kAuto && configured == Algo::kAuto &&
          codec != nullptr && codec->id() != CodecId::kNone && nranks > 1;
 }
@@ -412,19 +411,8 @@ Result<Communicator::AllreduceChoice> Communicator::check_allreduce(const void* 
                              &impl_->cost_model,
                              op,
                              ef_count != nullptr};
-  Algo flat = coll::choose_allreduce(in);
-  Algo chosen = impl_->layout_choice(flat, algo, on_device);
-  // A dense call (a lossy codec's too, below the dense threshold) the policy runs as
-  // halving-doubling (Rabenseifner) takes the exact codec; where the layout runs the
-  // hierarchical all-reduce instead, it stays dense.
-  if (flat == Algo::kHalvingDoubling && in.requested == Algo::kAuto && in.configured == Algo::kAuto &&
-      coll::dense_call(in) && coll::dense_halving_allowed(in)) {
-    if (chosen == Algo::kHalvingDoubling) {
-      codec = impl_->exact_codec.get();
-    } else {
-      flat = Algo::kRing;
-    }
-  }
+  const Algo flat = coll::choose_allreduce(in);
+  const Algo chosen = impl_->layout_choice(flat, algo, on_device);
   const bool tuned = tunable(impl_->tune, flat, algo, impl_->config.algo, codec, size());
   if (const coll::AlgorithmRow* row = coll::find_algorithm(flat); row == nullptr || !(row->codecs & coll::kNoCodec)) {
     if (codec == nullptr) return invalid_argument(std::string("algorithm ") + algo_name(flat) + " needs a codec");

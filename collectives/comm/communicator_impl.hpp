@@ -207,8 +207,6 @@ struct Communicator::Impl {
   // The inter-node leg's algorithm of a hierarchical all-reduce whose flat choice is flat.
   Algo inter_algo(Algo flat, size_t count, DType dtype, const Codec* codec) const;
   std::unique_ptr<Codec> codec_override;  // GW_CODEC
-  // The exact codec a dense call runs halving-doubling with (the policy's choice at scale).
-  std::unique_ptr<Codec> exact_codec;
   // GW_CODEC replaces the codec of calls that asked for compression (a lossy codec on
   // float32), never of dense ones: a plain all-reduce stays exact whatever the environment.
   Codec* effective_codec(Codec* asked, DType dtype) const {

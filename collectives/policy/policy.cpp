@@ -46,17 +46,6 @@ double model_seconds(const PolicyInput& in, Algo algo, double link_gbps) {
   return row->cost(cost_input(in, algo, link_gbps));
 }
 
-bool dense_halving_allowed(const PolicyInput& in) {
-  return !in.on_device && in.dtype == DType::kFloat32 && (in.op == ReduceOp::kSum || in.op == ReduceOp::kAvg) &&
-         !in.ef && in.nranks > 2;
-}
-
-// The exact codec the dense halving-doubling is costed with (its encoded size and rates).
-const Codec& exact_codec() {
-  static const std::unique_ptr<Codec> none = std::move(Codec::create("none").value());
-  return *none;
-}
-
 Algo choose_dense(const PolicyInput& in) {
   const double bytes = static_cast<double>(in.count) * static_cast<double>(dtype_size(in.dtype));
   if (in.on_device || in.nranks <= 1 || bytes == 0) return Algo::kRing;
@@ -64,14 +53,14 @@ Algo choose_dense(const PolicyInput& in) {
   dense.codec = nullptr;
   Algo best = Algo::kRing;
   double t = model_seconds(dense, Algo::kRing);
-  if (const double rd = model_seconds(dense, Algo::kRecursiveDoubling); rd < t) {
-    best = Algo::kRecursiveDoubling;
-    t = rd;
-  }
-  if (dense_halving_allowed(in)) {
-    PolicyInput exact = in;
-    exact.codec = &exact_codec();
-    if (model_seconds(exact, Algo::kHalvingDoubling) < t) best = Algo::kHalvingDoubling;
+  for (Algo a : {Algo::kRecursiveDoubling, Algo::kRabenseifner}) {
+    // At 2 ranks Rabenseifner is the ring's schedule (one step each way), less its pipelining
+    // across the two.
+    if (a == Algo::kRabenseifner && in.nranks <= 2) continue;
+    if (const double s = model_seconds(dense, a); s < t) {
+      best = a;
+      t = s;
+    }
   }
   return best;
 }

@@ -32,18 +32,12 @@ struct PolicyInput {
 CostInput cost_input(const PolicyInput& in, Algo algo, double link_gbps = 0);
 double model_seconds(const PolicyInput& in, Algo algo, double link_gbps = 0);
 
-// The dense algorithm for in: ring or recursive doubling (host buffers), whichever the cost
-// model rates faster. Recursive doubling swaps and sums the whole buffer log p times and does
-// not pipeline: a few steps for small buffers, and for any buffer at thousands of ranks,
-// where the ring's 2 (p - 1) steps cost more than its extra bytes.
-// On float32 host buffers summed or averaged without error feedback, from 3 ranks, it may also
-// be halving-doubling with the exact codec none (Rabenseifner's reduce-scatter by recursive
-// halving and all-gather by recursive doubling: the ring's bytes in 2 log p steps), which
-// the communicator runs with a codec of its own.
+// The dense algorithm for in: the ring, or on host buffers recursive doubling or Rabenseifner,
+// whichever the cost model rates fastest. Recursive doubling swaps and sums the whole buffer
+// log p times and does not pipeline: a few steps for small buffers. Rabenseifner moves the
+// ring's bytes in 2 log p steps: mid-sized buffers, and large ones at thousands of ranks,
+// where the ring's 2 (p - 1) steps cost more than its pipelining saves.
 Algo choose_dense(const PolicyInput& in);
-// Whether halving-doubling can stand in for a dense all-reduce of in (float32 host buffers,
-// sum or average, no error feedback).
-bool dense_halving_allowed(const PolicyInput& in);
 
 // Whether the static rule runs in dense (no codec or codec none, data other than float32, or a
 // buffer below the dense threshold), whatever algorithm it picks for it.

@@ -38,6 +38,7 @@ enum class Algo : uint8_t {
   kRecursiveDoubling = 6,  // dense, whole-buffer exchanges at distance 1, 2, 4, ...: log p steps
   kHalvingDoubling = 7,    // compressed recursive halving then doubling: log p steps each way
   kSparseDoubling = 8,     // sparse codecs: the sparse all-gather's sum in log p merges, dense when denser
+  kRabenseifner = 9,       // dense: reduce-scatter by recursive halving, all-gather by doubling
 };
 GW_API const char* algo_name(Algo algo);
 GW_API Result<Algo> parse_algo(const std::string& name);

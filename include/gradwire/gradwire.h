@@ -114,10 +114,13 @@ typedef enum gw_algo GW_ENUM_TYPE {
   GW_ALGO_HALVING_DOUBLING = 7,   /* compressed recursive halving then doubling: 2 log p messages
                                      per rank, log p + 1 compressions per element; the policy's
                                      compressed choice on many ranks (host buffers) */
-  GW_ALGO_SPARSE_DOUBLING = 8     /* sparse codecs (topk, dgc, randomk): the sparse all-gather's
+  GW_ALGO_SPARSE_DOUBLING = 8,    /* sparse codecs (topk, dgc, randomk): the sparse all-gather's
                                      exact sum of every rank's message in log p exchanges of
                                      merged messages, sent dense from the step their union is
                                      denser (SparCML); host buffers */
+  GW_ALGO_RABENSEIFNER = 9        /* dense: reduce-scatter by recursive halving, all-gather by
+                                     recursive doubling: the ring's bytes in 2 log p steps; the
+                                     policy's dense choice for mid-sized buffers at scale (host) */
 } gw_algo_t;
 
 typedef struct gw_codec_s* gw_codec_t;

@@ -24,7 +24,8 @@ DTYPE_SIZES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 
 DECODE_MODES = {"overwrite": 0, "accumulate": 1, "subtract": 2}
 OPS = {"sum": 0, "avg": 1, "prod": 2, "min": 3, "max": 4}
 ALGOS = {"auto": 0, "ring": 1, "compressed_ring": 2, "scatter_reduce": 3, "sparse_allgather": 4, "hierarchical": 5,
-         "recursive_doubling": 6, "halving_doubling": 7, "sparse_doubling": 8}
+         "recursive_doubling": 6, "halving_doubling": 7, "sparse_doubling": 8,
+         "rabenseifner": 9}
 RESULT_NAMES = [
     "success", "invalid argument", "invalid message", "unsupported", "out of memory",
     "buffer too small", "internal error", "system error", "remote error", "timeout",

@@ -362,7 +362,8 @@ enum class Mis {
   kBarrierBroadcast,
   kDenseAlgo,
   kHalvingAlgo,
-  kSparseAlgo
+  kSparseAlgo,
+  kRabenseifnerAlgo
 };
 const char* mis_name(Mis m) {
   switch (m) {
@@ -377,6 +378,7 @@ const char* mis_name(Mis m) {
     case Mis::kDenseAlgo: return "RingVsRecursiveDoubling";
     case Mis::kHalvingAlgo: return "HalvingDoublingVsScatterReduce";
     case Mis::kSparseAlgo: return "SparseDoublingVsSparseAllgather";
+    case Mis::kRabenseifnerAlgo: return "RabenseifnerVsRing";
   }
   return "?";
 }
@@ -514,6 +516,14 @@ void mismatch_child(Mis m, int odd, Child& c) {
                    : allreduce(1000, GW_SUM);
       });
       break;
+    case Mis::kRabenseifnerAlgo:
+      // 100000 elements: chunks of the halving and doubling steps against the ring's.
+      right = timed(rep, kControl, [&] { return allreduce(1000, GW_SUM); }) == GW_SUCCESS && sum_ok(y, 1000, np);
+      timed(rep, kMismatch, [&] {
+        return gw_allreduce_ex(comm, x.data(), y.data(), kCompressedCount, GW_FLOAT32, GW_SUM, nullptr, nullptr,
+                               me_odd ? GW_ALGO_RABENSEIFNER : GW_ALGO_RING);
+      });
+      break;
     case Mis::kBarrierBroadcast:
       right = timed(rep, kControl, [&] { return gw_barrier(comm); }) == GW_SUCCESS;
       right = right && timed(rep, kControl2, [&] { return bcast(64, 0); }) == GW_SUCCESS && bcast_ok(64);
@@ -550,6 +560,7 @@ std::pair<std::string, std::string> expected_side(Mis m, int r, int odd) {
     case Mis::kDenseAlgo: return {"allreduce", o ? " algo=ring" : " algo=recursive_doubling"};
     case Mis::kHalvingAlgo: return {"allreduce", o ? " algo=halving_doubling" : " algo=scatter_reduce"};
     case Mis::kSparseAlgo: return {"allreduce", o ? " algo=sparse_doubling" : " algo=sparse_allgather"};
+    case Mis::kRabenseifnerAlgo: return {"allreduce", o ? " algo=rabenseifner" : " algo=ring"};
   }
   return {"?", "?"};
 }
@@ -632,16 +643,15 @@ TEST_P(Mismatch, EveryRankFailsWithInvalidUsageNamingBothSides) {
   EXPECT_GE(reached, 2) << "the mismatch was found before the ranks that differ made their calls";
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, Mismatch,
-                         ::testing::Combine(::testing::Values("tcp", "sm"), ::testing::Values(2, 3, 5),
-                                            ::testing::Values(Mis::kCount, Mis::kCountFp16, Mis::kOp, Mis::kAlgo,
-                                                              Mis::kCodec, Mis::kRoot, Mis::kKind,
-                                                              Mis::kBarrierBroadcast, Mis::kDenseAlgo,
-                                                              Mis::kHalvingAlgo, Mis::kSparseAlgo)),
-                         [](const ::testing::TestParamInfo<std::tuple<std::string, int, Mis>>& i) {
-                           return std::get<0>(i.param) + "_np" + std::to_string(std::get<1>(i.param)) + "_" +
-                                  mis_name(std::get<2>(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, Mismatch,
+    ::testing::Combine(::testing::Values("tcp", "sm"), ::testing::Values(2, 3, 5),
+                       ::testing::Values(Mis::kCount, Mis::kCountFp16, Mis::kOp, Mis::kAlgo, Mis::kCodec, Mis::kRoot,
+                                         Mis::kKind, Mis::kBarrierBroadcast, Mis::kDenseAlgo, Mis::kHalvingAlgo,
+                                         Mis::kSparseAlgo, Mis::kRabenseifnerAlgo)),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, int, Mis>>& i) {
+      return std::get<0>(i.param) + "_np" + std::to_string(std::get<1>(i.param)) + "_" + mis_name(std::get<2>(i.param));
+    });
 
 // ---- sizes no buffer can have --------------------------------------------------------------
 

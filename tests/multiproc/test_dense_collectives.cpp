@@ -252,51 +252,53 @@ const DType kAllDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, 
                             DType::kInt8,    DType::kUInt8,   DType::kInt32,    DType::kInt64};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax};
 
+// The ring and Rabenseifner, each asked for by name.
 TEST(DenseCollectives, AllreduceEveryOpAndDtype) {
-  for (int np = 1; np <= 4; ++np) {
-    expect_all_ok(
-        run_np(np,
-               [](Communicator& c, int rank, int p) {
-                 for (DType d : kAllDtypes) {
-                   for (ReduceOp op : kAllOps) {
-                     for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{4099}}) {
-                       const auto send = input(d, op, n, rank, p);
-                       const auto want = reference(d, op, n, p, all_ranks(p));
-                       std::vector<uint8_t> recv(n * dtype_size(d) + 1, 0xab);
-                       EXPECT_CALL_OK(rank,
-                                      c.allreduce(send.data(), recv.data(), n, d, op, nullptr, nullptr, Algo::kRing));
-                       if (int e = compare(rank, "allreduce", d, op, recv.data(), want.data(), n)) return e;
-                       if (recv.back() != 0xab) return fail(rank, "allreduce wrote past the end");
-                       std::vector<uint8_t> inplace = send;  // in place too
-                       EXPECT_CALL_OK(
-                           rank, c.allreduce(inplace.data(), inplace.data(), n, d, op, nullptr, nullptr, Algo::kRing));
-                       if (!want.empty() && std::memcmp(inplace.data(), recv.data(), want.size()) != 0) {
-                         return fail(rank, "in-place allreduce differs");
+  for (Algo algo : {Algo::kRing, Algo::kRabenseifner})
+    for (int np = 1; np <= 4; ++np) {
+      SCOPED_TRACE(algo_name(algo));
+      expect_all_ok(
+          run_np(np,
+                 [algo](Communicator& c, int rank, int p) {
+                   for (DType d : kAllDtypes) {
+                     for (ReduceOp op : kAllOps) {
+                       for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{4099}}) {
+                         const auto send = input(d, op, n, rank, p);
+                         const auto want = reference(d, op, n, p, all_ranks(p));
+                         std::vector<uint8_t> recv(n * dtype_size(d) + 1, 0xab);
+                         EXPECT_CALL_OK(rank, c.allreduce(send.data(), recv.data(), n, d, op, nullptr, nullptr, algo));
+                         if (int e = compare(rank, "allreduce", d, op, recv.data(), want.data(), n)) return e;
+                         if (recv.back() != 0xab) return fail(rank, "allreduce wrote past the end");
+                         std::vector<uint8_t> inplace = send;  // in place too
+                         EXPECT_CALL_OK(rank,
+                                        c.allreduce(inplace.data(), inplace.data(), n, d, op, nullptr, nullptr, algo));
+                         if (!want.empty() && std::memcmp(inplace.data(), recv.data(), want.size()) != 0) {
+                           return fail(rank, "in-place allreduce differs");
+                         }
                        }
                      }
                    }
-                 }
-                 // Large and prime: 1000003 elements, every rank the same bits (exchanged and compared).
-                 for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
-                   const size_t n = 1000003;
-                   const DType d = op == ReduceOp::kAvg ? DType::kInt64 : DType::kFloat32;
-                   const auto send = input(d, op, n, rank, p);
-                   std::vector<uint8_t> recv(n * dtype_size(d));
-                   EXPECT_CALL_OK(rank, c.allreduce(send.data(), recv.data(), n, d, op, nullptr, nullptr, Algo::kRing));
-                   const auto want = reference(d, op, n, p, all_ranks(p));
-                   if (int e = compare(rank, "large allreduce", d, op, recv.data(), want.data(), n)) return e;
-                   uint64_t digest = 1469598103934665603ull;
-                   for (uint8_t b : recv) digest = (digest ^ b) * 1099511628211ull;
-                   std::vector<uint64_t> all(static_cast<size_t>(p));
-                   EXPECT_CALL_OK(rank, c.allgather(&digest, all.data(), sizeof digest));
-                   for (int r = 0; r < p; ++r) {
-                     if (all[r] != digest) return fail(rank, "rank %d holds other bits than this rank", r);
+                   // Large and prime: 1000003 elements, every rank the same bits (exchanged and compared).
+                   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+                     const size_t n = 1000003;
+                     const DType d = op == ReduceOp::kAvg ? DType::kInt64 : DType::kFloat32;
+                     const auto send = input(d, op, n, rank, p);
+                     std::vector<uint8_t> recv(n * dtype_size(d));
+                     EXPECT_CALL_OK(rank, c.allreduce(send.data(), recv.data(), n, d, op, nullptr, nullptr, algo));
+                     const auto want = reference(d, op, n, p, all_ranks(p));
+                     if (int e = compare(rank, "large allreduce", d, op, recv.data(), want.data(), n)) return e;
+                     uint64_t digest = 1469598103934665603ull;
+                     for (uint8_t b : recv) digest = (digest ^ b) * 1099511628211ull;
+                     std::vector<uint64_t> all(static_cast<size_t>(p));
+                     EXPECT_CALL_OK(rank, c.allgather(&digest, all.data(), sizeof digest));
+                     for (int r = 0; r < p; ++r) {
+                       if (all[r] != digest) return fail(rank, "rank %d holds other bits than this rank", r);
+                     }
                    }
-                 }
-                 return kOk;
-               }),
-        np);
-  }
+                   return kOk;
+                 }),
+          np);
+    }
 }
 
 // The hierarchical all-reduce on every layout (nodes from GW_HOST_ID): exact for every op,
@@ -326,8 +328,14 @@ TEST(DenseCollectives, HierarchicalAllreduceEveryLayoutOpAndDtype) {
               if (c.local_size() != per_node[static_cast<size_t>(layout[static_cast<size_t>(rank)])]) {
                 return fail(rank, "local_size %d", c.local_size());
               }
-              // Flat, the dense choice is by size: recursive doubling for 4 KB, the ring for 12 MB.
-              const Algo want_algo = hier ? Algo::kHierarchical : Algo::kRing;
+              // Flat, the dense choice is by size: recursive doubling for 4 KB; for 12 MB the ring
+              // or Rabenseifner, as the cost model rates them (the ring where folding costs
+              // Rabenseifner a pass: 3 and 5 ranks), never the hierarchical all-reduce.
+              const Algo flat_large = c.choose_algo(3000017, DType::kFloat32, nullptr, Algo::kAuto);
+              if (!hier && flat_large != Algo::kRing && flat_large != Algo::kRabenseifner) {
+                return fail(rank, "the flat policy picks %s for 12 MB", algo_name(flat_large));
+              }
+              const Algo want_algo = hier ? Algo::kHierarchical : flat_large;
               const Algo want_small = hier ? Algo::kHierarchical : p > 1 ? Algo::kRecursiveDoubling : Algo::kRing;
               if (c.choose_algo(1000, DType::kFloat32, nullptr, Algo::kAuto) != want_small ||
                   c.choose_algo(1000, DType::kFloat32, nullptr, Algo::kHierarchical) != want_small) {

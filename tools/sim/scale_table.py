@@ -25,8 +25,17 @@ ROWS = [  # label, algorithm, codec
     ("scatter-reduce, qsgd 8-bit", "scatter_reduce", "qsgd:bits=8"),
     ("halving-doubling, qsgd 4-bit", "halving_doubling", "qsgd:bits=4"),
     ("sparse all-gather, top-k 1%", "sparse_allgather", "topk:ratio=0.01"),
+    ("sparse doubling, top-k 1% (disjoint indices)", "sparse_doubling", "topk:ratio=0.01"),
+    ("scatter-reduce, top-k 1%", "scatter_reduce", "topk:ratio=0.01"),
     ("halving-doubling, top-k 1%", "halving_doubling", "topk:ratio=0.01"),
 ]
+
+
+def gather_fits(p, size):
+    """Whether top-k 1%'s k p < n (CodecSpec::k_for): the policy weighs the sparse all-gather only then."""
+    n = size // 4
+    k = min(n, max(1, int(0.01 * n + 0.5)))
+    return k * p < n
 
 
 def run(build, model, algo, codec, p, size):
@@ -77,11 +86,16 @@ def main():
     for what, cands in (("dense: ring, recursive doubling or Rabenseifner",
                          [("ring", None), ("recursive_doubling", None), ("halving_doubling", "none")]),
                         ("qsgd 8-bit: scatter-reduce or halving-doubling",
-                         [("scatter_reduce", "qsgd:bits=8"), ("halving_doubling", "qsgd:bits=8")])):
+                         [("scatter_reduce", "qsgd:bits=8"), ("halving_doubling", "qsgd:bits=8")]),
+                        ("top-k 1%: sparse all-gather (while k p < n), sparse doubling, scatter-reduce or "
+                         "halving-doubling",
+                         [("sparse_allgather", "topk:ratio=0.01"), ("sparse_doubling", "topk:ratio=0.01"),
+                          ("scatter_reduce", "topk:ratio=0.01"), ("halving_doubling", "topk:ratio=0.01")])):
         cells = []
         for p in ranks:
             for _, size in SIZES:
-                rs = [(res[(al, co, p, size)], al if co != "none" else "rabenseifner") for al, co in cands]
+                rs = [(res[(al, co, p, size)], al if co != "none" else "rabenseifner") for al, co in cands
+                      if al != "sparse_allgather" or gather_fits(p, size)]
                 pol_row, pol = min(rs, key=lambda x: x[0]["closed_form_s"])
                 ok = [x for x in rs if not x[0]["error"]]
                 best_row, sim = min(ok, key=lambda x: x[0]["sim_s"]) if ok else (None, "?")
@@ -90,7 +104,7 @@ def main():
                 if best_row is not None and not pol_row["error"] and pol_row["sim_s"] <= 1.1 * best_row["sim_s"]:
                     sim = pol
                 short = {"ring": "ring", "recursive_doubling": "RD", "scatter_reduce": "SR", "halving_doubling": "HD",
-                         "rabenseifner": "Rab"}
+                         "rabenseifner": "Rab", "sparse_allgather": "SAG", "sparse_doubling": "SD"}
                 cells.append("%s%s" % (short[pol], "" if sim == pol or len(ok) < len(rs) else " (sim: %s)" % short[sim]))
         print("| %s | %s |" % (what, " | ".join(cells)))
     if a.json:

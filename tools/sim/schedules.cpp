@@ -188,14 +188,120 @@ class RecursiveDoublingSchedule : public Schedule {
   Costs costs_;
 };
 
+// --- Rabenseifner (rabenseifner_allreduce.cpp): dense recursive halving (each step's half
+// sent straight from the buffer in chunks, the partner's chunks received and summed in
+// order), then recursive doubling of the held segments (received in place); folded ranks
+// hand their buffer in first and take the result back last, both in chunks.
+class RabenseifnerSchedule : public Schedule {
+ public:
+  RabenseifnerSchedule(const Call& c, const coll::CostModel& m)
+      : p_(c.ranks),
+        n_(c.count),
+        chunk_bytes_(c.chunk_bytes),
+        costs_(c, m),
+        owners_(static_cast<uint64_t>(Doubling(0, c.ranks).pof2)),
+        part_{c.count, owners_} {}
+  std::string name() const override { return "rabenseifner"; }
+  int ranks() const override { return p_; }
+  Op op(int r, int, uint64_t pc) const override {
+    if (p_ == 1 || n_ == 0) return Op::end();
+    const Doubling d(r, p_);
+    uint64_t i = pc;
+    Op op = Op::end();
+    // e elements to peer as chunks, one send each.
+    auto out_ops = [&](int peer, uint64_t e, uint64_t at, Op* o) {
+      const Chunking ch = chunking(e);
+      const uint64_t ops = e == 0 ? 0 : ch.count(e);
+      if (at < ops) *o = Op::send(peer, fp32_bytes(ch.length(e, static_cast<uint32_t>(at))));
+      return ops;
+    };
+    // e elements from peer as chunks: a receive each, then its sum where reduce.
+    auto in_ops = [&](int peer, uint64_t e, bool reduce, uint64_t at, Op* o) {
+      const Chunking ch = chunking(e);
+      const uint64_t per = reduce ? 2 : 1;
+      const uint64_t ops = e == 0 ? 0 : per * ch.count(e);
+      if (at < ops) {
+        *o = at % per == 0 ? Op::recv(peer) : Op::work(costs_.reduce(ch.length(e, static_cast<uint32_t>(at / per))));
+      }
+      return ops;
+    };
+    auto run = [&](uint64_t ops) {  // true: op is this position's
+      if (i < ops) return true;
+      i -= ops;
+      return false;
+    };
+    if (d.folded >= 0) {
+      if (run(out_ops(d.folded, n_, i, &op))) return op;
+      if (run(in_ops(d.folded, n_, false, i, &op))) return op;
+      return Op::end();
+    }
+    if (d.takes >= 0 && run(in_ops(d.takes, n_, true, i, &op))) return op;
+    const uint64_t v = static_cast<uint64_t>(d.newrank);
+    uint64_t lo = 0, hi = owners_;
+    for (int k = 0; k < d.m; ++k) {
+      const uint64_t dist = owners_ >> (k + 1);
+      const uint64_t mid = lo + (hi - lo) / 2;
+      const bool low = (v & dist) == 0;
+      const int peer = d.rank_of(static_cast<int>(v ^ dist));
+      const uint64_t sent = low ? elems(mid, hi) : elems(lo, mid), kept = low ? elems(lo, mid) : elems(mid, hi);
+      if (run(out_ops(peer, sent, i, &op))) return op;
+      if (k + 1 < d.m) {
+        if (run(in_ops(peer, kept, true, i, &op))) return op;
+      } else {
+        // The last step: each chunk of this rank's segment goes back as soon as it is summed
+        // (the first doubling step), and the partner's segment comes back in place.
+        const Chunking ch = chunking(kept);
+        const uint64_t ops = kept == 0 ? 0 : 3 * uint64_t{ch.count(kept)};
+        if (i < ops) {
+          const uint64_t len = ch.length(kept, static_cast<uint32_t>(i / 3));
+          switch (i % 3) {
+            case 0: return Op::recv(peer);
+            case 1: return Op::work(costs_.reduce(len));
+            default: return Op::send(peer, fp32_bytes(len));
+          }
+        }
+        i -= ops;
+        if (run(in_ops(peer, sent, false, i, &op))) return op;
+      }
+      if (low) {
+        hi = mid;
+      } else {
+        lo = mid;
+      }
+    }
+    for (int k = 1; k < d.m; ++k) {
+      const uint64_t w = uint64_t{1} << k;
+      const int peer = d.rank_of(static_cast<int>(v ^ w));
+      const uint64_t mlo = v & ~(w - 1), plo = mlo ^ w;
+      if (run(out_ops(peer, elems(mlo, mlo + w), i, &op))) return op;
+      if (run(in_ops(peer, elems(plo, plo + w), false, i, &op))) return op;
+    }
+    if (d.takes >= 0 && run(out_ops(d.takes, n_, i, &op))) return op;
+    return Op::end();
+  }
+
+ private:
+  uint64_t elems(uint64_t lo, uint64_t hi) const { return part_.start(hi) - part_.start(lo); }
+  Chunking chunking(uint64_t e) const { return Chunking::for_segment(e, chunk_bytes_, sizeof(float)); }
+  int p_;
+  uint64_t n_;
+  size_t chunk_bytes_;
+  Costs costs_;
+  uint64_t owners_;
+  Partition part_;
+};
+
 // --- halving-doubling (halving_doubling_allreduce.cpp): compressed recursive halving to one
-// owner segment per rank, encoded once, then doubling of owner bundles (8 bytes of length
-// per owner and their messages), and every owner's message decoded on every rank.
+// owner segment per rank, each step's half (and the fold's whole buffer) cut in chunks that
+// are encoded and sent one by one, then decoded in order; the owner's segment encoded once;
+// doubling of owner bundles (8 bytes of length per owner and their messages); every owner's
+// message decoded on every rank.
 class HalvingDoublingSchedule : public Schedule {
  public:
   HalvingDoublingSchedule(const Call& c, const coll::CostModel& m)
       : p_(c.ranks),
         n_(c.count),
+        chunk_bytes_(c.chunk_bytes),
         costs_(c, m),
         owners_(static_cast<uint64_t>(Doubling(0, c.ranks).pof2)),
         part_{c.count, owners_} {
@@ -208,60 +314,72 @@ class HalvingDoublingSchedule : public Schedule {
   Op op(int r, int, uint64_t pc) const override {
     if (p_ == 1 || n_ == 0) return Op::end();
     const Doubling d(r, p_);
-    auto elems = [&](uint64_t lo, uint64_t hi) { return part_.start(hi) - part_.start(lo); };
     auto bundle = [&](uint64_t lo, uint64_t hi) { return bundle_[hi] - bundle_[lo]; };
     const double decode_all = costs_.decode(n_);
+    uint64_t i = pc;
+    // e elements sent to peer as chunks: encode, send, chunk by chunk (2 ops each).
+    auto out_ops = [&](int peer, uint64_t e, uint64_t at, Op* op) {
+      const Chunking ch = chunking(e);
+      const uint64_t ops = e == 0 ? 0 : 2 * uint64_t{ch.count(e)};
+      if (at < ops) {
+        const uint64_t len = ch.length(e, static_cast<uint32_t>(at / 2));
+        *op = at % 2 == 0 ? Op::work(costs_.encode(len)) : Op::send(peer, costs_.encoded(len));
+      }
+      return ops;
+    };
+    // e elements taken in from peer as chunks: receive, decode, chunk by chunk.
+    auto in_ops = [&](int peer, uint64_t e, uint64_t at, Op* op) {
+      const Chunking ch = chunking(e);
+      const uint64_t ops = e == 0 ? 0 : 2 * uint64_t{ch.count(e)};
+      if (at < ops)
+        *op = at % 2 == 0 ? Op::recv(peer) : Op::work(costs_.decode(ch.length(e, static_cast<uint32_t>(at / 2))));
+      return ops;
+    };
+    Op op = Op::end();
     if (d.folded >= 0) {
-      switch (pc) {
-        case 0: return Op::work(costs_.encode(n_));
-        case 1: return Op::send(d.folded, costs_.encoded(n_));
-        case 2: return Op::recv(d.folded);
-        case 3: return Op::work(decode_all);
+      const uint64_t k = out_ops(d.folded, n_, i, &op);
+      if (i < k) return op;
+      i -= k;
+      switch (i) {
+        case 0: return Op::recv(d.folded);
+        case 1: return Op::work(decode_all);
         default: return Op::end();
       }
     }
-    uint64_t i = pc;
     if (d.takes >= 0) {
-      if (i == 0) return Op::recv(d.takes);
-      if (i == 1) return Op::work(costs_.decode(n_));
-      i -= 2;
+      const uint64_t k = in_ops(d.takes, n_, i, &op);
+      if (i < k) return op;
+      i -= k;
     }
     const uint64_t m = static_cast<uint64_t>(d.m);
     const uint64_t v = static_cast<uint64_t>(d.newrank);
-    if (i < 4 * m) {  // halving step k: encode the half sent, exchange, decode-add the half kept
-      const uint64_t k = i / 4;
-      uint64_t lo = 0, hi = owners_;
-      uint64_t slo = 0, shi = 0;
-      int peer = -1;
-      for (uint64_t j = 0; j <= k; ++j) {
-        const uint64_t dist = owners_ >> (j + 1);
-        const uint64_t mid = lo + (hi - lo) / 2;
-        const bool low = (v & dist) == 0;
-        slo = low ? mid : lo;
-        shi = low ? hi : mid;
-        peer = d.rank_of(static_cast<int>(v ^ dist));
-        if (j < k) {
-          lo = low ? lo : mid;
-          hi = low ? mid : hi;
-        }
-      }
-      const uint64_t klo = slo == lo ? shi : lo, khi = slo == lo ? hi : slo;
-      switch (i % 4) {
-        case 0: return Op::work(costs_.encode(elems(slo, shi)));
-        case 1: return Op::send(peer, costs_.encoded(elems(slo, shi)));
-        case 2: return Op::recv(peer);
-        default: return Op::work(costs_.decode(elems(klo, khi)));
+    uint64_t lo = 0, hi = owners_;
+    for (uint64_t k = 0; k < m; ++k) {  // halving step k: the half sent out, then the half kept in
+      const uint64_t dist = owners_ >> (k + 1);
+      const uint64_t mid = lo + (hi - lo) / 2;
+      const bool low = (v & dist) == 0;
+      const int peer = d.rank_of(static_cast<int>(v ^ dist));
+      const uint64_t sent = low ? elems(mid, hi) : elems(lo, mid), kept = low ? elems(lo, mid) : elems(mid, hi);
+      const uint64_t a = out_ops(peer, sent, i, &op);
+      if (i < a) return op;
+      i -= a;
+      const uint64_t b = in_ops(peer, kept, i, &op);
+      if (i < b) return op;
+      i -= b;
+      if (low) {
+        hi = mid;
+      } else {
+        lo = mid;
       }
     }
-    i -= 4 * m;
     if (i == 0) return Op::work(costs_.encode(part_.length(v)));  // the owner's segment, once
     i -= 1;
     if (i < 2 * m) {  // doubling step k: swap bundles of 2^k owners
       const uint64_t k = i / 2;
       const uint64_t w = uint64_t{1} << k;
-      const uint64_t lo = v & ~(w - 1);
+      const uint64_t blo = v & ~(w - 1);
       const int peer = d.rank_of(static_cast<int>(v ^ w));
-      return i % 2 == 0 ? Op::send(peer, bundle(lo, lo + w)) : Op::recv(peer);
+      return i % 2 == 0 ? Op::send(peer, bundle(blo, blo + w)) : Op::recv(peer);
     }
     i -= 2 * m;
     if (d.takes >= 0) {
@@ -273,8 +391,11 @@ class HalvingDoublingSchedule : public Schedule {
   }
 
  private:
+  uint64_t elems(uint64_t lo, uint64_t hi) const { return part_.start(hi) - part_.start(lo); }
+  Chunking chunking(uint64_t e) const { return Chunking::for_segment(e, chunk_bytes_, sizeof(float)); }
   int p_;
   uint64_t n_;
+  size_t chunk_bytes_;
   Costs costs_;
   uint64_t owners_;
   Partition part_;
@@ -605,6 +726,7 @@ std::unique_ptr<Schedule> make_unchecked(const std::string& algo, const Call& ca
   if (algo == "nccl_ring") return std::make_unique<RingSchedule>("nccl_ring", dense, model, size_t{512} << 10);
   if (algo == "nccl_tree") return std::make_unique<NcclTreeSchedule>(dense, model);
   if (algo == "recursive_doubling") return std::make_unique<RecursiveDoublingSchedule>(dense, model);
+  if (algo == "rabenseifner") return std::make_unique<RabenseifnerSchedule>(dense, model);
   if (algo == "compressed_ring") return std::make_unique<CompressedRingSchedule>(call, model);
   if (algo == "halving_doubling") return std::make_unique<HalvingDoublingSchedule>(call, model);
   if (algo == "scatter_reduce") return std::make_unique<ScatterReduceSimSchedule>(call, model);
@@ -619,15 +741,9 @@ std::unique_ptr<Schedule> make_unchecked(const std::string& algo, const Call& ca
 }  // namespace
 
 std::vector<std::string> schedule_names() {
-  return {"ring",
-          "recursive_doubling",
-          "compressed_ring",
-          "scatter_reduce",
-          "halving_doubling",
-          "sparse_allgather",
-          "sparse_doubling",
-          "nccl_ring",
-          "nccl_tree"};
+  return {"ring",           "recursive_doubling", "rabenseifner",     "compressed_ring",
+          "scatter_reduce", "halving_doubling",   "sparse_allgather", "sparse_doubling",
+          "nccl_ring",      "nccl_tree"};
 }
 
 bool compressed_schedule(const std::string& algo) {

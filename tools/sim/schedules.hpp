@@ -22,8 +22,8 @@ struct Call {
   bool checks = true;                    // gradwire's call-check descriptors (check_graph.hpp) too
 };
 
-// Names: ring, recursive_doubling, compressed_ring, scatter_reduce, halving_doubling,
-// sparse_allgather (gradwire) and nccl_ring, nccl_tree. Null for an unknown name or a
+// Names: ring, recursive_doubling, rabenseifner, compressed_ring, scatter_reduce, halving_doubling,
+// sparse_allgather, sparse_doubling (gradwire) and nccl_ring, nccl_tree. Null for an unknown name or a
 // compressed algorithm without a codec.
 std::unique_ptr<Schedule> make_schedule(const std::string& algo, const Call& call, const coll::CostModel& model);
 std::vector<std::string> schedule_names();

@@ -75,8 +75,6 @@ int print_policy(const gw::coll::CostModel& model, const gw::Codec* codec, const
               model.source.c_str(), model.transport.c_str(), codec ? spec.c_str() : "none (dense)");
   std::printf("%7s %12s %-20s %-20s %s\n", "ranks", "bytes", "policy", "replay_fastest", "agree");
   int disagree = 0;
-  auto none = gw::Codec::create("none");
-  const gw::Codec& exact = *none.value();
   for (int p : ranks) {
     for (uint64_t bytes : sizes) {
       gw::coll::PolicyInput in{bytes / 4, gw::DType::kFloat32, codec, p, gw::Algo::kAuto, gw::Algo::kAuto, 0, false,
@@ -86,11 +84,10 @@ int print_policy(const gw::coll::CostModel& model, const gw::Codec* codec, const
       // scatter-reduce and halving-doubling (value codecs), or those, sparse doubling and the
       // sparse all-gather while k p < n (sparse codecs).
       std::vector<gw::Algo> cand;
-      const bool exact_hd = codec == nullptr && gw::coll::dense_halving_allowed(in);
       if (codec == nullptr) {
         cand = {gw::Algo::kRing};
         if (p > 1) cand.push_back(gw::Algo::kRecursiveDoubling);
-        if (exact_hd) cand.push_back(gw::Algo::kHalvingDoubling);
+        if (p > 1) cand.push_back(gw::Algo::kRabenseifner);
       } else if (p <= 2 && pick == gw::Algo::kSparseAllgather) {
         cand = {gw::Algo::kSparseAllgather};
       } else {
@@ -111,8 +108,7 @@ int print_policy(const gw::coll::CostModel& model, const gw::Codec* codec, const
       if (replay && p <= 4096) {
         for (gw::Algo a : cand) {
           const std::string name = gw::coll::find_algorithm(a)->name;
-          const gw::Codec* c = a == gw::Algo::kHalvingDoubling && codec == nullptr ? &exact : codec;
-          auto s = gw::sim::make_schedule(name, gw::sim::Call{p, bytes / 4, size_t{1} << 20, c}, model);
+          auto s = gw::sim::make_schedule(name, gw::sim::Call{p, bytes / 4, size_t{1} << 20, codec}, model);
           const gw::sim::Outcome o = gw::sim::simulate(*s, model, limits);
           if (!o.error.empty()) continue;
           if (a == pick) picked = o.seconds;
@@ -122,9 +118,8 @@ int print_policy(const gw::coll::CostModel& model, const gw::Codec* codec, const
       const char* name = gw::coll::find_algorithm(pick)->name;
       const bool agree = fastest == "-" || fastest == name || (picked > 0 && picked <= (1 + kTie) * best);
       disagree += agree ? 0 : 1;
-      std::printf("%7d %12llu %-20s %-20s %s\n", p, static_cast<unsigned long long>(bytes),
-                  pick == gw::Algo::kHalvingDoubling && codec == nullptr ? "halving_doubling(exact)" : name,
-                  fastest.c_str(), fastest == "-" ? "-" : (agree ? "yes" : "NO"));
+      std::printf("%7d %12llu %-20s %-20s %s\n", p, static_cast<unsigned long long>(bytes), name, fastest.c_str(),
+                  fastest == "-" ? "-" : (agree ? "yes" : "NO"));
     }
   }
   std::printf("# %d disagreement(s)\n", disagree);

@@ -99,6 +99,7 @@ static const combo_t kCombos[] = {
     {NULL, GW_ALGO_RECURSIVE_DOUBLING, "none/recursive_doubling"},
     {"qsgd:bits=8", GW_ALGO_HALVING_DOUBLING, "qsgd/halving_doubling"},
     {"topk:ratio=0.05", GW_ALGO_SPARSE_DOUBLING, "topk/sparse_doubling"},
+    {NULL, GW_ALGO_RABENSEIFNER, "none/rabenseifner"},
 };
 #define NUM_COMBOS ((int)(sizeof kCombos / sizeof kCombos[0]))
 

@@ -29,6 +29,9 @@ Status halving_doubling_allreduce(Context& c, const float* send, float* recv, si
                                   ErrorFeedback* ef);
 Status sparse_allgather_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op, Codec& codec,
                                   ErrorFeedback* ef);
+// Dense: reduce-scatter by recursive halving, all-gather by recursive doubling; any dtype
+// and op (rabenseifner_allreduce.cpp).
+Status rabenseifner_allreduce(Context& c, const void* send, void* recv, size_t n, DType dtype, ReduceOp op);
 // The sparse all-gather's sum in log p exchanges of merged messages, dense from the step the
 // union of indices is denser (sparse_doubling_allreduce.cpp).
 Status sparse_doubling_allreduce(Context& c, const float* send, float* recv, size_t n, ReduceOp op, Codec& codec,

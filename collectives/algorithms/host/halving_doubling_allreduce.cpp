@@ -12,10 +12,17 @@
 // With p = 2^m + e, the e folded ranks of doubling.hpp hand their whole buffer in, encoded,
 // before the halving and get every owner message back after the doubling.
 //
+// The halving steps and the fold are pipelined: the range a rank sends is cut into chunks
+// (GW_CHUNK_BYTES of input, Chunking), each encoded into a message of its own and sent at
+// once, so the partner's chunks cross the link while this rank encodes; they are decoded in
+// order once it is done. Both partners cut the range alike (what one sends is what the other
+// keeps), so every chunk has its receive posted before anything is sent.
+//
 // Error feedback: the accumulator is the residual (prepare_accumulator); every encode leaves
 // its loss there, at the elements it encoded, and each rank encodes each element exactly once
 // per call, so outputs plus residuals conserve the inputs. Halving-step losses are of partial
 // sums: a rank's residual then holds some of its partners' error too, sent again next call.
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -56,12 +63,40 @@ Status halving_doubling_allreduce(Context& c, const float* send, float* recv, si
   std::vector<uint64_t> slot_at(owners + 1, 0), len(owners, 0);
   for (uint64_t j = 0; j < owners; ++j) slot_at[j + 1] = slot_at[j] + bound(j, j + 1);
   auto bundle_cap = [&](uint64_t lo, uint64_t hi) { return 8 * (hi - lo) + (slot_at[hi] - slot_at[lo]); };
-  const size_t step_cap = bound(0, owners) > bundle_cap(0, owners) ? bound(0, owners) : bundle_cap(0, owners);
+  // A range of e elements goes as chunks; each has a slot of a whole chunk's bound.
+  auto chunking = [&](uint64_t e) { return Chunking::for_segment(e, c.chunk_bytes, sizeof(float)); };
+  auto chunk_slot = [&](uint64_t e) {
+    return e == 0 ? size_t{0} : codec.max_encoded_bytes(std::min(chunking(e).elems, e), DType::kFloat32);
+  };
+  auto chunked_cap = [&](uint64_t e) { return e == 0 ? size_t{0} : chunking(e).count(e) * chunk_slot(e); };
+  // The largest of what this rank sends or takes in at once: the fold's whole buffer, a
+  // halving step's half, or a doubling step's bundle.
+  size_t step_cap = bundle_cap(0, owners);
+  uint32_t max_chunks = 1;
+  auto room_for = [&](uint64_t e) {
+    if (chunked_cap(e) > step_cap) step_cap = chunked_cap(e);
+    if (e > 0 && chunking(e).count(e) > max_chunks) max_chunks = chunking(e).count(e);
+  };
+  room_for(elems(0, owners));
+  {
+    uint64_t lo = 0, hi = owners;
+    for (int k = 0; k < d.m && d.newrank >= 0; ++k) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      room_for(elems(lo, mid));
+      room_for(elems(mid, hi));
+      const uint64_t dist = owners >> (k + 1);
+      if ((static_cast<uint64_t>(d.newrank) & dist) == 0) {
+        hi = mid;
+      } else {
+        lo = mid;
+      }
+    }
+  }
   uint8_t* slots = c.scratch.bytes.get<uint8_t>(1, slot_at[owners]);
   uint8_t* out = c.scratch.bytes.get<uint8_t>(2, step_cap);
   uint8_t* in = c.scratch.bytes.get<uint8_t>(3, step_cap);
-  transport::Op* sends = c.scratch.sends.get(1);
-  transport::Op* recvs = c.scratch.recvs.get(1);
+  transport::Op* sends = c.scratch.sends.get(max_chunks);
+  transport::Op* recvs = c.scratch.recvs.get(max_chunks);
 
   // Encodes acc over segments [lo, hi) into out (its loss stays in acc); the length (0: no elements).
   auto encode = [&](uint64_t lo, uint64_t hi, uint32_t hop, uint8_t* dst, size_t cap) -> Result<size_t> {
@@ -70,17 +105,35 @@ Status halving_doubling_allreduce(Context& c, const float* send, float* recv, si
     const EncodeContext ctx{message_step(base, hop, 0), static_cast<uint32_t>(c.rank)};
     return timed_encode(c, codec, acc + part.start(lo), e, ctx, dst, cap);
   };
-  // The message just received from peer, decoded into dst over segments [lo, hi).
-  auto decode_in = [&](int peer, uint64_t lo, uint64_t hi, float* dst, DecodeMode mode) -> Status {
-    const uint64_t e = elems(lo, hi);
-    const size_t got = recvs[0].bytes;
-    if (e == 0) {
-      if (got == 0) return Status::ok();
-      return Status(Code::kRemote, "rank " + std::to_string(peer) + " sent " + std::to_string(got) +
-                                       " bytes for an empty range of the buffer");
+  // Sends segments [slo, shi) of acc to `to`, encoded chunk by chunk (the chunks' losses stay
+  // in acc), and adds what `from` sends of segments [klo, khi) into acc, chunk by chunk: the
+  // receives are posted first, each chunk leaves as soon as it is encoded, and the chunks in
+  // are decoded in order after the last one out. to or from may be -1 (nothing that way).
+  auto pipelined = [&](int to, uint64_t slo, uint64_t shi, int from, uint64_t klo, uint64_t khi, uint32_t step,
+                       uint32_t hop) -> Status {
+    const uint64_t es = to >= 0 ? elems(slo, shi) : 0, ek = from >= 0 ? elems(klo, khi) : 0;
+    const Chunking cs = chunking(es), ck = chunking(ek);
+    const uint32_t ns = es > 0 ? cs.count(es) : 0, nk = ek > 0 ? ck.count(ek) : 0;
+    const size_t bs = chunk_slot(es), bk = chunk_slot(ek);
+    for (uint32_t j = 0; j < nk; ++j) {
+      GW_RETURN_IF_ERROR(c.tp.irecv(from, c.tag(step, j), in + j * bk, bk, recvs[j]));
     }
-    return timed_decode(c, in, got, dst + part.start(lo), e, mode)
-        .with_context("halving-doubling message from rank " + std::to_string(peer));
+    for (uint32_t j = 0; j < ns; ++j) {
+      const EncodeContext ctx{message_step(base, hop, j), static_cast<uint32_t>(c.rank)};
+      GW_ASSIGN_OR_RETURN(size_t l, timed_encode(c, codec, acc + part.start(slo) + cs.offset(j), cs.length(es, j), ctx,
+                                                 out + j * bs, bs));
+      GW_RETURN_IF_ERROR(c.tp.isend(to, c.tag(step, j), out + j * bs, l, sends[j]));
+      c.tp.progress();
+    }
+    for (uint32_t j = 0; j < nk; ++j) {
+      GW_RETURN_IF_ERROR(c.wait(recvs[j]));
+      GW_RETURN_IF_ERROR(timed_decode(c, in + j * bk, recvs[j].bytes, acc + part.start(klo) + ck.offset(j),
+                                      ck.length(ek, j), DecodeMode::kAccumulate)
+                             .with_context("halving-doubling message from rank " + std::to_string(from) + " (step " +
+                                           std::to_string(step) + ", chunk " + std::to_string(j) + ")"));
+    }
+    for (uint32_t j = 0; j < ns; ++j) GW_RETURN_IF_ERROR(c.wait(sends[j]));
+    return Status::ok();
   };
   auto exchange = [&](int peer, uint32_t step, size_t out_len, size_t in_cap) -> Status {
     GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(step, 0), in, in_cap, recvs[0]));
@@ -123,18 +176,12 @@ Status halving_doubling_allreduce(Context& c, const float* send, float* recv, si
   const uint32_t last = 2 * m + 1;
 
   if (d.folded >= 0) {  // hand the whole buffer in, then take every owner's message back
-    GW_ASSIGN_OR_RETURN(size_t l, encode(0, owners, 0, out, step_cap));
+    GW_RETURN_IF_ERROR(pipelined(d.folded, 0, owners, -1, 0, 0, 0, 0));
     GW_RETURN_IF_ERROR(c.tp.irecv(d.folded, c.tag(last, 0), in, bundle_cap(0, owners), recvs[0]));
-    GW_RETURN_IF_ERROR(c.tp.isend(d.folded, c.tag(0, 0), out, l, sends[0]));
     GW_RETURN_IF_ERROR(c.wait(recvs[0]));
     GW_RETURN_IF_ERROR(unpack(d.folded, 0, owners));
-    GW_RETURN_IF_ERROR(c.wait(sends[0]));
   } else {
-    if (d.takes >= 0) {
-      GW_RETURN_IF_ERROR(c.tp.irecv(d.takes, c.tag(0, 0), in, bound(0, owners), recvs[0]));
-      GW_RETURN_IF_ERROR(c.wait(recvs[0]));
-      GW_RETURN_IF_ERROR(decode_in(d.takes, 0, owners, acc, DecodeMode::kAccumulate));
-    }
+    if (d.takes >= 0) GW_RETURN_IF_ERROR(pipelined(-1, 0, 0, d.takes, 0, owners, 0, 0));
     const uint64_t v = static_cast<uint64_t>(d.newrank);
     uint64_t lo = 0, hi = owners;
     for (uint32_t k = 0; k < m; ++k) {  // halving: distance 2^(m-1-k)
@@ -144,9 +191,7 @@ Status halving_doubling_allreduce(Context& c, const float* send, float* recv, si
       const bool low = (v & dist) == 0;
       const uint64_t slo = low ? mid : lo, shi = low ? hi : mid;  // sent
       const uint64_t klo = low ? lo : mid, khi = low ? mid : hi;  // kept
-      GW_ASSIGN_OR_RETURN(size_t l, encode(slo, shi, k + 1, out, step_cap));
-      GW_RETURN_IF_ERROR(exchange(peer, k + 1, l, bound(klo, khi)));
-      GW_RETURN_IF_ERROR(decode_in(peer, klo, khi, acc, DecodeMode::kAccumulate));
+      GW_RETURN_IF_ERROR(pipelined(peer, slo, shi, peer, klo, khi, k + 1, k + 1));
       lo = klo;
       hi = khi;
     }
