@@ -876,10 +876,11 @@ static void test_communicator(void) {
   EXPECT_ERR(gw_allreduce(comm, NULL, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT, "sendbuf");
   EXPECT_ERR(gw_allreduce(comm, x, NULL, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT, "recvbuf");
   EXPECT_ERR(gw_allreduce(comm, x, y, COMM_N, (gw_dtype_t)0, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT, "dtype");
-  EXPECT_ERR(gw_allreduce_ex(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL, (gw_algo_t)8), GW_ERR_INVALID_ARGUMENT,
-             "algo 8");
-  EXPECT_ERR(gw_iallreduce(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL, (gw_algo_t)9, &req),
-             GW_ERR_INVALID_ARGUMENT, "algo 9");
+  /* One past the last algorithm, and far past it. */
+  EXPECT_ERR(gw_allreduce_ex(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL, (gw_algo_t)(GW_ALGO_RABENSEIFNER + 1)),
+             GW_ERR_INVALID_ARGUMENT, "algo 10");
+  EXPECT_ERR(gw_iallreduce(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL, (gw_algo_t)200, &req),
+             GW_ERR_INVALID_ARGUMENT, "algo 200");
   CHECK(req == NULL);
   EXPECT_ERR(gw_iallreduce(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL, GW_ALGO_AUTO, NULL),
              GW_ERR_INVALID_ARGUMENT, "request");

@@ -237,6 +237,22 @@ TEST(SparseDoubling, TheSparseAllgathersSumInLogPExchangesDenseOnceDenser) {
   }
 }
 
+// A value codec forced onto sparse doubling is refused before any message moves, on every
+// rank alike, and the communicator stays usable.
+TEST(SparseDoubling, RefusesValueCodecsUpFront) {
+  run_local_ranks(3, [&](Communicator& c, int) {
+    auto q = test::make_codec("qsgd:bits=8");
+    std::vector<float> x(100000, 1.0f), out(100000);
+    const Status s = c.allreduce(x.data(), out.data(), x.size(), DType::kFloat32, ReduceOp::kSum, q.get(), nullptr,
+                                 Algo::kSparseDoubling);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.to_string();
+    EXPECT_NE(s.message().find("sparse_doubling takes sparse codecs"), std::string::npos) << s.to_string();
+    EXPECT_NE(s.message().find("not qsgd"), std::string::npos) << s.to_string();
+    EXPECT_TRUE(c.allreduce(x.data(), out.data(), x.size(), DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).is_ok());
+    EXPECT_EQ(out[0], 3.0f);
+  });
+}
+
 // Ranks whose top-k indices are disjoint: the union doubles every exchange, so the last
 // exchange of 16 ranks at 1/16 density goes dense, and the bytes say so.
 TEST(SparseDoubling, SwitchesToDenseMessagesWhereTheUnionIsDenser) {

@@ -333,8 +333,9 @@ TEST(PolicyTuner, CandidatesByCodecRanksAndMemory) {
       }
     }
   }
-  // Sparse codecs on host buffers, more than 2 ranks: the model's fastest of the sparse
-  // all-gather (while k p < n), sparse doubling, scatter-reduce and halving-doubling.
+  // Sparse codecs on host buffers, more than 2 ranks: the model's fastest of the exact sparse
+  // sums (the sparse all-gather and sparse doubling) while k p < n, else of sparse doubling,
+  // scatter-reduce and halving-doubling.
   for (const coll::CostModel* m : models) {
     for (const Codec* codec : {t.get(), tdense.get()}) {
       for (int p : {3, 8, 65, 1024, 16384}) {
@@ -347,6 +348,7 @@ TEST(PolicyTuner, CandidatesByCodecRanksAndMemory) {
           double fastest = 0;
           for (Algo a : {Algo::kSparseAllgather, Algo::kScatterReduce, Algo::kSparseDoubling, Algo::kHalvingDoubling}) {
             if (a == Algo::kSparseAllgather && !fits) continue;
+            if (fits && a != Algo::kSparseAllgather && a != Algo::kSparseDoubling) continue;
             const double s = coll::model_seconds(pi, a);
             if (best == Algo::kAuto || s < fastest) {
               best = a;

@@ -1,9 +1,10 @@
 // Sparse doubling over the in-process transport (threads as ranks) when one rank's messages
 // arrive forged: indices out of range or out of order, a wrong element count, a foreign
-// codec, a cut-short message. Its partners fail with kInvalidMessage naming the message and
-// its sender, every other rank fails too (every output depends on the forger's message), all
-// within the call (no hang, no crash). Only the forger itself may succeed, with the clean
-// sum: what it received was not forged.
+// codec, a cut-short message. The ranks it sends to fail with kInvalidMessage naming the
+// message and its sender, all within the call (no hang, no crash), and a rank that succeeds
+// holds the clean sum: one whose inputs never passed through a forged message (the forger
+// itself, or a rank that took the forger's own sum, merged from what it received intact).
+// A dense message's floats have no invalid values, so index forgeries touch sparse ones.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -43,7 +44,11 @@ class ForgingTransport final : public transport::ForwardingTransport {
     const auto* b = static_cast<const uint8_t*>(buf);
     size_t at = 0;
     while (at + 4 <= len && std::memcmp(b + at, "GWRE", 4) != 0) ++at;
-    if (step == coll::kMaxSteps - 1 || at + 64 > len) return inner_.isend(peer, tag, buf, len, op);
+    const bool sparse = at + 64 <= len && b[at + 5] == 5;  // codec topk: index/value pairs
+    const bool indices = f_ == Forgery::kIndexOutOfRange || f_ == Forgery::kIndicesOutOfOrder;
+    if (step == coll::kMaxSteps - 1 || at + 64 > len || (indices && !sparse)) {
+      return inner_.isend(peer, tag, buf, len, op);
+    }
     copies_.emplace_back(b, b + len);
     uint8_t* m = copies_.back().data() + at;
     size_t out_len = len;
@@ -63,7 +68,7 @@ class ForgingTransport final : public transport::ForwardingTransport {
   std::vector<std::vector<uint8_t>> copies_;  // alive until the transport goes
 };
 
-TEST(SparseDoublingHostile, ForgedMessagesFailEveryRankWithinTheCall) {
+TEST(SparseDoublingHostile, ForgedMessagesFailTheirReceiversAndNoRankSucceedsWithThem) {
   const Forgery all[] = {Forgery::kIndexOutOfRange, Forgery::kIndicesOutOfOrder, Forgery::kCountOffByOne,
                          Forgery::kForeignCodec, Forgery::kCutShort};
   for (int p : {4, 5}) {
@@ -112,14 +117,13 @@ TEST(SparseDoublingHostile, ForgedMessagesFailEveryRankWithinTheCall) {
         for (const Status& s : got) ASSERT_TRUE(s.is_ok()) << s.to_string();
         const std::vector<float> clean = outs[0];
         run(true);
-        int named = 0;
+        int named = 0, failed = 0;
         for (int r = 0; r < p; ++r) {
           const Status& s = got[static_cast<size_t>(r)];
-          if (r == kForger && s.is_ok()) {
-            EXPECT_EQ(outs[static_cast<size_t>(r)], clean)
-                << "the forger succeeded with a sum other than the clean one";
+          if (s.is_ok()) {
+            EXPECT_EQ(outs[static_cast<size_t>(r)], clean) << "rank " << r << " succeeded with a sum not the clean one";
           } else {
-            EXPECT_FALSE(s.is_ok()) << "rank " << r << " succeeded with a forged message in its sum";
+            ++failed;
           }
           EXPECT_LT(seconds[static_cast<size_t>(r)], 10.0) << "rank " << r << ": " << s.to_string();
           if (s.code() == Code::kInvalidMessage) {
@@ -127,8 +131,9 @@ TEST(SparseDoublingHostile, ForgedMessagesFailEveryRankWithinTheCall) {
             ++named;
           }
         }
-        // At least the forger's first partner judged the message itself.
+        // At least the forger's first partner judged the message itself, and the job broke.
         EXPECT_GE(named, 1);
+        EXPECT_GE(failed, 1);
       }
     }
   }

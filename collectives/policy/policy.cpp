@@ -81,13 +81,15 @@ Algo choose_allreduce(const PolicyInput& in) {
     const uint64_t k = in.codec->spec().k_for(in.count);
     const bool gather = k * static_cast<uint64_t>(in.nranks) < in.count;
     if (!in.on_device && in.nranks > 2) {
-      // Sparse doubling sums the same messages in log p steps, each capped at a dense
-      // buffer's bytes: the model weighs it against the gather (while that fits) and the
-      // compressed all-reduces, which re-compress partial sums. Ties keep the earlier.
+      // Sparse doubling sums the same messages as the gather in log p steps, each capped at a
+      // dense buffer's bytes. While the gather fits, the exact sums are weighed against each
+      // other; past that, sparse doubling against the compressed all-reduces, which
+      // re-compress partial sums (the tuner may still time those against the gather). Ties
+      // keep the earlier.
       Algo best = gather ? Algo::kSparseAllgather : Algo::kScatterReduce;
       double t = model_seconds(in, best);
       for (Algo a : {Algo::kSparseDoubling, Algo::kScatterReduce, Algo::kHalvingDoubling}) {
-        if (a == best) continue;
+        if (a == best || (gather && a != Algo::kSparseDoubling)) continue;
         if (const double s = model_seconds(in, a); s < t) {
           best = a;
           t = s;

@@ -127,7 +127,7 @@ def test_four_ranks_from_launcher_environment():
         assert x["bad_spec_error"][0] == 1 and "ratio=2 is out of range" in x["bad_spec_error"][1]
         assert x["usable_after_errors"]
         c = x["codecs"]
-        assert c["none"]["rel_err"] == 0 and c["none"]["algo"] == "ring"
+        assert c["none"]["rel_err"] == 0 and c["none"]["algo"] == "rabenseifner"  # dense, 4 ranks
         assert c["fp16"]["rel_err"] < 1e-3 and c["qsgd:bits=8"]["rel_err"] < 0.05
         assert c["topk:ratio=0.01"]["algo"] == "sparse_allgather"
         for spec in ("qsgd:bits=8", "sign", "topk:ratio=0.01", "dgc:ratio=0.001"):

@@ -27,6 +27,8 @@ struct Entity {
 // How long a rank polls for a message before it sleeps (the UCX transport's spin, kSpin in
 // ucx_transport.cpp); only modelled when ranks share cores.
 constexpr double kSpinS = 30e-6;
+// Messages up to this size (call descriptors) use no port time of their own (kSend).
+constexpr double kSmallMessageBytes = 512;
 
 class Engine {
  public:
@@ -105,12 +107,18 @@ class Engine {
         case Op::kSend: {
           x.t = cpu(rank, x.t, m_.message_cpu_s);
           const double wire = op.amount / m_.link_bytes_per_s;
-          double& out = out_free_[static_cast<size_t>(rank)];
-          const double start = std::max(x.t, out);
-          out = start + wire;
-          double& in = in_free_[static_cast<size_t>(op.peer)];
-          const double complete = std::max(start + m_.latency_s, in) + wire;
-          in = complete;
+          double complete = x.t + m_.latency_s + wire;
+          // A message of a packet or two (a call descriptor) interleaves with bulk transfers
+          // on both ports instead of queueing behind them (or holding a port, reserved in
+          // the order sends are issued, against bulk that would arrive before it).
+          if (op.amount > kSmallMessageBytes) {
+            double& out = out_free_[static_cast<size_t>(rank)];
+            const double start = std::max(x.t, out);
+            out = start + wire;
+            double& in = in_free_[static_cast<size_t>(op.peer)];
+            complete = std::max(start + m_.latency_s, in) + wire;
+            in = complete;
+          }
           ++out_.messages;
           out_.bytes += op.amount;
           deliver(static_cast<uint32_t>(op.peer * lanes_ + (op.to_lane >= 0 ? op.to_lane : lane)), rank, complete);

@@ -6,7 +6,9 @@
 //   latency_s after it started, or when the receiver's port has taken in its earlier
 //   messages and its bytes, whichever is later. Ports serve messages in the order the senders
 //   reach them (ranks advance in time order; a rank runs ahead only within its own work).
-//   The fabric in between never congests (a full-bisection fat tree).
+//   Messages of at most 512 bytes (call descriptors) take no turn at either port: a packet
+//   interleaves with bulk transfers. The fabric in between never congests (a full-bisection
+//   fat tree).
 // - Receiving costs the receiver message_cpu_s once the message is complete.
 // - CPU time (work and per-message time) runs on the rank's core, one lane at a time; with
 //   model.cores > 0 all ranks share that many cores (ranks oversubscribed on one machine), and

@@ -18,7 +18,7 @@ SIZES = [("4 KiB", 4096), ("1 MiB", 1 << 20), ("64 MiB", 64 << 20)]
 ROWS = [  # label, algorithm, codec
     ("gradwire ring (dense)", "ring", None),
     ("gradwire recursive doubling (dense)", "recursive_doubling", None),
-    ("halving-doubling, exact codec (dense Rabenseifner)", "halving_doubling", "none"),
+    ("gradwire Rabenseifner (dense)", "rabenseifner", None),
     ("NCCL ring (dense, same model)", "nccl_ring", None),
     ("NCCL double binary tree (dense, same model)", "nccl_tree", None),
     ("halving-doubling, qsgd 8-bit", "halving_doubling", "qsgd:bits=8"),
@@ -84,18 +84,19 @@ def main():
     print("| choice | " + " | ".join("%s @ %d" % (s, p) for p in ranks for s, _ in SIZES) + " |")
     print("|---|" + "---:|" * (len(ranks) * len(SIZES)))
     for what, cands in (("dense: ring, recursive doubling or Rabenseifner",
-                         [("ring", None), ("recursive_doubling", None), ("halving_doubling", "none")]),
+                         [("ring", None), ("recursive_doubling", None), ("rabenseifner", None)]),
                         ("qsgd 8-bit: scatter-reduce or halving-doubling",
                          [("scatter_reduce", "qsgd:bits=8"), ("halving_doubling", "qsgd:bits=8")]),
-                        ("top-k 1%: sparse all-gather (while k p < n), sparse doubling, scatter-reduce or "
-                         "halving-doubling",
+                        ("top-k 1%: sparse all-gather or sparse doubling while k p < n, else sparse doubling, "
+                         "scatter-reduce or halving-doubling",
                          [("sparse_allgather", "topk:ratio=0.01"), ("sparse_doubling", "topk:ratio=0.01"),
                           ("scatter_reduce", "topk:ratio=0.01"), ("halving_doubling", "topk:ratio=0.01")])):
         cells = []
         for p in ranks:
             for _, size in SIZES:
-                rs = [(res[(al, co, p, size)], al if co != "none" else "rabenseifner") for al, co in cands
-                      if al != "sparse_allgather" or gather_fits(p, size)]
+                fits = gather_fits(p, size)
+                rs = [(res[(al, co, p, size)], al) for al, co in cands
+                      if co != "topk:ratio=0.01" or al == "sparse_doubling" or (al == "sparse_allgather") == fits]
                 pol_row, pol = min(rs, key=lambda x: x[0]["closed_form_s"])
                 ok = [x for x in rs if not x[0]["error"]]
                 best_row, sim = min(ok, key=lambda x: x[0]["sim_s"]) if ok else (None, "?")

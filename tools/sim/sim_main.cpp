@@ -87,18 +87,19 @@ int print_policy(const gw::coll::CostModel& model, const gw::Codec* codec, const
       if (codec == nullptr) {
         cand = {gw::Algo::kRing};
         if (p > 1) cand.push_back(gw::Algo::kRecursiveDoubling);
-        if (p > 1) cand.push_back(gw::Algo::kRabenseifner);
+        if (p > 2) cand.push_back(gw::Algo::kRabenseifner);  // at 2 ranks the ring's schedule
       } else if (p <= 2 && pick == gw::Algo::kSparseAllgather) {
         cand = {gw::Algo::kSparseAllgather};
       } else {
-        cand = {gw::Algo::kScatterReduce};
-        if (p > 2) cand.push_back(gw::Algo::kHalvingDoubling);
-        if (p > 2 && codec->spec().is_sparse()) {
-          cand.push_back(gw::Algo::kSparseDoubling);
-          if (codec->spec().k_for(bytes / 4) * static_cast<uint64_t>(p) < bytes / 4) {
-            cand.push_back(gw::Algo::kSparseAllgather);
-          }
+        const bool fits =
+            codec->spec().is_sparse() && codec->spec().k_for(bytes / 4) * static_cast<uint64_t>(p) < bytes / 4;
+        if (fits) {
+          cand = {gw::Algo::kSparseAllgather};  // with sparse doubling: the exact sparse sums
+        } else {
+          cand = {gw::Algo::kScatterReduce};
+          if (p > 2) cand.push_back(gw::Algo::kHalvingDoubling);
         }
+        if (p > 2 && codec->spec().is_sparse()) cand.push_back(gw::Algo::kSparseDoubling);
       }
       // Agreement: the policy's pick replays within kTie of the fastest (closer calls are
       // within the model's resolution either way).
@@ -109,6 +110,7 @@ int print_policy(const gw::coll::CostModel& model, const gw::Codec* codec, const
         for (gw::Algo a : cand) {
           const std::string name = gw::coll::find_algorithm(a)->name;
           auto s = gw::sim::make_schedule(name, gw::sim::Call{p, bytes / 4, size_t{1} << 20, codec}, model);
+          if (s == nullptr) continue;
           const gw::sim::Outcome o = gw::sim::simulate(*s, model, limits);
           if (!o.error.empty()) continue;
           if (a == pick) picked = o.seconds;
@@ -213,6 +215,10 @@ int main(int argc, char** argv) {
   for (const auto& a : algos) {
     if (gw::sim::compressed_schedule(a) && !codec) {
       std::fprintf(stderr, "gw_sim: %s needs --codec; skipped\n", a.c_str());
+      continue;
+    }
+    if (a == "sparse_doubling" && !codec->spec().is_sparse()) {
+      std::fprintf(stderr, "gw_sim: sparse_doubling takes sparse codecs (topk, dgc, randomk); skipped\n");
       continue;
     }
     for (int p : ranks) {

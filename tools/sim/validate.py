@@ -7,7 +7,7 @@ on a cost model measured by perf/calibrate, with the ranks sharing this machine'
 prints both times and their ratio, then the median and worst ratio per algorithm.
 
 Usage: tools/sim/validate.py BUILD_DIR MODEL_FILE [--ranks 2,3,4,8,16,32] [--json OUT]
-                             [--quick] [--within X]
+                             [--quick] [--within X] [--algos A,B]
 --quick: two cases (a smoke test); --within X: exit 1 when a ratio is outside [1/X, X].
 (UCX_TLS should name the transport the model was measured over.)
 """
@@ -29,6 +29,8 @@ CASES = [  # algorithm, codec, bytes
     ("halving_doubling", "qsgd:bits=8", 64 << 10),
     ("halving_doubling", "qsgd:bits=8", 1 << 20),
     ("sparse_allgather", "topk:ratio=0.01", 1 << 20),
+    ("rabenseifner", None, 1 << 20),
+    ("sparse_doubling", "topk:ratio=0.01", 1 << 20),
 ]
 
 
@@ -67,8 +69,11 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--within", type=float, default=0)
+    ap.add_argument("--algos", help="only these algorithms (comma-separated)")
     a = ap.parse_args()
     cases = [CASES[0], CASES[6]] if a.quick else CASES
+    if a.algos:
+        cases = [c for c in cases if c[0] in a.algos.split(",")]
     rows = []
     print("%-19s %-16s %5s %9s %12s %12s %12s %7s" % ("algorithm", "codec", "ranks", "bytes", "measured_us", "sim_us",
                                                      "closed_us", "sim/me"))

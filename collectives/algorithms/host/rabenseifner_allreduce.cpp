@@ -52,7 +52,7 @@ Status rabenseifner_allreduce(Context& c, const void* send, void* recv, size_t n
                   const Then* then = nullptr) -> Status {
     const Chunking cs = chunking(e), ck = chunking(ke);
     const uint32_t ns = to >= 0 ? pieces(e) : 0, nk = from >= 0 ? pieces(ke) : 0;
-    transport::Op* back = sends + max_pieces;  // the reduced chunks sent back
+    transport::Op* back = sends + max_pieces;    // the reduced chunks sent back
     transport::Op* theirs = recvs + max_pieces;  // the partner's segment
     const Chunking ct = chunking(then != nullptr ? then->e : 0);
     const uint32_t nt = then != nullptr ? pieces(then->e) : 0;
@@ -65,8 +65,7 @@ Status rabenseifner_allreduce(Context& c, const void* send, void* recv, size_t n
       GW_RETURN_IF_ERROR(c.tp.irecv(from, c.tag(s, j), dst, ck.length(ke, j) * es, recvs[j]));
     }
     for (uint32_t j = 0; j < ns; ++j) {
-      GW_RETURN_IF_ERROR(
-          c.tp.isend(to, c.tag(s, j), data + (at + cs.offset(j)) * es, cs.length(e, j) * es, sends[j]));
+      GW_RETURN_IF_ERROR(c.tp.isend(to, c.tag(s, j), data + (at + cs.offset(j)) * es, cs.length(e, j) * es, sends[j]));
     }
     for (uint32_t j = 0; j < nk; ++j) {
       GW_RETURN_IF_ERROR(c.wait(recvs[j]));
