@@ -7,6 +7,8 @@
 // k at step k + 1.
 #pragma once
 
+#include <cstdint>
+
 namespace gw::coll {
 
 struct Doubling {
@@ -39,5 +41,21 @@ struct Doubling {
   // This rank's partner at exchange k (0 <= k < m); only for ranks that are not folded.
   int partner(int k) const { return rank_of(newrank ^ (1 << k)); }
 };
+
+// Recursive halving over the 2^m owners' segments (halving-doubling, Rabenseifner): at step
+// k a rank holding segments [lo, hi) sends the half its partner at distance 2^(m-1-k) keeps
+// and keeps the other; after m steps it holds its own segment, newrank.
+struct HalvingStep {
+  int peer;
+  uint64_t send_lo, send_hi, keep_lo, keep_hi;
+};
+inline HalvingStep halving_step(const Doubling& d, int k, uint64_t lo, uint64_t hi) {
+  const uint64_t v = static_cast<uint64_t>(d.newrank);
+  const uint64_t dist = static_cast<uint64_t>(d.pof2) >> (k + 1);
+  const uint64_t mid = lo + (hi - lo) / 2;
+  const bool low = (v & dist) == 0;
+  return HalvingStep{d.rank_of(static_cast<int>(v ^ dist)), low ? mid : lo, low ? hi : mid, low ? lo : mid,
+                     low ? mid : hi};
+}
 
 }  // namespace gw::coll

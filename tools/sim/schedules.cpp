@@ -239,11 +239,9 @@ class RabenseifnerSchedule : public Schedule {
     const uint64_t v = static_cast<uint64_t>(d.newrank);
     uint64_t lo = 0, hi = owners_;
     for (int k = 0; k < d.m; ++k) {
-      const uint64_t dist = owners_ >> (k + 1);
-      const uint64_t mid = lo + (hi - lo) / 2;
-      const bool low = (v & dist) == 0;
-      const int peer = d.rank_of(static_cast<int>(v ^ dist));
-      const uint64_t sent = low ? elems(mid, hi) : elems(lo, mid), kept = low ? elems(lo, mid) : elems(mid, hi);
+      const coll::HalvingStep h = coll::halving_step(d, k, lo, hi);
+      const int peer = h.peer;
+      const uint64_t sent = elems(h.send_lo, h.send_hi), kept = elems(h.keep_lo, h.keep_hi);
       if (run(out_ops(peer, sent, i, &op))) return op;
       if (k + 1 < d.m) {
         if (run(in_ops(peer, kept, true, i, &op))) return op;
@@ -263,11 +261,8 @@ class RabenseifnerSchedule : public Schedule {
         i -= ops;
         if (run(in_ops(peer, sent, false, i, &op))) return op;
       }
-      if (low) {
-        hi = mid;
-      } else {
-        lo = mid;
-      }
+      lo = h.keep_lo;
+      hi = h.keep_hi;
     }
     for (int k = 1; k < d.m; ++k) {
       const uint64_t w = uint64_t{1} << k;
@@ -355,22 +350,17 @@ class HalvingDoublingSchedule : public Schedule {
     const uint64_t v = static_cast<uint64_t>(d.newrank);
     uint64_t lo = 0, hi = owners_;
     for (uint64_t k = 0; k < m; ++k) {  // halving step k: the half sent out, then the half kept in
-      const uint64_t dist = owners_ >> (k + 1);
-      const uint64_t mid = lo + (hi - lo) / 2;
-      const bool low = (v & dist) == 0;
-      const int peer = d.rank_of(static_cast<int>(v ^ dist));
-      const uint64_t sent = low ? elems(mid, hi) : elems(lo, mid), kept = low ? elems(lo, mid) : elems(mid, hi);
+      const coll::HalvingStep h = coll::halving_step(d, static_cast<int>(k), lo, hi);
+      const int peer = h.peer;
+      const uint64_t sent = elems(h.send_lo, h.send_hi), kept = elems(h.keep_lo, h.keep_hi);
       const uint64_t a = out_ops(peer, sent, i, &op);
       if (i < a) return op;
       i -= a;
       const uint64_t b = in_ops(peer, kept, i, &op);
       if (i < b) return op;
       i -= b;
-      if (low) {
-        hi = mid;
-      } else {
-        lo = mid;
-      }
+      lo = h.keep_lo;
+      hi = h.keep_hi;
     }
     if (i == 0) return Op::work(costs_.encode(part_.length(v)));  // the owner's segment, once
     i -= 1;

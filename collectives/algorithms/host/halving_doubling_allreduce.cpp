@@ -81,15 +81,11 @@ Status halving_doubling_allreduce(Context& c, const float* send, float* recv, si
   {
     uint64_t lo = 0, hi = owners;
     for (int k = 0; k < d.m && d.newrank >= 0; ++k) {
-      const uint64_t mid = lo + (hi - lo) / 2;
-      room_for(elems(lo, mid));
-      room_for(elems(mid, hi));
-      const uint64_t dist = owners >> (k + 1);
-      if ((static_cast<uint64_t>(d.newrank) & dist) == 0) {
-        hi = mid;
-      } else {
-        lo = mid;
-      }
+      const HalvingStep h = halving_step(d, k, lo, hi);
+      room_for(elems(h.send_lo, h.send_hi));
+      room_for(elems(h.keep_lo, h.keep_hi));
+      lo = h.keep_lo;
+      hi = h.keep_hi;
     }
   }
   uint8_t* slots = c.scratch.bytes.get<uint8_t>(1, slot_at[owners]);
@@ -185,15 +181,10 @@ Status halving_doubling_allreduce(Context& c, const float* send, float* recv, si
     const uint64_t v = static_cast<uint64_t>(d.newrank);
     uint64_t lo = 0, hi = owners;
     for (uint32_t k = 0; k < m; ++k) {  // halving: distance 2^(m-1-k)
-      const uint64_t dist = owners >> (k + 1);
-      const int peer = d.rank_of(static_cast<int>(v ^ dist));
-      const uint64_t mid = lo + (hi - lo) / 2;
-      const bool low = (v & dist) == 0;
-      const uint64_t slo = low ? mid : lo, shi = low ? hi : mid;  // sent
-      const uint64_t klo = low ? lo : mid, khi = low ? mid : hi;  // kept
-      GW_RETURN_IF_ERROR(pipelined(peer, slo, shi, peer, klo, khi, k + 1, k + 1));
-      lo = klo;
-      hi = khi;
+      const HalvingStep h = halving_step(d, static_cast<int>(k), lo, hi);
+      GW_RETURN_IF_ERROR(pipelined(h.peer, h.send_lo, h.send_hi, h.peer, h.keep_lo, h.keep_hi, k + 1, k + 1));
+      lo = h.keep_lo;
+      hi = h.keep_hi;
     }
     // This rank owns segment v: its sum, encoded once.
     GW_ASSIGN_OR_RETURN(len[v], encode(v, v + 1, m + 1, slots + slot_at[v], bound(v, v + 1)));

@@ -105,12 +105,9 @@ Status rabenseifner_allreduce(Context& c, const void* send, void* recv, size_t n
   const uint64_t v = static_cast<uint64_t>(d.newrank);
   uint64_t lo = 0, hi = owners;
   for (uint32_t k = 0; k < m; ++k) {  // halving: distance 2^(m-1-k)
-    const uint64_t dist = owners >> (k + 1);
-    const int peer = d.rank_of(static_cast<int>(v ^ dist));
-    const uint64_t mid = lo + (hi - lo) / 2;
-    const bool low = (v & dist) == 0;
-    const uint64_t slo = low ? mid : lo, shi = low ? hi : mid;  // sent
-    const uint64_t klo = low ? lo : mid, khi = low ? mid : hi;  // kept
+    const HalvingStep h = halving_step(d, static_cast<int>(k), lo, hi);
+    const int peer = h.peer;
+    const uint64_t slo = h.send_lo, shi = h.send_hi, klo = h.keep_lo, khi = h.keep_hi;
     // The last step keeps segment v, the whole sum here (averaged once, here), and runs the
     // first doubling step with it: the partner's segment is the one it was sent.
     const Then first_doubling{part.start(slo), part.start(shi) - part.start(slo)};
