@@ -297,7 +297,7 @@ TEST(PolicyTuner, CandidatesByCodecRanksAndMemory) {
   check(in(t.get(), 4), true, {Algo::kSparseAllgather, Algo::kScatterReduce, Algo::kRing});
   check(in(tdense.get(), 4), false, {Algo::kScatterReduce, Algo::kSparseDoubling, Algo::kRing});
   check(in(t.get(), 64), false,
-        {Algo::kHalvingDoubling, Algo::kSparseAllgather, Algo::kSparseDoubling, Algo::kRing});  // k p < n
+        {Algo::kSparseAllgather, Algo::kScatterReduce, Algo::kSparseDoubling, Algo::kRing});  // k p < n
   // Which of scatter-reduce and halving-doubling is the static choice is the cost model's
   // (host buffers; on device scatter-reduce stays): scatter-reduce's 2 (p - 1) messages per
   // rank against halving-doubling's second compression.

@@ -62,6 +62,7 @@ Status CallCheck::start(transport::Transport& tp, const CallDescriptor& mine, Ch
   outs_.clear();
   unjudged_ = 0;
   active_ = true;
+  carries_ = graph == CheckGraph::kDoubling;
   if (size_ > 1) {
     const int prev = (rank_ + size_ - 1) % size_, next = (rank_ + 1) % size_;
     switch (graph) {
@@ -145,6 +146,7 @@ Status CallCheck::judge(int peer) {
 Status CallCheck::take_carried(int peer, const uint8_t* msg, size_t len, size_t* header) {
   *header = 0;
   if (!failure_.is_ok()) return failure_;
+  if (!carries_) return Status::ok();
   const size_t i = static_cast<size_t>(peer);
   if (peer < 0 || peer >= size_ || in_[i] == kNone) {
     return internal_error("a descriptor carried from rank " + std::to_string(peer) +

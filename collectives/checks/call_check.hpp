@@ -50,9 +50,12 @@ class CallCheck {
 
   // Descriptors carried in data (graph kDoubling): this rank's bytes, to put at the head of
   // every message to a partner, and the judgement of one at the head of a message from peer
-  // (len bytes in all; *header: the descriptor's length, where the data begins).
-  const uint8_t* carried_bytes() const { return mine_bytes_; }
-  size_t carried_len() const { return mine_len_; }
+  // (len bytes in all; *header: the descriptor's length, where the data begins). Under any
+  // other graph nothing is carried (length 0, take_carried takes nothing): an algorithm that
+  // carries, run inside another call (the hierarchical all-reduce's inter-node leg), has its
+  // data checked by that call's own descriptor messages instead (Context::wait).
+  const uint8_t* carried_bytes() const { return carries_ ? mine_bytes_ : nullptr; }
+  size_t carried_len() const { return carries_ ? mine_len_ : 0; }
   Status take_carried(int peer, const uint8_t* msg, size_t len, size_t* header);
 
  private:
@@ -65,7 +68,8 @@ class CallCheck {
 
   transport::Transport* tp_ = nullptr;
   bool active_ = false;
-  bool unsent_ = false;  // this rank's descriptors are still to be sent
+  bool carries_ = false;  // the graph is kDoubling: partners' descriptors ride in their data
+  bool unsent_ = false;   // this rank's descriptors are still to be sent
   int rank_ = 0;
   int size_ = 0;
   int unjudged_ = 0;  // of ins_
