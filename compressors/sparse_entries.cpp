@@ -161,6 +161,23 @@ Result<EntryView> view_entries(const uint8_t* msg, size_t len, uint64_t n) {
   }
 }
 
+EntryView view_written(const uint8_t* msg, uint64_t n) {
+  EntryView v;
+  v.n = n;
+  const uint8_t* payload = msg + wire::kHeaderBytes;
+  if (static_cast<CodecId>(msg[5]) == CodecId::kNone) {
+    v.dense = true;
+    v.k = n;
+    v.val = payload;
+    return v;
+  }
+  v.k = wire::load_u64(msg + wire::kKAt);
+  v.width = index_bytes(n);
+  v.idx = payload;
+  v.val = payload + v.k * v.width;
+  return v;
+}
+
 size_t merge_entries(const EntryView& lo, const EntryView& hi, uint8_t* out) {
   const uint64_t n = lo.n;
   if (lo.dense && hi.dense) {

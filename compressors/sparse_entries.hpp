@@ -39,6 +39,10 @@ struct EntryView {
 // entry by entry: topk, dgc, randomk, or none. Anything else is an error naming it.
 Result<EntryView> view_entries(const uint8_t* msg, size_t len, uint64_t n);
 
+// The view of a message merge_entries or rewrite_entries wrote here (trusted: read, not
+// validated again).
+EntryView view_written(const uint8_t* msg, uint64_t n);
+
 // Bytes of a message holding k entries of n: as index/value pairs, and dense.
 uint64_t sparse_message_bytes(uint64_t n, uint64_t k);
 uint64_t dense_message_bytes(uint64_t n);
