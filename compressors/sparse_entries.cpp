@@ -12,8 +12,6 @@
 namespace gw::detail {
 namespace {
 
-bool pairs_smaller(uint64_t n, uint64_t k) { return sparse_message_bytes(n, k) < dense_message_bytes(n); }
-
 uint8_t* write_dense_header(uint64_t n, uint8_t* out) {
   wire::Header h;
   h.codec = CodecId::kNone;
@@ -125,6 +123,10 @@ uint64_t EntryView::index(uint64_t i) const {
 uint64_t sparse_message_bytes(uint64_t n, uint64_t k) { return wire::kHeaderBytes + sparse_payload_bytes(n, k); }
 uint64_t dense_message_bytes(uint64_t n) { return wire::kHeaderBytes + n * sizeof(float); }
 uint64_t max_entries_message_bytes(uint64_t n) { return dense_message_bytes(n); }
+bool pairs_smaller(uint64_t n, uint64_t k) { return sparse_message_bytes(n, k) < dense_message_bytes(n); }
+uint64_t entries_message_bytes(uint64_t n, uint64_t k) {
+  return pairs_smaller(n, k) ? sparse_message_bytes(n, k) : dense_message_bytes(n);
+}
 
 Result<EntryView> view_entries(const uint8_t* msg, size_t len, uint64_t n) {
   GW_ASSIGN_OR_RETURN(MessageInfo info, inspect(msg, len));

@@ -46,6 +46,10 @@ EntryView view_written(const uint8_t* msg, uint64_t n);
 // Bytes of a message holding k entries of n: as index/value pairs, and dense.
 uint64_t sparse_message_bytes(uint64_t n, uint64_t k);
 uint64_t dense_message_bytes(uint64_t n);
+// Whether k entries of n go as index/value pairs (fewer bytes than dense), the rule every
+// merge follows; and the bytes of the message it writes for them.
+bool pairs_smaller(uint64_t n, uint64_t k);
+uint64_t entries_message_bytes(uint64_t n, uint64_t k);
 // The largest message merge_entries or rewrite_entries writes for n elements.
 uint64_t max_entries_message_bytes(uint64_t n);
 

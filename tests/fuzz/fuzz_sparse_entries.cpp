@@ -120,7 +120,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     entries += (ha[i] || hb[i]) ? 1 : 0;
   }
   if (!vm->dense && vm->k != entries) fail("the merged pairs are not the union of the indices");
-  if (!vm->dense && gw::detail::sparse_message_bytes(n, vm->k) >= gw::detail::dense_message_bytes(n)) {
+  if (!vm->dense && !gw::detail::pairs_smaller(n, vm->k)) {
     fail("pairs where a dense message is smaller");
   }
   return 0;

@@ -192,17 +192,34 @@ class RecursiveDoublingSchedule : public Schedule {
 // sent straight from the buffer in chunks, the partner's chunks received and summed in
 // order), then recursive doubling of the held segments (received in place); folded ranks
 // hand their buffer in first and take the result back last, both in chunks.
-class RabenseifnerSchedule : public Schedule {
+// What halving-doubling and Rabenseifner share: p ranks over 2^m owners' segments, each
+// step's range cut in chunks of the pipelining unit.
+class OwnerSegmentsSchedule : public Schedule {
  public:
-  RabenseifnerSchedule(const Call& c, const coll::CostModel& m)
+  OwnerSegmentsSchedule(const Call& c, const coll::CostModel& m)
       : p_(c.ranks),
         n_(c.count),
         chunk_bytes_(c.chunk_bytes),
         costs_(c, m),
         owners_(static_cast<uint64_t>(Doubling(0, c.ranks).pof2)),
         part_{c.count, owners_} {}
-  std::string name() const override { return "rabenseifner"; }
   int ranks() const override { return p_; }
+
+ protected:
+  uint64_t elems(uint64_t lo, uint64_t hi) const { return part_.start(hi) - part_.start(lo); }
+  Chunking chunking(uint64_t e) const { return Chunking::for_segment(e, chunk_bytes_, sizeof(float)); }
+  int p_;
+  uint64_t n_;
+  size_t chunk_bytes_;
+  Costs costs_;
+  uint64_t owners_;
+  Partition part_;
+};
+
+class RabenseifnerSchedule : public OwnerSegmentsSchedule {
+ public:
+  RabenseifnerSchedule(const Call& c, const coll::CostModel& m) : OwnerSegmentsSchedule(c, m) {}
+  std::string name() const override { return "rabenseifner"; }
   Op op(int r, int, uint64_t pc) const override {
     if (p_ == 1 || n_ == 0) return Op::end();
     const Doubling d(r, p_);
@@ -274,16 +291,6 @@ class RabenseifnerSchedule : public Schedule {
     if (d.takes >= 0 && run(out_ops(d.takes, n_, i, &op))) return op;
     return Op::end();
   }
-
- private:
-  uint64_t elems(uint64_t lo, uint64_t hi) const { return part_.start(hi) - part_.start(lo); }
-  Chunking chunking(uint64_t e) const { return Chunking::for_segment(e, chunk_bytes_, sizeof(float)); }
-  int p_;
-  uint64_t n_;
-  size_t chunk_bytes_;
-  Costs costs_;
-  uint64_t owners_;
-  Partition part_;
 };
 
 // --- halving-doubling (halving_doubling_allreduce.cpp): compressed recursive halving to one
@@ -291,21 +298,14 @@ class RabenseifnerSchedule : public Schedule {
 // are encoded and sent one by one, then decoded in order; the owner's segment encoded once;
 // doubling of owner bundles (8 bytes of length per owner and their messages); every owner's
 // message decoded on every rank.
-class HalvingDoublingSchedule : public Schedule {
+class HalvingDoublingSchedule : public OwnerSegmentsSchedule {
  public:
-  HalvingDoublingSchedule(const Call& c, const coll::CostModel& m)
-      : p_(c.ranks),
-        n_(c.count),
-        chunk_bytes_(c.chunk_bytes),
-        costs_(c, m),
-        owners_(static_cast<uint64_t>(Doubling(0, c.ranks).pof2)),
-        part_{c.count, owners_} {
+  HalvingDoublingSchedule(const Call& c, const coll::CostModel& m) : OwnerSegmentsSchedule(c, m) {
     // The bundle of owners [0, j): its bytes, prefix sums (every rank's bundles are ranges).
     bundle_.assign(owners_ + 1, 0.0);
     for (uint64_t j = 0; j < owners_; ++j) bundle_[j + 1] = bundle_[j] + 8 + costs_.encoded(part_.length(j));
   }
   std::string name() const override { return "halving_doubling"; }
-  int ranks() const override { return p_; }
   Op op(int r, int, uint64_t pc) const override {
     if (p_ == 1 || n_ == 0) return Op::end();
     const Doubling d(r, p_);
@@ -381,14 +381,6 @@ class HalvingDoublingSchedule : public Schedule {
   }
 
  private:
-  uint64_t elems(uint64_t lo, uint64_t hi) const { return part_.start(hi) - part_.start(lo); }
-  Chunking chunking(uint64_t e) const { return Chunking::for_segment(e, chunk_bytes_, sizeof(float)); }
-  int p_;
-  uint64_t n_;
-  size_t chunk_bytes_;
-  Costs costs_;
-  uint64_t owners_;
-  Partition part_;
   std::vector<double> bundle_;
 };
 
@@ -544,15 +536,10 @@ class SparseDoublingSchedule : public Schedule {
     return static_cast<uint64_t>((hi - lo) + std::max(0, std::min(hi, d.extra) - lo));
   }
   uint64_t entries(uint64_t ranks) const { return std::min(n_, ranks * k_); }
-  bool dense(uint64_t e) const { return detail::sparse_message_bytes(n_, e) >= detail::dense_message_bytes(n_); }
-  double bytes(uint64_t ranks) const {
-    const uint64_t e = entries(ranks);
-    return static_cast<double>(dense(e) ? detail::dense_message_bytes(n_) : detail::sparse_message_bytes(n_, e));
-  }
+  double bytes(uint64_t ranks) const { return static_cast<double>(detail::entries_message_bytes(n_, entries(ranks))); }
   // Merging into a message of so many ranks' entries: both read and the union written.
   double merge(uint64_t ranks) const {
-    const uint64_t e = entries(ranks);
-    return dense(e) ? costs_.reduce(n_) : 2 * bytes(ranks) / costs_.sparse_bps;
+    return detail::pairs_smaller(n_, entries(ranks)) ? 2 * bytes(ranks) / costs_.sparse_bps : costs_.reduce(n_);
   }
   int p_;
   uint64_t n_;

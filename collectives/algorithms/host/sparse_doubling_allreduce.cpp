@@ -66,8 +66,7 @@ Status sparse_doubling_allreduce(Context& c, const float* send, float* recv, siz
   // been encoded by then, and may be the same buffer).
   const uint64_t kept = codec.spec().k_for(n);
   const bool sparse_sum =
-      kept <= n / static_cast<uint64_t>(p) &&
-      detail::sparse_message_bytes(n, kept * static_cast<uint64_t>(p)) < detail::dense_message_bytes(n);
+      kept <= n / static_cast<uint64_t>(p) && detail::pairs_smaller(n, kept * static_cast<uint64_t>(p));
   bool zeroed = false;
   auto zero_output = [&] {
     if (!sparse_sum || zeroed) return;
