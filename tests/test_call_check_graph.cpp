@@ -23,12 +23,19 @@ class CountingSends final : public transport::ForwardingTransport {
     ++sends;
     return inner_.isend(peer, tag, buf, len, op);
   }
+  Status isend_with_head(int peer, uint64_t tag, const void* head, size_t head_len, const void* buf, size_t len,
+                         transport::Op& op) override {
+    ++heads;
+    return inner_.isend_with_head(peer, tag, head, head_len, buf, len, op);
+  }
   int sends = 0;
+  int heads = 0;  // data messages with the descriptor at their head
 };
 
 struct Outcome {
   Status status;
   int sends = 0;
+  int heads = 0;
 };
 
 // One checked call on p ranks; rank odd (if any) states count 1001, the others 1000. Carried
@@ -65,8 +72,20 @@ std::vector<Outcome> one_call(int p, CheckGraph graph, int odd) {
           EXPECT_EQ(header, len);
         }
       }
+      // kRingHead: the descriptor rides ahead of the dense ring's first chunk, here 8 bytes
+      // (16 from the odd rank, whose call has more elements), and r - 1's ahead of its.
+      transport::Op head_send;
+      if (s.is_ok() && graph == CheckGraph::kRingHead) {
+        const uint8_t data[16] = {};
+        static thread_local uint8_t room[2 * CallCheck::kHeadRoom + 16];
+        auto got = check.recv_ring_head(tp, room + CallCheck::kHeadRoom, 8);
+        s = got.status();
+        if (s.is_ok()) s = check.send_ring_head(tp, data, r == odd ? 16 : 8, head_send);
+        if (s.is_ok()) s = check.require((r + p - 1) % p, deadline);
+        if (s.is_ok()) s = tp.wait(head_send, deadline);
+      }
       if (s.is_ok()) s = check.finish(deadline);
-      out[static_cast<size_t>(r)] = Outcome{s, tp.sends};
+      out[static_cast<size_t>(r)] = Outcome{s, tp.sends, tp.heads};
       finished.fetch_add(1);
       // A failed rank aborts only once every rank is done: the abort would reach the others.
       while (finished.load() < p) std::this_thread::yield();
@@ -86,15 +105,18 @@ int ceil_log2(int p) {
 TEST(CallCheckGraph, DescriptorMessagesPerRankPerCall) {
   for (int p : {2, 3, 5, 8, 16, 33, 64}) {
     SCOPED_TRACE("p=" + std::to_string(p));
-    for (CheckGraph g : {CheckGraph::kAllPeers, CheckGraph::kRing, CheckGraph::kDoubling, CheckGraph::kDissemination}) {
+    for (CheckGraph g : {CheckGraph::kAllPeers, CheckGraph::kRing, CheckGraph::kDoubling, CheckGraph::kDissemination,
+                         CheckGraph::kRingHead}) {
       const auto out = one_call(p, g, -1);
       for (int r = 0; r < p; ++r) {
         const Outcome& o = out[static_cast<size_t>(r)];
         ASSERT_TRUE(o.status.is_ok()) << o.status.to_string();
         const int want = g == CheckGraph::kAllPeers        ? p - 1
                          : g == CheckGraph::kDissemination ? ceil_log2(p)
-                                                           : 1;  // the ring edge; partners' ride in the data
+                         : g == CheckGraph::kRingHead      ? 0  // it rides ahead of the first chunk
+                                                           : 1;      // the ring edge; partners' ride in the data
         EXPECT_EQ(o.sends, want) << "graph " << static_cast<int>(g) << " rank " << r;
+        EXPECT_EQ(o.heads, g == CheckGraph::kRingHead ? 1 : 0) << "graph " << static_cast<int>(g) << " rank " << r;
       }
     }
   }
@@ -103,17 +125,20 @@ TEST(CallCheckGraph, DescriptorMessagesPerRankPerCall) {
 TEST(CallCheckGraph, MismatchIsFoundOnTheRingEdgesOfTheOddRank) {
   for (int p : {3, 5, 8}) {
     for (int odd : {0, 2}) {
-      SCOPED_TRACE("p=" + std::to_string(p) + " odd=" + std::to_string(odd));
-      const auto out = one_call(p, CheckGraph::kRing, odd);
-      for (int r = 0; r < p; ++r) {
-        // Rank odd + 1 receives the odd rank's descriptor, the odd rank its left neighbour's.
-        const bool finds = r == odd || r == (odd + 1) % p;
-        const Status& s = out[static_cast<size_t>(r)].status;
-        if (finds) {
-          EXPECT_EQ(s.code(), Code::kInvalidUsage) << r << ": " << s.to_string();
-          EXPECT_NE(s.message().find("count=1001"), std::string::npos) << s.message();
-        } else {
-          EXPECT_TRUE(s.is_ok()) << r << ": " << s.to_string();  // told by the finder's last words in a real job
+      for (CheckGraph g : {CheckGraph::kRing, CheckGraph::kRingHead}) {
+        SCOPED_TRACE("p=" + std::to_string(p) + " odd=" + std::to_string(odd) + " graph " +
+                     std::to_string(static_cast<int>(g)));
+        const auto out = one_call(p, g, odd);
+        for (int r = 0; r < p; ++r) {
+          // Rank odd + 1 receives the odd rank's descriptor, the odd rank its left neighbour's.
+          const bool finds = r == odd || r == (odd + 1) % p;
+          const Status& s = out[static_cast<size_t>(r)].status;
+          if (finds) {
+            EXPECT_EQ(s.code(), Code::kInvalidUsage) << r << ": " << s.to_string();
+            EXPECT_NE(s.message().find("count=1001"), std::string::npos) << s.message();
+          } else {
+            EXPECT_TRUE(s.is_ok()) << r << ": " << s.to_string();  // told by the finder's last words in a real job
+          }
         }
       }
     }
@@ -122,7 +147,8 @@ TEST(CallCheckGraph, MismatchIsFoundOnTheRingEdgesOfTheOddRank) {
 
 TEST(CallCheckGraph, EveryGraphFindsAMismatchSomewhere) {
   for (int p : {2, 3, 4, 7, 9}) {
-    for (CheckGraph g : {CheckGraph::kAllPeers, CheckGraph::kRing, CheckGraph::kDoubling, CheckGraph::kDissemination}) {
+    for (CheckGraph g : {CheckGraph::kAllPeers, CheckGraph::kRing, CheckGraph::kDoubling, CheckGraph::kDissemination,
+                         CheckGraph::kRingHead}) {
       const auto out = one_call(p, g, p - 1);
       int found = 0;
       for (const Outcome& o : out) found += o.status.code() == Code::kInvalidUsage ? 1 : 0;
@@ -163,6 +189,67 @@ TEST(CallCheckGraph, ACarriedDescriptorThatIsNotOneIsRefused) {
   EXPECT_EQ(again.take_carried(3, bytes, len - 1, &header).code(), Code::kRemote);
   group[0]->abort(s);
   group[2]->abort(s);
+}
+
+// Hostile bytes on the check's tag from rank 1 to rank 0 (its ring successor at p = 2): what
+// rank 0 makes of them when its descriptor travels alone (kRing) and when it rides ahead of
+// the dense ring's first chunk (kRingHead).
+Status judged_from(CheckGraph g, const std::vector<uint8_t>& msg) {
+  auto group = transport::make_local_group(2);
+  CallCheck check;
+  CallDescriptor d;
+  d.kind = CallKind::kAllreduce;
+  d.count = 1000;
+  const auto deadline = transport::Clock::now() + std::chrono::seconds(2);
+  Status s = check.start(*group[0], d, g);
+  static uint8_t room[2 * CallCheck::kHeadRoom + 64];
+  if (s.is_ok() && g == CheckGraph::kRingHead)
+    s = check.recv_ring_head(*group[0], room + CallCheck::kHeadRoom, 64).status();
+  transport::Op forged;
+  if (s.is_ok()) s = group[1]->isend(0, CallCheck::tag(d.seq), msg.data(), msg.size(), forged);
+  if (s.is_ok()) s = check.require(1, deadline);
+  group[0]->abort(Status(Code::kAborted, "test over"));
+  return s;
+}
+
+TEST(CallCheckGraph, HostileBytesOnTheChecksTagAreRefusedNamingThePeer) {
+  CallDescriptor d;
+  d.kind = CallKind::kAllreduce;
+  d.count = 1000;
+  std::vector<uint8_t> same(CallDescriptor::kMaxBytes);
+  same.resize(encode_descriptor(d, same.data()));
+  for (CheckGraph g : {CheckGraph::kRing, CheckGraph::kRingHead}) {
+    SCOPED_TRACE("graph " + std::to_string(static_cast<int>(g)));
+    // Junk, an empty message, and a descriptor cut short: a malformed descriptor from rank 1.
+    for (const std::vector<uint8_t>& bad : {std::vector<uint8_t>(100, 0x5a), std::vector<uint8_t>(),
+                                            std::vector<uint8_t>(same.begin(), same.end() - 1)}) {
+      const Status s = judged_from(g, bad);
+      EXPECT_EQ(s.code(), Code::kRemote) << s.to_string();
+      EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
+    }
+    // A matching descriptor with 40 bytes behind it: data where a lone descriptor belongs
+    // (kRing), or the data itself (kRingHead: the algorithm checks its length).
+    std::vector<uint8_t> more = same;
+    more.resize(same.size() + 40, 7);
+    const Status s = judged_from(g, more);
+    if (g == CheckGraph::kRing) {
+      EXPECT_EQ(s.code(), Code::kRemote) << s.to_string();
+      EXPECT_NE(s.message().find("40 bytes behind a call descriptor"), std::string::npos) << s.message();
+    } else {
+      EXPECT_TRUE(s.is_ok()) << s.to_string();
+    }
+    // A different call with 100 KB behind it: a mismatch, both sides named, either way.
+    d.count = 1001;
+    std::vector<uint8_t> other(CallDescriptor::kMaxBytes);
+    other.resize(encode_descriptor(d, other.data()));
+    other.resize(other.size() + 100000, 1);
+    d.count = 1000;
+    const Status m = judged_from(g, other);
+    EXPECT_EQ(m.code(), Code::kInvalidUsage) << m.to_string();
+    const bool named = m.message().find("rank 1 called allreduce") != std::string::npos &&
+                       m.message().find("rank 0 called allreduce") != std::string::npos;
+    EXPECT_TRUE(named) << m.message();
+  }
 }
 
 }  // namespace

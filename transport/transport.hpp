@@ -36,7 +36,10 @@ struct Op {
   int peer = -1;
   bool is_recv = false;
   void* impl = nullptr;  // the transport's request handle
-  Op* prev = nullptr;    // the transport's list of pending ops
+  // Room a transport may use while a send is pending (UCX: isend_with_head's gather list,
+  // which must outlive the post).
+  alignas(void*) unsigned char gather[4 * sizeof(void*)] = {};
+  Op* prev = nullptr;  // the transport's list of pending ops
   Op* next = nullptr;
 
   Op() = default;
@@ -66,9 +69,19 @@ class Transport {
 
   // Posts a send of len bytes; the receiver's matching irecv gets exactly these bytes.
   virtual Status isend(int peer, uint64_t tag, const void* buf, size_t len, Op& op) = 0;
+  // Posts a send of head (head_len bytes) followed by buf (len bytes) as one message of
+  // head_len + len bytes, without copying them together first. Both must stay valid until
+  // the op is finished.
+  virtual Status isend_with_head(int peer, uint64_t tag, const void* head, size_t head_len, const void* buf, size_t len,
+                                 Op& op) = 0;
   // Posts a receive of at most cap bytes from peer with tag. A longer message fails the op
   // (kRemote, "message truncated") rather than overrunning buf.
   virtual Status irecv(int peer, uint64_t tag, void* buf, size_t cap, Op& op) = 0;
+  // Posts a receive of a message of any length from peer with tag: its first cap bytes land
+  // in buf, the rest is dropped, and op.bytes is the whole message's length. For a message
+  // whose head says what the rest is (a call descriptor, which may arrive with data behind
+  // it from a peer making another call): it is read and judged, never truncated.
+  virtual Status irecv_head(int peer, uint64_t tag, void* buf, size_t cap, Op& op) = 0;
   // Advances outstanding operations; returns true if anything happened.
   virtual bool progress() = 0;
   // Whether sends posted here have not finished yet (bytes still on their way): what the
@@ -111,8 +124,15 @@ class ForwardingTransport : public Transport {
   Status isend(int peer, uint64_t tag, const void* buf, size_t len, Op& op) override {
     return inner_.isend(peer, tag, buf, len, op);
   }
+  Status isend_with_head(int peer, uint64_t tag, const void* head, size_t head_len, const void* buf, size_t len,
+                         Op& op) override {
+    return inner_.isend_with_head(peer, tag, head, head_len, buf, len, op);
+  }
   Status irecv(int peer, uint64_t tag, void* buf, size_t cap, Op& op) override {
     return inner_.irecv(peer, tag, buf, cap, op);
+  }
+  Status irecv_head(int peer, uint64_t tag, void* buf, size_t cap, Op& op) override {
+    return inner_.irecv_head(peer, tag, buf, cap, op);
   }
   bool progress() override { return inner_.progress(); }
   bool sends_in_flight() const override { return inner_.sends_in_flight(); }

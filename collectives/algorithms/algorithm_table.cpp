@@ -245,7 +245,7 @@ constexpr uint32_t kNoSlots = 0;
 constexpr AlgorithmRow kRows[] = {
     {Algo::kRing, "ring", "dense ring: reduce-scatter then all-gather", kServesAllreduce, kHostMemory | kDeviceMemory,
      kNoCodec, false, Algo::kRing, ring_cost, nullptr, ring_host, ring_device, &kFlatSteps, 1, kFlatHostSlots.mask(),
-     kNoSlots, kFlatStagingSlots.mask(), CheckGraph::kRing},
+     kNoSlots, kFlatStagingSlots.mask(), CheckGraph::kRingHead},
     {Algo::kCompressedRing, "compressed_ring", "every hop decodes, adds and re-encodes", kServesAllreduce, kHostMemory,
      kLossyCodecs, false, Algo::kScatterReduce, compressed_ring_cost, compressed_ring_weighed, compressed_ring_host,
      nullptr, &kFlatSteps, 1, kFlatHostSlots.mask(), kNoSlots, kNoSlots, CheckGraph::kRing},

@@ -1,5 +1,6 @@
 #include "collectives/checks/call_check.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -63,6 +64,8 @@ Status CallCheck::start(transport::Transport& tp, const CallDescriptor& mine, Ch
   unjudged_ = 0;
   active_ = true;
   carries_ = graph == CheckGraph::kDoubling;
+  head_unsent_ = false;
+  head_at_ = nullptr;
   if (size_ > 1) {
     const int prev = (rank_ + size_ - 1) % size_, next = (rank_ + 1) % size_;
     switch (graph) {
@@ -75,6 +78,10 @@ Status CallCheck::start(transport::Transport& tp, const CallDescriptor& mine, Ch
       case CheckGraph::kRing:
         add_in(prev, kOwnMessage);
         add_out(next);
+        break;
+      case CheckGraph::kRingHead:
+        add_in(prev, kHead);
+        head_unsent_ = true;
         break;
       case CheckGraph::kDoubling: {
         add_in(prev, kOwnMessage);
@@ -113,8 +120,10 @@ Status CallCheck::start(transport::Transport& tp, const CallDescriptor& mine, Ch
   for (int r : ins_) {
     const size_t i = static_cast<size_t>(r);
     if (in_[i] != kOwnMessage) continue;
-    GW_RETURN_IF_ERROR(tp.irecv(r, tag(mine.seq), inbox_.data() + i * CallDescriptor::kMaxBytes,
-                                CallDescriptor::kMaxBytes, recvs_[i]));
+    // Any length: r - 1 may be making a dense ring's call, whose first message carries data
+    // behind its descriptor; that descriptor is still read and named.
+    GW_RETURN_IF_ERROR(tp.irecv_head(r, tag(mine.seq), inbox_.data() + i * CallDescriptor::kMaxBytes,
+                                     CallDescriptor::kMaxBytes, recvs_[i]));
   }
   unsent_ = true;
   return Status::ok();
@@ -134,13 +143,66 @@ Status CallCheck::judge_bytes(int peer, const uint8_t* got, size_t len) {
   return invalid_usage("mismatched collective calls: " + describe_mismatch(theirs, peer, mine_, rank_));
 }
 
+Status CallCheck::judge_head(int peer, const uint8_t* got, size_t len, size_t* have) {
+  *have = descriptor_length(got, len);
+  if (*have == 0) {
+    GW_RETURN_IF_ERROR(parse_descriptor(got, len, peer).status());
+    return Status(Code::kRemote, "rank " + std::to_string(peer) + " sent a malformed call descriptor");
+  }
+  return judge_bytes(peer, got, *have);
+}
+
+// r - 1's first message did not fit the room ahead of and behind this rank's first chunk:
+// only a dense ring's first message carries data, so r - 1 made one whose first chunk is
+// longer than this rank's by more than the room.
+Status CallCheck::longer_than_expected(int peer) const {
+  return invalid_usage("mismatched collective calls: rank " + std::to_string(peer) +
+                       " called allreduce algo=ring (its first message of call #" + std::to_string(mine_.seq) +
+                       " is longer than the " + std::to_string(head_room_) +
+                       " bytes this rank's call expects: more elements or a wider dtype), rank " +
+                       std::to_string(rank_) + " called " + describe_call(mine_));
+}
+
 Status CallCheck::judge(int peer) {
   const size_t i = static_cast<size_t>(peer);
-  const transport::Op& op = recvs_[i];
-  if (op.current() == transport::OpState::kFailed) return op.status;
+  transport::Op& op = recvs_[i];
+  if (op.current() == transport::OpState::kFailed) {
+    return transport::is_truncation(op.status) ? longer_than_expected(peer) : op.status;
+  }
   judged_[i] = 1;
   --unjudged_;
-  return judge_bytes(peer, inbox_.data() + i * CallDescriptor::kMaxBytes, op.bytes);
+  size_t have = 0;
+  if (in_[i] == kHead) {
+    GW_RETURN_IF_ERROR(judge_head(peer, head_at_, op.bytes, &have));
+    op.bytes -= have;  // the algorithm sees its data's length
+    return Status::ok();
+  }
+  GW_RETURN_IF_ERROR(judge_head(peer, inbox_.data() + i * CallDescriptor::kMaxBytes,
+                                std::min(op.bytes, CallDescriptor::kMaxBytes), &have));
+  if (have != op.bytes) {
+    return Status(Code::kRemote, "rank " + std::to_string(peer) + " sent " + std::to_string(op.bytes - have) +
+                                     " bytes behind a call descriptor that matches this rank's call (" +
+                                     describe_call(mine_) + "), whose descriptor travels alone");
+  }
+  return Status::ok();
+}
+
+Status CallCheck::send_ring_head(transport::Transport& tp, const void* buf, size_t len, transport::Op& op) {
+  if (!head_unsent_) return internal_error("the call's descriptor was sent ahead of its data twice");
+  head_unsent_ = false;
+  return tp.isend_with_head((rank_ + 1) % size_, tag(mine_.seq), mine_bytes_, mine_len_, buf, len, op);
+}
+
+Result<transport::Op*> CallCheck::recv_ring_head(transport::Transport& tp, void* data, size_t len) {
+  const int prev = (rank_ + size_ - 1) % size_;
+  const size_t i = static_cast<size_t>(prev);
+  if (in_[i] != kHead || head_at_ != nullptr) {
+    return internal_error("rank " + std::to_string(prev) + "'s first message posted twice, or outside graph ring-head");
+  }
+  head_at_ = static_cast<uint8_t*>(data) - mine_len_;
+  head_room_ = mine_len_ + len + CallDescriptor::kMaxBytes;
+  GW_RETURN_IF_ERROR(tp.irecv(prev, tag(mine_.seq), head_at_, head_room_, recvs_[i]));
+  return &recvs_[i];
 }
 
 Status CallCheck::take_carried(int peer, const uint8_t* msg, size_t len, size_t* header) {
@@ -173,7 +235,8 @@ Status CallCheck::poll() {
   if (unjudged_ == 0) return Status::ok();
   for (int r : ins_) {
     const size_t i = static_cast<size_t>(r);
-    if (in_[i] != kOwnMessage || judged_[i] != 0 || !recvs_[i].finished()) continue;
+    const bool own = in_[i] == kOwnMessage || (in_[i] == kHead && head_at_ != nullptr);
+    if (!own || judged_[i] != 0 || !recvs_[i].finished()) continue;
     failure_ = judge(r);
     if (!failure_.is_ok()) return failure_;
   }
@@ -186,6 +249,12 @@ Status CallCheck::require(int peer, transport::Clock::time_point deadline) {
   const size_t i = static_cast<size_t>(peer);
   if (peer < 0 || peer >= size_ || peer == rank_ || judged_[i] != 0) return Status::ok();
   if (in_[i] == kCarried) return Status::ok();  // the algorithm judges it (take_carried)
+  if (in_[i] == kHead && head_at_ == nullptr) {
+    failure_ = internal_error("rank " + std::to_string(peer) +
+                              "'s descriptor rides at the head of its first message (#" + std::to_string(mine_.seq) +
+                              " " + call_kind_name(mine_.kind) + "), whose receive the algorithm never posted");
+    return failure_;
+  }
   if (in_[i] == kNone) {
     failure_ = internal_error("data from rank " + std::to_string(peer) + ", which the check of this call (#" +
                               std::to_string(mine_.seq) + " " + call_kind_name(mine_.kind) + ") does not cover");
@@ -196,7 +265,7 @@ Status CallCheck::require(int peer, transport::Clock::time_point deadline) {
     return Status(Code::kTimeout, "rank " + std::to_string(peer) + " did not start collective #" +
                                       std::to_string(mine_.seq) + " (" + call_kind_name(mine_.kind) + ") in time");
   }
-  failure_ = waited.is_ok() ? judge(peer) : waited;
+  failure_ = waited.is_ok() || recvs_[i].current() == transport::OpState::kFailed ? judge(peer) : waited;
   return failure_;
 }
 
@@ -206,7 +275,7 @@ std::string CallCheck::not_started() const {
   int n = 0;
   for (int r : ins_) {
     const size_t i = static_cast<size_t>(r);
-    if (in_[i] != kOwnMessage || judged_[i] != 0 || recvs_[i].finished()) continue;
+    if (in_[i] == kCarried || judged_[i] != 0 || recvs_[i].finished()) continue;
     ranks += (n++ == 0 ? "" : ", ") + std::to_string(r);
   }
   if (n == 0) return "";
@@ -228,6 +297,11 @@ Status CallCheck::finish(transport::Clock::time_point deadline) {
                                 ") ended without judging the descriptor rank " + std::to_string(r) + " carries");
       return failure_;
     }
+  }
+  if (head_unsent_) {
+    failure_ = internal_error("call #" + std::to_string(mine_.seq) + " (" + call_kind_name(mine_.kind) +
+                              ") ended without sending its descriptor at the head of its first message");
+    return failure_;
   }
   for (int r : outs_) GW_RETURN_IF_ERROR(tp_->wait(sends_[static_cast<size_t>(r)], deadline));
   active_ = false;

@@ -58,9 +58,30 @@ class CallCheck {
   size_t carried_len() const { return carries_ ? mine_len_ : 0; }
   Status take_carried(int peer, const uint8_t* msg, size_t len, size_t* header);
 
+  // The ring edge riding at the head of the algorithm's first data messages (graph
+  // kRingHead): true until the call's first message to r + 1 has been sent with
+  // send_ring_head. An algorithm run twice in a call (or run inside another call, whose
+  // graph is not kRingHead) finds it false and sends plain messages.
+  bool ring_head_pending() const { return head_unsent_; }
+  // The room an algorithm keeps ahead of and behind recv_ring_head's data.
+  static constexpr size_t kHeadRoom = CallDescriptor::kMaxBytes;
+  // Sends [this rank's descriptor | buf] to r + 1 on the check's tag through tp (the
+  // algorithm's transport, which counts what it sends), as op.
+  Status send_ring_head(transport::Transport& tp, const void* buf, size_t len, transport::Op& op);
+  // Posts the receive of r - 1's first message: its descriptor lands just ahead of data,
+  // its data at data (len bytes expected; kHeadRoom bytes ahead of data and behind its len
+  // bytes must be writable, so that a longer message of a mismatched call is still read and
+  // named). Returns the op to wait
+  // on with Context::wait; once that returns OK the descriptor has matched and op.bytes
+  // counts the data alone.
+  Result<transport::Op*> recv_ring_head(transport::Transport& tp, void* data, size_t len);
+
  private:
-  enum Edge : uint8_t { kNone = 0, kOwnMessage = 1, kCarried = 2 };
+  // kHead: r - 1's descriptor heads its first data message, received by the algorithm.
+  enum Edge : uint8_t { kNone = 0, kOwnMessage = 1, kCarried = 2, kHead = 3 };
   Status judge(int peer);
+  Status judge_head(int peer, const uint8_t* got, size_t len, size_t* have);
+  Status longer_than_expected(int peer) const;
   Status judge_bytes(int peer, const uint8_t* got, size_t len);
   Status send();
   void add_in(int peer, Edge how);
@@ -68,8 +89,11 @@ class CallCheck {
 
   transport::Transport* tp_ = nullptr;
   bool active_ = false;
-  bool carries_ = false;  // the graph is kDoubling: partners' descriptors ride in their data
-  bool unsent_ = false;   // this rank's descriptors are still to be sent
+  bool carries_ = false;        // the graph is kDoubling: partners' descriptors ride in their data
+  bool unsent_ = false;         // this rank's descriptors are still to be sent
+  bool head_unsent_ = false;    // kRingHead: this rank's descriptor is still to ride to r + 1
+  uint8_t* head_at_ = nullptr;  // kRingHead: where r - 1's descriptor lands (null: not posted)
+  size_t head_room_ = 0;        // kRingHead: the capacity of that receive
   int rank_ = 0;
   int size_ = 0;
   int unjudged_ = 0;  // of ins_

@@ -53,10 +53,10 @@ std::string algo_text(uint8_t a) {
   return algo_value_known(a) ? algo_name(static_cast<Algo>(a)) : "algo" + std::to_string(a);
 }
 
-// The fields of d that differ from o (all of d's own fields when the collectives differ),
-// as " name=value" pairs.
-std::string fields(const CallDescriptor& d, const CallDescriptor& o) {
-  const bool other_kind = d.kind != o.kind;
+// The fields of d that differ from o (all of d's own fields when the collectives differ, or
+// with all), as " name=value" pairs.
+std::string fields(const CallDescriptor& d, const CallDescriptor& o, bool all = false) {
+  const bool other_kind = all || d.kind != o.kind;
   auto show = [&](bool differs, bool has) { return has && (other_kind || differs); };
   std::string s;
   if (d.seq != o.seq) s += " (call #" + std::to_string(d.seq) + ")";
@@ -177,5 +177,7 @@ std::string describe_mismatch(const CallDescriptor& theirs, int their_rank, cons
   return "rank " + std::to_string(their_rank) + " called " + call_kind_name(theirs.kind) + fields(theirs, mine) +
          ", rank " + std::to_string(my_rank) + " called " + call_kind_name(mine.kind) + fields(mine, theirs);
 }
+
+std::string describe_call(const CallDescriptor& d) { return call_kind_name(d.kind) + fields(d, d, true); }
 
 }  // namespace gw::coll

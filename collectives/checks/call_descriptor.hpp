@@ -71,5 +71,7 @@ Result<CallDescriptor> parse_descriptor(const uint8_t* data, size_t len, int pee
 // Why two different calls do not match: "rank 1 called allreduce count=1001, rank 0 called
 // allreduce count=1000" (only the fields that differ, both sides).
 std::string describe_mismatch(const CallDescriptor& theirs, int their_rank, const CallDescriptor& mine, int my_rank);
+// One call with all its fields: "allreduce count=1000 dtype=float32 op=sum codec=none algo=ring".
+std::string describe_call(const CallDescriptor& d);
 
 }  // namespace gw::coll

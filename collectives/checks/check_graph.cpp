@@ -12,7 +12,9 @@ CheckGraph check_graph(const CallDescriptor& d) {
       const AlgorithmRow* row = find_algorithm(static_cast<Algo>(d.algo));
       if (row == nullptr) return CheckGraph::kAllPeers;
       // No data moves, so none carries a descriptor: the ring edge alone.
-      if (row->check == CheckGraph::kDoubling && d.count == 0) return CheckGraph::kRing;
+      if ((row->check == CheckGraph::kDoubling || row->check == CheckGraph::kRingHead) && d.count == 0) {
+        return CheckGraph::kRing;
+      }
       return row->check;
     }
     case CallKind::kAllgather:

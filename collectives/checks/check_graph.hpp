@@ -9,6 +9,8 @@
 //   kRing      the ring edge alone: algorithms that only receive from r - 1 (ring, compressed
 //              ring, ring all-gather). Every output depends on every rank's input along
 //              checked edges, so one rank's success means every rank made its call.
+//   kRingHead  the ring edge alone, its descriptor riding at the head of the algorithm's first
+//              data message to r + 1 (the dense ring all-reduce: no message of its own).
 //   kDoubling  the ring edge, and recursive doubling's partners, whose descriptor rides at the
 //              head of each data message (CallCheck::carried_bytes).
 //   kPartners  the ring edge, and recursive doubling's partners with messages of their own
@@ -23,7 +25,7 @@ namespace gw::coll {
 
 struct CallDescriptor;
 
-enum class CheckGraph : uint8_t { kAllPeers, kRing, kDoubling, kDissemination, kPartners };
+enum class CheckGraph : uint8_t { kAllPeers, kRing, kDoubling, kDissemination, kPartners, kRingHead };
 
 // The graph of a call, from what every rank states alike (kind, algorithm, device flag).
 CheckGraph check_graph(const CallDescriptor& d);

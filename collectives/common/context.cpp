@@ -27,6 +27,7 @@ Status Context::verify_all_calls() const { return check != nullptr ? check->requ
 
 size_t Context::carried_len() const { return check != nullptr ? check->carried_len() : 0; }
 const uint8_t* Context::carried_bytes() const { return check != nullptr ? check->carried_bytes() : nullptr; }
+bool Context::ring_head_pending() const { return check != nullptr && check->ring_head_pending(); }
 Status Context::take_carried(int peer, const uint8_t* msg, size_t len, size_t* header) const {
   *header = 0;
   if (check == nullptr) return Status::ok();

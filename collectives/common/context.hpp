@@ -103,6 +103,9 @@ struct Context {
   size_t carried_len() const;
   const uint8_t* carried_bytes() const;
   Status take_carried(int peer, const uint8_t* msg, size_t len, size_t* header) const;
+  // Whether this call's first message to r + 1 is still to carry the descriptor at its head
+  // (check graph kRingHead; CallCheck::send_ring_head and recv_ring_head).
+  bool ring_head_pending() const;
 };
 
 // Balanced split of n elements into parts: part j is [start(j), start(j + 1)).

@@ -21,8 +21,15 @@ class SubgroupTransport final : public transport::ForwardingTransport {
   Status isend(int peer, uint64_t tag, const void* buf, size_t len, transport::Op& op) override {
     return inner_.isend(members_[static_cast<size_t>(peer)], tag, buf, len, op);
   }
+  Status isend_with_head(int peer, uint64_t tag, const void* head, size_t head_len, const void* buf, size_t len,
+                         transport::Op& op) override {
+    return inner_.isend_with_head(members_[static_cast<size_t>(peer)], tag, head, head_len, buf, len, op);
+  }
   Status irecv(int peer, uint64_t tag, void* buf, size_t cap, transport::Op& op) override {
     return inner_.irecv(members_[static_cast<size_t>(peer)], tag, buf, cap, op);
+  }
+  Status irecv_head(int peer, uint64_t tag, void* buf, size_t cap, transport::Op& op) override {
+    return inner_.irecv_head(members_[static_cast<size_t>(peer)], tag, buf, cap, op);
   }
 
  private:

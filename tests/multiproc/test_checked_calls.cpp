@@ -363,7 +363,9 @@ enum class Mis {
   kDenseAlgo,
   kHalvingAlgo,
   kSparseAlgo,
-  kRabenseifnerAlgo
+  kRabenseifnerAlgo,
+  kRingCounts,
+  kLargeRingVsRabenseifner
 };
 const char* mis_name(Mis m) {
   switch (m) {
@@ -379,6 +381,8 @@ const char* mis_name(Mis m) {
     case Mis::kHalvingAlgo: return "HalvingDoublingVsScatterReduce";
     case Mis::kSparseAlgo: return "SparseDoublingVsSparseAllgather";
     case Mis::kRabenseifnerAlgo: return "RabenseifnerVsRing";
+    case Mis::kRingCounts: return "RingCount100000vs50000";
+    case Mis::kLargeRingVsRabenseifner: return "LargeRingVsRabenseifner";
   }
   return "?";
 }
@@ -387,7 +391,8 @@ const char* mis_name(Mis m) {
 enum { kInit = 0, kControl = 1, kControl2 = 2, kMismatch = 3, kNext = 4 };
 enum { kControlRight = 0, kAsyncAfter = 1, kPolicyQsgd = 2, kLastAlgo = 3, kPolicyTopk = 4 };
 
-constexpr size_t kCompressedCount = 100000;  // 400 KB: past the dense threshold, so codecs run
+constexpr size_t kCompressedCount = 100000;      // 400 KB: past the dense threshold, so codecs run
+constexpr size_t kLargeCount = size_t{4} << 20;  // 16 MiB of floats
 const uint16_t kHalfOf[6] = {0, 0x3C00, 0x4000, 0x4200, 0x4400, 0x4500};  // fp16 0.0 .. 5.0
 
 bool near(const std::vector<float>& y, size_t count, float want) {
@@ -524,6 +529,26 @@ void mismatch_child(Mis m, int odd, Child& c) {
                                me_odd ? GW_ALGO_RABENSEIFNER : GW_ALGO_RING);
       });
       break;
+    case Mis::kRingCounts:
+      // Both dense rings, whose first chunks (which carry the descriptor) differ by more than
+      // the room a receiver keeps: the odd rank cannot read its neighbour's first message.
+      right = timed(rep, kControl, [&] { return allreduce(1000, GW_SUM); }) == GW_SUCCESS && sum_ok(y, 1000, np);
+      timed(rep, kMismatch, [&] {
+        return gw_allreduce_ex(comm, x.data(), y.data(), me_odd ? kCompressedCount / 2 : kCompressedCount, GW_FLOAT32,
+                               GW_SUM, nullptr, nullptr, GW_ALGO_RING);
+      });
+      break;
+    case Mis::kLargeRingVsRabenseifner: {
+      // 16 MiB in chunks of 8 MiB (GW_CHUNK_BYTES): the ring's first message, which carries
+      // its descriptor, goes by UCX's rendezvous, and the other side reads its head anyway.
+      std::vector<float> big(kLargeCount, 1.0f), out(kLargeCount);
+      right = timed(rep, kControl, [&] { return allreduce(1000, GW_SUM); }) == GW_SUCCESS && sum_ok(y, 1000, np);
+      timed(rep, kMismatch, [&] {
+        return gw_allreduce_ex(comm, big.data(), out.data(), kLargeCount, GW_FLOAT32, GW_SUM, nullptr, nullptr,
+                               me_odd ? GW_ALGO_RABENSEIFNER : GW_ALGO_RING);
+      });
+      break;
+    }
     case Mis::kBarrierBroadcast:
       right = timed(rep, kControl, [&] { return gw_barrier(comm); }) == GW_SUCCESS;
       right = right && timed(rep, kControl2, [&] { return bcast(64, 0); }) == GW_SUCCESS && bcast_ok(64);
@@ -561,6 +586,13 @@ std::pair<std::string, std::string> expected_side(Mis m, int r, int odd) {
     case Mis::kHalvingAlgo: return {"allreduce", o ? " algo=halving_doubling" : " algo=scatter_reduce"};
     case Mis::kSparseAlgo: return {"allreduce", o ? " algo=sparse_doubling" : " algo=sparse_allgather"};
     case Mis::kRabenseifnerAlgo: return {"allreduce", o ? " algo=rabenseifner" : " algo=ring"};
+    case Mis::kLargeRingVsRabenseifner: return {"allreduce", o ? " algo=rabenseifner" : " algo=ring"};
+    case Mis::kRingCounts:
+      // Found from the odd rank's smaller message, only the counts; by the odd rank, its own
+      // call in full and what its neighbour's too long first message says.
+      return {"allreduce", o ? "( count=50000| count=50000 dtype=float32 op=sum codec=none algo=ring)"
+                             : R"(( count=100000| algo=ring \(its first message of call #\d+ is longer than the \d+ )"
+                               R"(bytes this rank's call expects: more elements or a wider dtype\)))"};
   }
   return {"?", "?"};
 }
@@ -578,6 +610,7 @@ TEST_P(Mismatch, EveryRankFailsWithInvalidUsageNamingBothSides) {
   opt.np = np;
   opt.tls = tls;
   opt.env = {{"GW_TUNE", "0"}};
+  if (m == Mis::kLargeRingVsRabenseifner) opt.env.push_back({"GW_CHUNK_BYTES", "8388608"});
   const auto rs = run_job(opt, [&](Child& c) { mismatch_child(m, odd, c); });
   expect_clean(rs);
   const std::regex shape(R"(mismatched collective calls: rank (\d+) called (\w+)(.*), rank (\d+) called (\w+)(.*)$)");
@@ -648,7 +681,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values("tcp", "sm"), ::testing::Values(2, 3, 5),
                        ::testing::Values(Mis::kCount, Mis::kCountFp16, Mis::kOp, Mis::kAlgo, Mis::kCodec, Mis::kRoot,
                                          Mis::kKind, Mis::kBarrierBroadcast, Mis::kDenseAlgo, Mis::kHalvingAlgo,
-                                         Mis::kSparseAlgo, Mis::kRabenseifnerAlgo)),
+                                         Mis::kSparseAlgo, Mis::kRabenseifnerAlgo, Mis::kRingCounts,
+                                         Mis::kLargeRingVsRabenseifner)),
     [](const ::testing::TestParamInfo<std::tuple<std::string, int, Mis>>& i) {
       return std::get<0>(i.param) + "_np" + std::to_string(std::get<1>(i.param)) + "_" + mis_name(std::get<2>(i.param));
     });

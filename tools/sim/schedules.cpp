@@ -657,8 +657,8 @@ class CheckedSchedule : public Schedule {
   Op op(int r, int lane, uint64_t pc) const override {
     if (lane < lane_) return inner_->op(r, lane, pc);
     const int p = ranks();
-    if (p == 1) return Op::end();
-    if (graph_ == coll::CheckGraph::kAllPeers) {  // every other rank, both ways
+    if (p == 1 || graph_ == coll::CheckGraph::kRingHead) return Op::end();  // it rides in the data
+    if (graph_ == coll::CheckGraph::kAllPeers) {                            // every other rank, both ways
       const uint64_t q = static_cast<uint64_t>(p - 1);
       if (pc < q) return Op::send((r + 1 + static_cast<int>(pc)) % p, bytes_, lane_);
       if (pc < 2 * q) return Op::recv((r + 1 + static_cast<int>(pc - q)) % p);

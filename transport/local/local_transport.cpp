@@ -1,5 +1,6 @@
 #include "transport/local/local_transport.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -15,7 +16,10 @@ struct Posted {
   uint64_t tag;
   const void* send_buf;
   void* recv_buf;
-  size_t len;  // send length or receive capacity
+  size_t len;                  // send length (head included) or receive capacity
+  const void* head = nullptr;  // a send's first head_len bytes (isend_with_head)
+  size_t head_len = 0;
+  bool any_length = false;  // a receive that keeps the first len bytes of any message (irecv_head)
 };
 
 }  // namespace
@@ -77,14 +81,18 @@ class LocalFabric {
   }
 
   static void complete(const Posted& send, const Posted& recv) {
-    if (send.len > recv.len) {
+    if (send.len > recv.len && !recv.any_length) {
       const Status s(Code::kRemote, "message truncated: " + std::to_string(send.len) +
                                         " bytes sent, receive buffer holds " + std::to_string(recv.len));
       finish(*send.op, s);
       finish(*recv.op, s);
       return;
     }
-    if (send.len > 0) std::memcpy(recv.recv_buf, send.send_buf, send.len);
+    auto* to = static_cast<unsigned char*>(recv.recv_buf);
+    const size_t keep = std::min(send.len, recv.len);
+    const size_t from_head = std::min(keep, send.head_len);
+    if (from_head > 0) std::memcpy(to, send.head, from_head);
+    if (keep > from_head) std::memcpy(to + from_head, send.send_buf, keep - from_head);
     send.op->bytes = send.len;
     recv.op->bytes = send.len;
     finish(*send.op, Status::ok());
@@ -113,9 +121,20 @@ class LocalTransport final : public Transport {
     GW_RETURN_IF_ERROR(prepare(peer, op, false));
     return fabric_->post(rank_, peer, false, Posted{&op, tag & kTagMask, buf, nullptr, len});
   }
+  Status isend_with_head(int peer, uint64_t tag, const void* head, size_t head_len, const void* buf, size_t len,
+                         Op& op) override {
+    GW_RETURN_IF_ERROR(prepare(peer, op, false));
+    return fabric_->post(rank_, peer, false, Posted{&op, tag & kTagMask, buf, nullptr, head_len + len, head, head_len});
+  }
   Status irecv(int peer, uint64_t tag, void* buf, size_t cap, Op& op) override {
     GW_RETURN_IF_ERROR(prepare(peer, op, true));
     return fabric_->post(peer, rank_, true, Posted{&op, tag & kTagMask, nullptr, buf, cap});
+  }
+  Status irecv_head(int peer, uint64_t tag, void* buf, size_t cap, Op& op) override {
+    GW_RETURN_IF_ERROR(prepare(peer, op, true));
+    Posted p{&op, tag & kTagMask, nullptr, buf, cap};
+    p.any_length = true;
+    return fabric_->post(peer, rank_, true, p);
   }
   bool progress() override { return false; }
   void wait_for_events(Clock::time_point deadline) override { fabric_->wait_for_events(deadline); }

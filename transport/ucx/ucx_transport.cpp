@@ -47,6 +47,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <mutex>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -317,6 +318,33 @@ class UcxTransportImpl final : public UcxTransport {
     return adopt(req, op, len);
   }
 
+  Status isend_with_head(int peer, uint64_t tag, const void* head, size_t head_len, const void* buf, size_t len,
+                         Op& op) override {
+    std::lock_guard<std::mutex> lock(drive_mu_);
+    GW_RETURN_IF_ERROR(prepare(peer, op, false));
+    if (peers_[static_cast<size_t>(peer)].said_bye) {
+      finish(op,
+             Status(Code::kRemote, "send to rank " + std::to_string(peer) + ": that rank has closed its transport"));
+      return op.status;
+    }
+    op.bytes = head_len + len;
+    // UCX reads the gather list until the send completes: it lives in the op.
+    static_assert(sizeof(op.gather) >= 2 * sizeof(ucp_dt_iov_t), "Op::gather holds a two-piece iov");
+    auto* iov = new (op.gather) ucp_dt_iov_t[2];
+    iov[0] = {const_cast<void*>(head), head_len};
+    iov[1] = {const_cast<void*>(buf), len};
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+    p.cb.send = &UcxTransportImpl::on_send;
+    p.user_data = &op;
+    p.datatype = ucp_dt_make_iov();
+    void* req = ucp_tag_send_nbx(eps_[static_cast<size_t>(peer)], iov, 2, make_tag(rank_, tag), &p);
+    GW_TRACE(kTransport, "ucx: isend to %d tag %llu len %zu + %zu -> %s", peer,
+             static_cast<unsigned long long>(tag & kTagMask), head_len, len,
+             req == nullptr ? "done" : (UCS_PTR_IS_ERR(req) ? "error" : "pending"));
+    return adopt(req, op, head_len + len);
+  }
+
   Status irecv(int peer, uint64_t tag, void* buf, size_t cap, Op& op) override {
     std::lock_guard<std::mutex> lock(drive_mu_);
     GW_RETURN_IF_ERROR(prepare(peer, op, true));
@@ -330,6 +358,24 @@ class UcxTransportImpl final : public UcxTransport {
     GW_TRACE(kTransport, "ucx: irecv from %d tag %llu cap %zu -> %s", peer,
              static_cast<unsigned long long>(tag & kTagMask), cap,
              req == nullptr ? "done" : (UCS_PTR_IS_ERR(req) ? "error" : "posted"));
+    return adopt(req, op, 0);
+  }
+
+  Status irecv_head(int peer, uint64_t tag, void* buf, size_t cap, Op& op) override {
+    std::lock_guard<std::mutex> lock(drive_mu_);
+    GW_RETURN_IF_ERROR(prepare(peer, op, true));
+    // A generic datatype that claims room for any message and keeps only its first cap bytes
+    // (HeadSink); UCX reports the whole length.
+    static_assert(sizeof(op.gather) >= sizeof(HeadSink), "Op::gather holds a HeadSink");
+    auto* sink = new (op.gather) HeadSink{static_cast<uint8_t*>(buf), cap};
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL |
+                     UCP_OP_ATTR_FIELD_DATATYPE;
+    p.cb.recv = &UcxTransportImpl::on_recv;
+    p.user_data = &op;
+    p.datatype = head_sink_datatype();
+    if (p.datatype == 0) return internal_error("ucx transport: could not create the head-sink datatype");
+    void* req = ucp_tag_recv_nbx(worker_, sink, 1, make_tag(peer, tag), ~ucp_tag_t{0}, &p);
     return adopt(req, op, 0);
   }
 
@@ -702,6 +748,31 @@ class UcxTransportImpl final : public UcxTransport {
   }
 
   static void on_send(void* request, ucs_status_t status, void* user_data) { complete(request, status, 0, user_data); }
+
+  // irecv_head's receive: the first cap bytes of a message of any length.
+  struct HeadSink {
+    uint8_t* buf;
+    size_t cap;
+  };
+  static void* sink_start_pack(void*, const void*, size_t) { return nullptr; }  // never sent
+  static void* sink_start_unpack(void*, void* buffer, size_t) { return buffer; }
+  static size_t sink_packed_size(void*) { return size_t{1} << 62; }  // never "truncated"
+  static size_t sink_pack(void*, size_t, void*, size_t) { return 0; }
+  static ucs_status_t sink_unpack(void* state, size_t offset, const void* src, size_t length) {
+    const auto* sink = static_cast<const HeadSink*>(state);
+    if (offset < sink->cap) std::memcpy(sink->buf + offset, src, std::min(length, sink->cap - offset));
+    return UCS_OK;
+  }
+  static void sink_finish(void*) {}
+  static ucp_datatype_t head_sink_datatype() {
+    static const ucp_datatype_t dt = [] {
+      static const ucp_generic_dt_ops_t ops{&sink_start_pack, &sink_start_unpack, &sink_packed_size,
+                                            &sink_pack,       &sink_unpack,       &sink_finish};
+      ucp_datatype_t made = 0;
+      return ucp_dt_create_generic(&ops, nullptr, &made) == UCS_OK ? made : ucp_datatype_t{0};
+    }();
+    return dt;
+  }
 
   static void on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
     complete(request, status, info != nullptr ? info->length : 0, user_data);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "collectives/algorithms/host/algorithms.hpp"
+#include "collectives/checks/call_check.hpp"
 #include "collectives/common/reduce.hpp"
 
 namespace gw::coll {
@@ -28,7 +29,12 @@ Status ring_allreduce(Context& c, const void* send, void* recv, size_t n, DType 
   auto send_seg = [&](int s) { return s < rs_steps ? c.wrap(c.rank - s) : c.wrap(c.rank + 1 - (s - rs_steps)); };
   auto recv_seg = [&](int s) { return s < rs_steps ? c.wrap(c.rank - s - 1) : c.wrap(c.rank - (s - rs_steps)); };
 
-  uint8_t* tmp[2] = {c.scratch.bytes.get<uint8_t>(0, part.length(0) * es),
+  // The call's descriptor rides at the head of step 0's first chunk (check graph kRingHead):
+  // r - 1's lands in the room ahead of tmp[0], and a longer message of a mismatched call in
+  // the room behind it.
+  const bool head = c.ring_head_pending();
+  constexpr size_t kRoom = CallCheck::kHeadRoom;
+  uint8_t* tmp[2] = {c.scratch.bytes.get<uint8_t>(0, kRoom + part.length(0) * es + kRoom) + kRoom,
                      c.scratch.bytes.get<uint8_t>(1, part.length(0) * es)};
   transport::Op* sends = c.scratch.sends.get(static_cast<size_t>(steps) * max_chunks);
   transport::Op* recvs = c.scratch.recvs.get(static_cast<size_t>(steps) * max_chunks);
@@ -40,9 +46,23 @@ Status ring_allreduce(Context& c, const void* send, void* recv, size_t n, DType 
     const uint64_t off = chunks.offset(k) * es;
     return s < rs_steps ? tmp[s % 2] + off : data + part.start(static_cast<uint64_t>(recv_seg(s))) * es + off;
   };
+  // Step 0's chunks; with the descriptor riding, at least one (an empty segment, n < p,
+  // still sends and receives a message that carries it).
+  auto nchunks = [&](int s, uint64_t len) -> uint32_t {
+    const uint32_t k = chunks.count(len);
+    return s == 0 && head && k == 0 ? 1 : k;
+  };
+  transport::Op* first = nullptr;  // r - 1's first message, when it carries its descriptor
+  auto recv_op = [&](int s, uint32_t k) -> transport::Op& {
+    return s == 0 && k == 0 && first != nullptr ? *first : op_at(recvs, s, k);
+  };
   auto post_recvs = [&](int s) -> Status {
     const uint64_t len = part.length(static_cast<uint64_t>(recv_seg(s)));
-    for (uint32_t k = 0; k < chunks.count(len); ++k) {
+    for (uint32_t k = 0; k < nchunks(s, len); ++k) {
+      if (s == 0 && k == 0 && head) {
+        GW_ASSIGN_OR_RETURN(first, c.check->recv_ring_head(c.tp, recv_dst(0, 0), chunks.length(len, 0) * es));
+        continue;
+      }
       GW_RETURN_IF_ERROR(c.tp.irecv(c.prev(), c.tag(static_cast<uint32_t>(s), k), recv_dst(s, k),
                                     chunks.length(len, k) * es, op_at(recvs, s, k)));
     }
@@ -51,17 +71,20 @@ Status ring_allreduce(Context& c, const void* send, void* recv, size_t n, DType 
   auto post_send = [&](int s, uint32_t k) -> Status {
     const uint64_t seg = static_cast<uint64_t>(send_seg(s));
     const uint64_t len = part.length(seg);
-    return c.tp.isend(c.next(), c.tag(static_cast<uint32_t>(s), k), data + (part.start(seg) + chunks.offset(k)) * es,
-                      chunks.length(len, k) * es, op_at(sends, s, k));
+    const uint8_t* from = data + (part.start(seg) + chunks.offset(k)) * es;
+    if (s == 0 && k == 0 && head)
+      return c.check->send_ring_head(c.tp, from, chunks.length(len, k) * es, op_at(sends, s, k));
+    return c.tp.isend(c.next(), c.tag(static_cast<uint32_t>(s), k), from, chunks.length(len, k) * es,
+                      op_at(sends, s, k));
   };
   auto wait_sends = [&](int s) -> Status {
-    const uint32_t nk = chunks.count(part.length(static_cast<uint64_t>(send_seg(s))));
+    const uint32_t nk = nchunks(s, part.length(static_cast<uint64_t>(send_seg(s))));
     for (uint32_t k = 0; k < nk; ++k) GW_RETURN_IF_ERROR(c.wait(op_at(sends, s, k)));
     return Status::ok();
   };
 
   GW_RETURN_IF_ERROR(post_recvs(0));
-  for (uint32_t k = 0; k < chunks.count(part.length(static_cast<uint64_t>(send_seg(0)))); ++k) {
+  for (uint32_t k = 0; k < nchunks(0, part.length(static_cast<uint64_t>(send_seg(0)))); ++k) {
     GW_RETURN_IF_ERROR(post_send(0, k));
   }
   for (int s = 0; s < steps; ++s) {
@@ -73,8 +96,8 @@ Status ring_allreduce(Context& c, const void* send, void* recv, size_t n, DType 
     }
     const uint64_t seg = static_cast<uint64_t>(recv_seg(s));
     const uint64_t len = part.length(seg);
-    for (uint32_t k = 0; k < chunks.count(len); ++k) {
-      transport::Op& got = op_at(recvs, s, k);
+    for (uint32_t k = 0; k < nchunks(s, len); ++k) {
+      transport::Op& got = recv_op(s, k);
       GW_RETURN_IF_ERROR(c.wait(got));
       if (got.bytes != chunks.length(len, k) * es) {
         return Status(Code::kRemote, "rank " + std::to_string(c.prev()) + " sent " + std::to_string(got.bytes) +
@@ -87,7 +110,7 @@ Status ring_allreduce(Context& c, const void* send, void* recv, size_t n, DType 
         reduce_into(mine, recv_dst(s, k), chunks.length(len, k), dtype, op);
         if (s == rs_steps - 1 && op == ReduceOp::kAvg) divide(mine, chunks.length(len, k), dtype, p);
       }
-      if (s + 1 < steps) GW_RETURN_IF_ERROR(post_send(s + 1, k));
+      if (s + 1 < steps && k < chunks.count(len)) GW_RETURN_IF_ERROR(post_send(s + 1, k));
     }
   }
   for (int s = 0; s < steps; ++s) GW_RETURN_IF_ERROR(wait_sends(s));
