@@ -76,7 +76,8 @@ std::vector<Outcome> one_call(int p, CheckGraph graph, int odd) {
       // (16 from the odd rank, whose call has more elements), and r - 1's ahead of its.
       transport::Op head_send;
       if (s.is_ok() && graph == CheckGraph::kRingHead) {
-        const uint8_t data[16] = {};
+        // Both outlive the posts: a failed rank leaves its send posted until the abort below.
+        static thread_local const uint8_t data[16] = {};
         static thread_local uint8_t room[2 * CallCheck::kHeadRoom + 16];
         auto got = check.recv_ring_head(tp, room + CallCheck::kHeadRoom, 8);
         s = got.status();
