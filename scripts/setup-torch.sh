@@ -26,6 +26,12 @@ if ! "$py" -c 'import sys, torch, numpy, pytest, expecttest; sys.exit(int(torch.
   # expecttest: torch's own distributed test suite (tests/torch_suite) imports it.
   "$py" -m pip install --quiet --disable-pip-version-check "$spec" numpy pytest expecttest
 fi
+# torchft (fault-tolerant training; gradwire.torchft's process group and its tests), without
+# letting it move torch: its wheel requires only torch>=2.7.
+if ! "$py" -c 'import torchft' >/dev/null 2>&1; then
+  "$py" -m pip install --quiet --disable-pip-version-check torchft "$spec" ||
+    echo "setup-torch: torchft did not install; gradwire.torchft's tests will skip" >&2
+fi
 echo "setup-torch: $("$py" -c 'import torch; print("torch", torch.__version__)') in $venv"
 "$root/scripts/build-torch-backend.sh" "$py"
 # Debian's torch 1.13 too (the same source), when its C++ headers are installed (libtorch-dev).

@@ -185,7 +185,12 @@ Algo Communicator::Impl::inter_algo(Algo flat, size_t count, DType dtype, const 
   return coll::dense_algorithm(a) ? Algo::kRing : a;
 }
 int Communicator::size() const { return impl_->tp->size(); }
-Status Communicator::error() const { return impl_->broken_status(); }
+// Broken by a call, or, while idle, by what the progress thread heard: a peer's last words (it
+// aborted, or its call failed), a peer's death seen by the process watch.
+Status Communicator::error() const {
+  const Status broken = impl_->broken_status();
+  return broken.is_ok() ? impl_->tp->error() : broken;
+}
 
 void Communicator::abort(const std::string& why) {
   impl_->break_with(Status(Code::kAborted, "communicator aborted: " + why));

@@ -113,7 +113,8 @@ class GW_API Communicator {
   int node() const;
   int local_rank() const;
   int local_size() const;
-  // The sticky error that broke this communicator, or OK.
+  // The sticky error that broke this communicator, or OK: a failed call, or while idle what the
+  // transport heard (a peer aborted or broke and said so, a peer on this host died).
   Status error() const;
   // Fails every pending and future operation; callable from any thread.
   void abort(const std::string& why);

@@ -299,7 +299,9 @@ GW_API gw_result_t gw_comm_size(gw_comm_t comm, int* size);
  * order) and how many ranks its node holds. No pointer may be NULL. */
 GW_API gw_result_t gw_comm_topology(gw_comm_t comm, int* node_count, int* node, int* local_rank, int* local_size);
 /* GW_SUCCESS while healthy; else the error that broke the communicator (a dead peer, a
- * timeout, an abort). A broken communicator fails every call: destroy it. */
+ * timeout, an abort), found by a call or, while the communicator is idle, by its progress
+ * thread (a peer that aborted or broke tells this rank within milliseconds; a dead peer on
+ * this host is seen within ~20 ms). A broken communicator fails every call: destroy it. */
 GW_API gw_result_t gw_comm_get_async_error(gw_comm_t comm, gw_result_t* error);
 
 /* What a communicator's collectives did since it was created or its stats were reset; for

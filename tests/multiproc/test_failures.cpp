@@ -121,8 +121,19 @@ TEST(Failures, AbortFromAnotherThreadEndsAWaitOnAPeer) {
     auto comm = join(id, rank, 2, milliseconds(30000));
     if (!comm.is_ok()) return kInitFailed;
     if (rank == 1) {
-      sleep(3);  // never joins the collective; exits after rank 0 has given up
-      return kOk;
+      // Never joins the collective. Idle, it still learns of rank 0's abort from its last
+      // words (the idle progress thread drives the transport): the asynchronous error, at once.
+      const auto start = std::chrono::steady_clock::now();
+      Status heard;
+      while (heard.is_ok() && std::chrono::steady_clock::now() - start < seconds(5)) {
+        heard = (*comm)->error();
+        std::this_thread::sleep_for(milliseconds(10));
+      }
+      if (heard.is_ok()) return kNotBroken;
+      if (heard.code() != Code::kRemote || heard.message().find("stopped the job: aborted") == std::string::npos) {
+        return kWrongCode;
+      }
+      return std::chrono::steady_clock::now() - start < seconds(2) ? kOk : kTooSlow;
     }
     Communicator* c = comm->get();
     std::thread aborter([c] {

@@ -300,49 +300,21 @@ class UcxTransportImpl final : public UcxTransport {
 
   Status isend(int peer, uint64_t tag, const void* buf, size_t len, Op& op) override {
     std::lock_guard<std::mutex> lock(drive_mu_);
-    GW_RETURN_IF_ERROR(prepare(peer, op, false));
-    if (peers_[static_cast<size_t>(peer)].said_bye) {
-      finish(op,
-             Status(Code::kRemote, "send to rank " + std::to_string(peer) + ": that rank has closed its transport"));
-      return op.status;
-    }
-    op.bytes = len;
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.send = &UcxTransportImpl::on_send;
-    p.user_data = &op;
-    void* req = ucp_tag_send_nbx(eps_[static_cast<size_t>(peer)], buf, len, make_tag(rank_, tag), &p);
-    GW_TRACE(kTransport, "ucx: isend to %d tag %llu len %zu -> %s", peer,
-             static_cast<unsigned long long>(tag & kTagMask), len,
-             req == nullptr ? "done" : (UCS_PTR_IS_ERR(req) ? "error" : "pending"));
-    return adopt(req, op, len);
+    GW_RETURN_IF_ERROR(prepare_send(peer, op));
+    return post_send(peer, tag, buf, len, len, nullptr, op);
   }
 
   Status isend_with_head(int peer, uint64_t tag, const void* head, size_t head_len, const void* buf, size_t len,
                          Op& op) override {
     std::lock_guard<std::mutex> lock(drive_mu_);
-    GW_RETURN_IF_ERROR(prepare(peer, op, false));
-    if (peers_[static_cast<size_t>(peer)].said_bye) {
-      finish(op,
-             Status(Code::kRemote, "send to rank " + std::to_string(peer) + ": that rank has closed its transport"));
-      return op.status;
-    }
-    op.bytes = head_len + len;
+    GW_RETURN_IF_ERROR(prepare_send(peer, op));
     // UCX reads the gather list until the send completes: it lives in the op.
     static_assert(sizeof(op.gather) >= 2 * sizeof(ucp_dt_iov_t), "Op::gather holds a two-piece iov");
     auto* iov = new (op.gather) ucp_dt_iov_t[2];
     iov[0] = {const_cast<void*>(head), head_len};
     iov[1] = {const_cast<void*>(buf), len};
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-    p.cb.send = &UcxTransportImpl::on_send;
-    p.user_data = &op;
-    p.datatype = ucp_dt_make_iov();
-    void* req = ucp_tag_send_nbx(eps_[static_cast<size_t>(peer)], iov, 2, make_tag(rank_, tag), &p);
-    GW_TRACE(kTransport, "ucx: isend to %d tag %llu len %zu + %zu -> %s", peer,
-             static_cast<unsigned long long>(tag & kTagMask), head_len, len,
-             req == nullptr ? "done" : (UCS_PTR_IS_ERR(req) ? "error" : "pending"));
-    return adopt(req, op, head_len + len);
+    const ucp_datatype_t dt = ucp_dt_make_iov();
+    return post_send(peer, tag, iov, 2, head_len + len, &dt, op);
   }
 
   Status irecv(int peer, uint64_t tag, void* buf, size_t cap, Op& op) override {
@@ -679,6 +651,37 @@ class UcxTransportImpl final : public UcxTransport {
     op.prev = op.next = nullptr;
     op.state.store(static_cast<int>(OpState::kPending), std::memory_order_release);
     return Status::ok();
+  }
+
+  // prepare() for a send, which also fails at once toward a peer that has said goodbye.
+  Status prepare_send(int peer, Op& op) {
+    GW_RETURN_IF_ERROR(prepare(peer, op, false));
+    if (peers_[static_cast<size_t>(peer)].said_bye) {
+      finish(op,
+             Status(Code::kRemote, "send to rank " + std::to_string(peer) + ": that rank has closed its transport"));
+      return op.status;
+    }
+    return Status::ok();
+  }
+
+  // Posts a prepared send of count items at buffer (bytes in all) in datatype *dt (null:
+  // contiguous bytes). drive_mu_ held.
+  Status post_send(int peer, uint64_t tag, const void* buffer, size_t count, size_t bytes, const ucp_datatype_t* dt,
+                   Op& op) {
+    op.bytes = bytes;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = &UcxTransportImpl::on_send;
+    p.user_data = &op;
+    if (dt != nullptr) {
+      p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+      p.datatype = *dt;
+    }
+    void* req = ucp_tag_send_nbx(eps_[static_cast<size_t>(peer)], buffer, count, make_tag(rank_, tag), &p);
+    GW_TRACE(kTransport, "ucx: isend to %d tag %llu len %zu -> %s", peer,
+             static_cast<unsigned long long>(tag & kTagMask), bytes,
+             req == nullptr ? "done" : (UCS_PTR_IS_ERR(req) ? "error" : "pending"));
+    return adopt(req, op, bytes);
   }
 
   // Triage of what a *_nbx call returned.
