@@ -231,6 +231,13 @@ class GradwireWork : public c10d::Work {
                   own ? "the group's timeout" : "the timeout given to wait", "); it is still pending");
     }
     if (exception_) std::rethrow_exception(exception_);
+    lock.unlock();
+    // And the Future, marked completed right after (complete()): a caller that attaches
+    // then() once wait() returned must find it completed, so that its callback runs at once,
+    // on its own thread (torchft's managed works rely on that; a callback run later on the
+    // completion thread races their chaining). Inside a callback of this Future it is already
+    // marked completed, so this does not wait.
+    future_->wait();
     return true;
   }
 

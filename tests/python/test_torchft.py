@@ -114,6 +114,57 @@ def scenario_abort(rank, n, port, out):
     return seen
 
 
+def replica_main(argv):
+    """One torchft replica group of one rank: Manager over ProcessGroupGradwire, torchft's DDP and
+    optimizer wrapper, a small model trained to `steps` committed steps. Writes its progress
+    (the committed step) as it goes and, at the end, its parameters' sum and what it saw."""
+    replica_id, lighthouse, store_port, out, steps = int(argv[0]), argv[1], int(argv[2]), argv[3], int(argv[4])
+    from datetime import timedelta
+
+    import torch
+    import torch.nn as nn
+    from torch.distributed import TCPStore
+    from torchft import DistributedDataParallel, Manager
+    from torchft import Optimizer as OptimizerWrapper
+
+    from gradwire.torchft import ProcessGroupGradwire
+
+    store = TCPStore("127.0.0.1", store_port, is_master=True, wait_for_workers=False)  # noqa: F841 - kept alive
+    torch.manual_seed(42)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def load_state_dict(sd):
+        model.load_state_dict(sd["model"])
+        opt.load_state_dict(sd["optim"])
+
+    def state_dict():
+        return {"model": model.state_dict(), "optim": opt.state_dict()}
+
+    manager = Manager(pg=ProcessGroupGradwire(timeout=timedelta(seconds=10)), min_replica_size=1,
+                      load_state_dict=load_state_dict, state_dict=state_dict, replica_id=str(replica_id),
+                      store_addr="127.0.0.1", store_port=store_port, rank=0, world_size=1,
+                      lighthouse_addr=lighthouse, port=0, timeout=timedelta(seconds=10))
+    ddp = DistributedDataParallel(manager, model)
+    wrapped = OptimizerWrapper(manager, opt)
+    torch.manual_seed(1000 + replica_id + os.getpid())
+    seen = []
+    while manager.current_step() < steps:
+        x, y = torch.randn(32, 8), torch.randint(4, (32,))
+        wrapped.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        wrapped.step()
+        seen.append([time.time(), manager.current_step(), manager.num_participants()])
+        with open(out + ".step.tmp", "w") as f:
+            f.write(str(manager.current_step()))
+        os.replace(out + ".step.tmp", out + ".step")
+        time.sleep(0.02)
+    psum = sum(float(p.detach().double().sum()) for p in model.parameters())
+    with open(out, "w") as f:
+        json.dump({"step": manager.current_step(), "psum": psum, "seen": seen}, f)
+    manager.shutdown(wait=False)
+
+
 def worker_main(argv):
     scenario, rank, n, port, out = argv[0], int(argv[1]), int(argv[2]), int(argv[3]), argv[4]
     result = {"rank": rank}
@@ -199,5 +250,86 @@ def test_abort_fails_pending_work_at_once_and_the_peer_sees_it():
     assert res[0]["after"] == 2.0 and res[1]["after"] == 2.0, res
 
 
+def test_a_replica_killed_mid_training_is_survived_and_heals():
+    """torchft's lighthouse and two replica groups, each a Manager over ProcessGroupGradwire:
+    replica 1 is SIGKILLed at step 10 and restarted. Replica 0 keeps committing steps alone,
+    replica 1 heals from it, and both end with the same parameters."""
+    import signal
+
+    import pytest
+    why = _skip_reason()
+    if why:
+        pytest.skip(why)
+    sys.path.insert(0, PYDIR)
+    sys.path.insert(0, HERE)
+    from ranks import free_ports
+    from torchft._torchft import LighthouseServer
+    steps = 80
+    out = tempfile.mkdtemp(prefix="gw-torchft-kill-")
+    ports = free_ports(2)
+    # A 2 s heartbeat timeout: how long the lighthouse takes to drop the dead replica.
+    lighthouse = LighthouseServer(bind="[::]:0", min_replicas=1, join_timeout_ms=500, heartbeat_timeout_ms=2000)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PYDIR + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("UCX_TLS", "tcp,self")
+    paths = [os.path.join(out, "replica%d.json" % i) for i in range(2)]
+
+    def start(i):
+        log = open(paths[i] + ".log", "a")
+        return subprocess.Popen([sys.executable, __file__, "--replica", str(i), lighthouse.address(), str(ports[i]),
+                                 paths[i], str(steps)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def step_of(i):
+        try:
+            with open(paths[i] + ".step") as f:
+                return int(f.read() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def logs():
+        return "\n".join("---- replica %d ----\n%s" % (i, open(paths[i] + ".log").read()[-4000:]) for i in range(2))
+
+    procs = [start(0), start(1)]
+    try:
+        deadline = time.monotonic() + 120
+        while step_of(1) < 10 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert step_of(1) >= 10, "replica 1 never reached step 10\n" + logs()
+        procs[1].send_signal(signal.SIGKILL)
+        procs[1].wait()
+        killed_at, survivor_step = time.monotonic(), step_of(0)
+        while step_of(0) < survivor_step + 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        resumed_after = time.monotonic() - killed_at
+        assert step_of(0) >= survivor_step + 2, "replica 0 stopped stepping after the kill\n" + logs()
+        procs[1] = start(1)
+        for p in procs:
+            p.wait(timeout=max(1, deadline - time.monotonic()))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        lighthouse.shutdown()
+    assert all(p.returncode == 0 for p in procs), logs()
+    res = []
+    for path in paths:
+        with open(path) as f:
+            res.append(json.load(f))
+    assert res[0]["step"] == steps and res[1]["step"] == steps, res
+    # Replica 0 stepped alone after the kill and with replica 1 again after it healed.
+    assert {1, 2} <= {n for _, _, n in res[0]["seen"]}, res[0]["seen"]
+    assert 2 in {n for _, _, n in res[1]["seen"]}, res[1]["seen"]
+    # Healed: the same parameters at the end (same updates since the heal).
+    assert abs(res[0]["psum"] - res[1]["psum"]) < 1e-9, (res[0]["psum"], res[1]["psum"])
+    # The lighthouse's 2 s heartbeat timeout dominates; gradwire fails the pending step in ms.
+    assert resumed_after < 10, resumed_after
+    print("replica 0 committed two more steps %.2f s after the kill" % resumed_after)
+
+
 if __name__ == "__main__":
-    worker_main(sys.argv[1:])
+    if sys.argv[1] == "--replica":
+        replica_main(sys.argv[2:])
+    else:
+        worker_main(sys.argv[1:])
