@@ -1,7 +1,7 @@
 """gradwire as a torchft process group (python/gradwire/torchft.py), with torchft from PyPI.
 
-Each test runs this file as N fresh processes (`python test_torchft.py SCENARIO RANK N PORT
-OUTDIR`) that reconfigure one ProcessGroupGradwire across quorums the way torchft's Manager
+Each test runs this file as N fresh processes (ranks.run_ranks: `python test_torchft.py
+SCENARIO OUTDIR`) that reconfigure one ProcessGroupGradwire across quorums the way torchft's Manager
 does (a fresh store prefix each time) and write what they saw; the pytest side checks it.
 Real processes, real libgradwire over UCX, torchft's own store client; nothing mocked.
 Skips when torchft or the torch extension is missing.
@@ -13,7 +13,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYDIR = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
@@ -166,14 +165,12 @@ def replica_main(argv):
 
 
 def worker_main(argv):
-    scenario, rank, n, port, out = argv[0], int(argv[1]), int(argv[2]), int(argv[3]), argv[4]
+    """ranks.run_ranks' worker: `test_torchft.py SCENARIO OUTDIR`, rank and size from RANK and
+    WORLD_SIZE; the store's port is MASTER_PORT. A failure exits non-zero with its traceback."""
+    scenario, out = argv[0], argv[1]
+    rank, n, port = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["MASTER_PORT"])
     result = {"rank": rank}
-    try:
-        result.update(globals()["scenario_" + scenario](rank, n, port, out))
-        result["ok"] = True
-    except Exception:  # noqa: BLE001 - reported to the test
-        result["ok"] = False
-        result["error"] = traceback.format_exc()
+    result.update(globals()["scenario_" + scenario](rank, n, port, out))
     with open(os.path.join(out, "rank%d.json" % rank), "w") as f:
         json.dump(result, f)
 
@@ -199,30 +196,8 @@ def _run(scenario, n, timeout=120):
     if why:
         pytest.skip(why)
     sys.path.insert(0, HERE)
-    from ranks import free_ports, kill_and_report
-    port = free_ports(1)[0]
-    out = tempfile.mkdtemp(prefix="gw-torchft-")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = PYDIR + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("UCX_TLS", "tcp,self")
-    procs, logs = [], []
-    for r in range(n):
-        log = tempfile.TemporaryFile(mode="w+")
-        procs.append(subprocess.Popen([sys.executable, __file__, scenario, str(r), str(n), str(port), out], env=env,
-                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        logs.append(log)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
-        time.sleep(0.1)
-    report = kill_and_report(procs, logs)
-    results = []
-    for r in range(n):
-        path = os.path.join(out, "rank%d.json" % r)
-        assert os.path.exists(path), "rank %d wrote nothing\n%s" % (r, report)
-        with open(path) as f:
-            results.append(json.load(f))
-        assert results[-1]["ok"], "rank %d: %s\n%s" % (r, results[-1].get("error"), report)
-    return results
+    from ranks import run_ranks
+    return run_ranks(scenario, nranks=n, timeout=timeout, worker=os.path.abspath(__file__))
 
 
 def test_reconfigures_across_quorums_with_exact_and_compressed_allreduce():
