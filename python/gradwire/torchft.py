@@ -26,7 +26,7 @@ from torchft.process_group import ProcessGroupWrapper
 from . import _backend
 from .core import Communicator, GradwireError
 
-__all__ = ["ProcessGroupGradwire"]
+__all__ = ["DistributedDataParallel", "ManagedHookState", "ProcessGroupGradwire", "managed_comm_hook"]
 
 
 class ProcessGroupGradwire(ProcessGroupWrapper):
@@ -86,3 +86,79 @@ class ProcessGroupGradwire(ProcessGroupWrapper):
 
     def getBackendName(self):
         return "torchft-gradwire"
+
+
+class ManagedHookState:
+    """What gradwire's DDP hook under a torchft Manager keeps: the codec and an error-feedback
+    state per gradient bucket (by bucket index). The states belong to this replica and outlive
+    quorum changes: every bucket is all-reduced on the current quorum's communicator
+    (pg.communicator()) with the same residuals. A replica that healed from a peer starts with
+    none (a peer's residual is that peer's unsent gradient; taking it would count it twice).
+
+    codec: a spec ("qsgd:bits=8", "topk:ratio=0.01", ...) or None for dense; ef: keep residuals;
+    algo: gradwire's algorithm for compressed buckets ("auto": the policy, which sends buckets
+    under the communicator's dense threshold, 64 KiB by default, dense)."""
+
+    def __init__(self, manager, codec="qsgd:bits=8", ef=True, algo="auto"):
+        from .core import Codec
+        self.manager = manager
+        self.codec = Codec(codec) if codec not in (None, "none") else None
+        self.use_ef = bool(ef) and self.codec is not None
+        self.algo = algo
+        self.efs = {}
+        self.stats = {"buckets": 0, "skipped": 0, "errors": 0}
+
+    def ef_for(self, index, numel):
+        from .core import ErrorFeedback
+        if not self.use_ef:
+            return None
+        ef = self.efs.get(index)
+        if ef is None or ef.count != numel:
+            ef = self.efs[index] = ErrorFeedback(numel)
+        return ef
+
+
+def managed_comm_hook(state, bucket):
+    """DDP comm hook: Manager.allreduce's semantics (a no-op once the step errored, zeros from
+    a replica that is not participating, the sum divided by the participants, errors reported
+    to the manager rather than raised) over gradwire's compressed all-reduce with error
+    feedback on the current quorum's communicator."""
+    manager = state.manager
+    tensor = bucket.buffer()
+    fut = torch.futures.Future()
+    if manager.errored() is not None:
+        state.stats["skipped"] += 1
+        fut.set_result(tensor)
+        return fut
+    manager.wait_quorum()
+    participants = manager.num_participants()
+    if not manager.is_participating():
+        tensor.zero_()
+    try:
+        comm = manager._pg.communicator()
+        if comm is None:
+            raise RuntimeError("the torchft Manager's process group is not a configured ProcessGroupGradwire")
+        ef = state.ef_for(bucket.index(), tensor.numel())
+        comm.iallreduce(tensor, op="sum", codec=state.codec, ef=ef, algo=state.algo).wait()
+        tensor.div_(participants)
+        state.stats["buckets"] += 1
+    except Exception as e:  # noqa: BLE001 - torchft's contract: report, do not raise
+        state.stats["errors"] += 1
+        manager.report_error(e)
+    fut.set_result(tensor)
+    return fut
+
+
+def DistributedDataParallel(manager, module, codec="qsgd:bits=8", ef=True, algo="auto", **kwargs):
+    """torchft's DistributedDataParallel with gradwire's compressed hook instead of its dense
+    one: DDP over a dummy group (torchft's way: the Manager syncs the replicas' state), buckets
+    never rebuilt, every bucket through managed_comm_hook. Returns the module; its hook state is
+    module.gradwire_state."""
+    from torch.nn import parallel
+    from torchft.process_group import ProcessGroupDummy
+    ddp = parallel.DistributedDataParallel(module, process_group=ProcessGroupDummy(0, 1),
+                                           find_unused_parameters=True, **kwargs)
+    state = ManagedHookState(manager, codec=codec, ef=ef, algo=algo)
+    ddp.register_comm_hook(state, managed_comm_hook)
+    ddp.gradwire_state = state
+    return ddp

@@ -118,6 +118,7 @@ def replica_main(argv):
     optimizer wrapper, a small model trained to `steps` committed steps. Writes its progress
     (the committed step) as it goes and, at the end, its parameters' sum and what it saw."""
     replica_id, lighthouse, store_port, out, steps = int(argv[0]), argv[1], int(argv[2]), argv[3], int(argv[4])
+    codec = argv[5]
     from datetime import timedelta
 
     import torch
@@ -144,7 +145,12 @@ def replica_main(argv):
                       load_state_dict=load_state_dict, state_dict=state_dict, replica_id=str(replica_id),
                       store_addr="127.0.0.1", store_port=store_port, rank=0, world_size=1,
                       lighthouse_addr=lighthouse, port=0, timeout=timedelta(seconds=10))
-    ddp = DistributedDataParallel(manager, model)
+    if codec == "none":
+        ddp = DistributedDataParallel(manager, model)  # torchft's own hook: dense through the group
+    else:
+        import gradwire.torchft as gwft
+        # scatter_reduce: compressed although these buckets are under the dense threshold.
+        ddp = gwft.DistributedDataParallel(manager, model, codec=codec, ef=True, algo="scatter_reduce")
     wrapped = OptimizerWrapper(manager, opt)
     torch.manual_seed(1000 + replica_id + os.getpid())
     seen = []
@@ -160,7 +166,8 @@ def replica_main(argv):
         time.sleep(0.02)
     psum = sum(float(p.detach().double().sum()) for p in model.parameters())
     with open(out, "w") as f:
-        json.dump({"step": manager.current_step(), "psum": psum, "seen": seen}, f)
+        json.dump({"step": manager.current_step(), "psum": psum, "seen": seen,
+                   "hook": getattr(ddp, "gradwire_state", None) and ddp.gradwire_state.stats}, f)
     manager.shutdown(wait=False)
 
 
@@ -225,10 +232,16 @@ def test_abort_fails_pending_work_at_once_and_the_peer_sees_it():
     assert res[0]["after"] == 2.0 and res[1]["after"] == 2.0, res
 
 
-def test_a_replica_killed_mid_training_is_survived_and_heals():
+def pytest_generate_tests(metafunc):
+    if "codec" in metafunc.fixturenames:
+        metafunc.parametrize("codec", ["none", "qsgd:bits=8"])
+
+
+def test_a_replica_killed_mid_training_is_survived_and_heals(codec):
     """torchft's lighthouse and two replica groups, each a Manager over ProcessGroupGradwire:
     replica 1 is SIGKILLed at step 10 and restarted. Replica 0 keeps committing steps alone,
-    replica 1 heals from it, and both end with the same parameters."""
+    replica 1 heals from it, and both end with the same parameters. Dense through torchft's
+    own DDP hook, and compressed with error feedback through gradwire.torchft's."""
     import signal
 
     import pytest
@@ -252,7 +265,7 @@ def test_a_replica_killed_mid_training_is_survived_and_heals():
     def start(i):
         log = open(paths[i] + ".log", "a")
         return subprocess.Popen([sys.executable, __file__, "--replica", str(i), lighthouse.address(), str(ports[i]),
-                                 paths[i], str(steps)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                 paths[i], str(steps), codec], env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
 
     def step_of(i):
@@ -300,7 +313,10 @@ def test_a_replica_killed_mid_training_is_survived_and_heals():
     assert abs(res[0]["psum"] - res[1]["psum"]) < 1e-9, (res[0]["psum"], res[1]["psum"])
     # The lighthouse's 2 s heartbeat timeout dominates; gradwire fails the pending step in ms.
     assert resumed_after < 10, resumed_after
-    print("replica 0 committed two more steps %.2f s after the kill" % resumed_after)
+    if codec != "none":
+        # Every bucket of every committed step went through gradwire's compressed hook.
+        assert res[0]["hook"]["buckets"] >= steps and res[1]["hook"]["buckets"] > 0, res
+    print("%s: replica 0 committed two more steps %.2f s after the kill" % (codec, resumed_after))
 
 
 if __name__ == "__main__":
