@@ -108,6 +108,28 @@ class ManagedHookState:
         self.efs = {}
         self.stats = {"buckets": 0, "skipped": 0, "errors": 0}
 
+    def state_dict(self):
+        """The residuals for this replica's own checkpoints (torch.save), by bucket index. Keep
+        them out of the Manager's state_dict callback: a replica healing from a peer loads
+        that, and must not take the peer's residuals."""
+        return {"version": 1, "codec": self.codec.spec if self.codec is not None else None,
+                "buckets": {i: {"count": ef.count, "ef": ef.save()} for i, ef in self.efs.items()}}
+
+    def load_state_dict(self, state):
+        """Restores state_dict() (a resumed replica goes on with its residuals)."""
+        from .core import ErrorFeedback
+        if not isinstance(state, dict) or state.get("version") != 1:
+            raise ValueError("not a gradwire ManagedHookState state_dict (version 1)")
+        mine = self.codec.spec if self.codec is not None else None
+        if state["codec"] != mine:
+            raise ValueError("the checkpoint's residuals are for codec %r, this hook's is %r" % (state["codec"], mine))
+        efs = {}
+        for i, b in state["buckets"].items():
+            ef = ErrorFeedback(int(b["count"]))
+            ef.load(b["ef"])
+            efs[int(i)] = ef
+        self.efs = efs
+
     def ef_for(self, index, numel):
         from .core import ErrorFeedback
         if not self.use_ef:

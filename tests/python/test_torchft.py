@@ -232,6 +232,25 @@ def test_abort_fails_pending_work_at_once_and_the_peer_sees_it():
     assert res[0]["after"] == 2.0 and res[1]["after"] == 2.0, res
 
 
+def test_managed_hook_residuals_survive_a_checkpoint():
+    import pytest
+    why = _skip_reason()
+    if why:
+        pytest.skip(why)
+    import torch
+
+    from gradwire.torchft import ManagedHookState
+    state = ManagedHookState(None, codec="qsgd:bits=8")
+    r = torch.linspace(-1, 1, 1001)
+    state.ef_for(3, 1001).set_residual(r)
+    saved = state.state_dict()
+    again = ManagedHookState(None, codec="qsgd:bits=8")
+    again.load_state_dict(saved)
+    assert torch.equal(torch.from_numpy(again.ef_for(3, 1001).residual()), r)
+    with pytest.raises(ValueError, match="codec"):
+        ManagedHookState(None, codec="topk:ratio=0.01").load_state_dict(saved)
+
+
 def pytest_generate_tests(metafunc):
     if "codec" in metafunc.fixturenames:
         metafunc.parametrize("codec", ["none", "qsgd:bits=8"])
