@@ -13,10 +13,13 @@ from its last words), and errored() is the communicator's asynchronous error.
     pg = ProcessGroupGradwire(timeout=timedelta(seconds=10))
     manager = Manager(pg=pg, ...)
 
-Plain c10d calls through it are exact (dense), as on the "gradwire" backend; BackendOptions
-(codec=..., ef=...) set the default codec of the gradient buckets a comm hook sends through
-the group's communicator (gradwire.torch.HookState(comm=pg.communicator())).
+Plain c10d calls through it (torchft's own DDP hook included) are exact and dense, as on the
+"gradwire" backend. Compression: DistributedDataParallel(manager, model, codec=..., ef=...)
+below, torchft's DDP with managed_comm_hook, which keeps Manager.allreduce's rules and sends
+each bucket compressed, with a per-bucket error-feedback state, on the current quorum's
+communicator (pg.communicator()).
 """
+import ctypes
 from datetime import timedelta
 
 import torch
@@ -60,7 +63,7 @@ class ProcessGroupGradwire(ProcessGroupWrapper):
         backend = self._gw
         if backend is None:
             return None
-        comm = Communicator(_backend.ctypes.c_void_p(_backend._ext.comm_handle(backend)))
+        comm = Communicator(ctypes.c_void_p(_backend._ext.comm_handle(backend)))
         comm._owner = backend
         return comm
 
