@@ -27,7 +27,7 @@ from torch.distributed import ProcessGroup as BaseProcessGroup
 from torchft.process_group import ProcessGroupWrapper
 
 from . import _backend
-from .core import Communicator, GradwireError
+from .core import Codec, Communicator, ErrorFeedback, GradwireError
 
 __all__ = ["DistributedDataParallel", "ManagedHookState", "ProcessGroupGradwire", "managed_comm_hook"]
 
@@ -103,7 +103,6 @@ class ManagedHookState:
     under the communicator's dense threshold, 64 KiB by default, dense)."""
 
     def __init__(self, manager, codec="qsgd:bits=8", ef=True, algo="auto"):
-        from .core import Codec
         self.manager = manager
         self.codec = Codec(codec) if codec not in (None, "none") else None
         self.use_ef = bool(ef) and self.codec is not None
@@ -120,7 +119,6 @@ class ManagedHookState:
 
     def load_state_dict(self, state):
         """Restores state_dict() (a resumed replica goes on with its residuals)."""
-        from .core import ErrorFeedback
         if not isinstance(state, dict) or state.get("version") != 1:
             raise ValueError("not a gradwire ManagedHookState state_dict (version 1)")
         mine = self.codec.spec if self.codec is not None else None
@@ -134,7 +132,6 @@ class ManagedHookState:
         self.efs = efs
 
     def ef_for(self, index, numel):
-        from .core import ErrorFeedback
         if not self.use_ef:
             return None
         ef = self.efs.get(index)

@@ -320,35 +320,19 @@ class UcxTransportImpl final : public UcxTransport {
   Status irecv(int peer, uint64_t tag, void* buf, size_t cap, Op& op) override {
     std::lock_guard<std::mutex> lock(drive_mu_);
     GW_RETURN_IF_ERROR(prepare(peer, op, true));
-    ucp_request_param_t p{};
-    // NO_IMM_CMPL: an immediate match still reports its length through the callback (UCX 1.13
-    // does not fill recv_info on immediate completion).
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    p.cb.recv = &UcxTransportImpl::on_recv;
-    p.user_data = &op;
-    void* req = ucp_tag_recv_nbx(worker_, buf, cap, make_tag(peer, tag), ~ucp_tag_t{0}, &p);
-    GW_TRACE(kTransport, "ucx: irecv from %d tag %llu cap %zu -> %s", peer,
-             static_cast<unsigned long long>(tag & kTagMask), cap,
-             req == nullptr ? "done" : (UCS_PTR_IS_ERR(req) ? "error" : "posted"));
-    return adopt(req, op, 0);
+    return post_recv(peer, tag, buf, cap, nullptr, op);
   }
 
   Status irecv_head(int peer, uint64_t tag, void* buf, size_t cap, Op& op) override {
-    std::lock_guard<std::mutex> lock(drive_mu_);
-    GW_RETURN_IF_ERROR(prepare(peer, op, true));
     // A generic datatype that claims room for any message and keeps only its first cap bytes
     // (HeadSink); UCX reports the whole length.
+    const ucp_datatype_t dt = head_sink_datatype();
+    if (dt == 0) return internal_error("ucx transport: could not create the head-sink datatype");
+    std::lock_guard<std::mutex> lock(drive_mu_);
+    GW_RETURN_IF_ERROR(prepare(peer, op, true));
     static_assert(sizeof(op.gather) >= sizeof(HeadSink), "Op::gather holds a HeadSink");
     auto* sink = new (op.gather) HeadSink{static_cast<uint8_t*>(buf), cap};
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL |
-                     UCP_OP_ATTR_FIELD_DATATYPE;
-    p.cb.recv = &UcxTransportImpl::on_recv;
-    p.user_data = &op;
-    p.datatype = head_sink_datatype();
-    if (p.datatype == 0) return internal_error("ucx transport: could not create the head-sink datatype");
-    void* req = ucp_tag_recv_nbx(worker_, sink, 1, make_tag(peer, tag), ~ucp_tag_t{0}, &p);
-    return adopt(req, op, 0);
+    return post_recv(peer, tag, sink, 1, &dt, op);
   }
 
   bool sends_in_flight() const override { return sends_pending_ > 0; }
@@ -682,6 +666,27 @@ class UcxTransportImpl final : public UcxTransport {
              static_cast<unsigned long long>(tag & kTagMask), bytes,
              req == nullptr ? "done" : (UCS_PTR_IS_ERR(req) ? "error" : "pending"));
     return adopt(req, op, bytes);
+  }
+
+  // Posts a prepared receive of count items at buffer in datatype *dt (null: at most count
+  // contiguous bytes). drive_mu_ held.
+  Status post_recv(int peer, uint64_t tag, void* buffer, size_t count, const ucp_datatype_t* dt, Op& op) {
+    ucp_request_param_t p{};
+    // NO_IMM_CMPL: an immediate match still reports its length through the callback (UCX 1.13
+    // does not fill recv_info on immediate completion).
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p.cb.recv = &UcxTransportImpl::on_recv;
+    p.user_data = &op;
+    if (dt != nullptr) {
+      p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+      p.datatype = *dt;
+    }
+    void* req = ucp_tag_recv_nbx(worker_, buffer, count, make_tag(peer, tag), ~ucp_tag_t{0}, &p);
+    GW_TRACE(kTransport, "ucx: irecv from %d tag %llu cap %zu%s -> %s", peer,
+             static_cast<unsigned long long>(tag & kTagMask), dt == nullptr ? count : size_t{0},
+             dt == nullptr ? "" : " (any length)",
+             req == nullptr ? "done" : (UCS_PTR_IS_ERR(req) ? "error" : "posted"));
+    return adopt(req, op, 0);
   }
 
   // Triage of what a *_nbx call returned.
