@@ -333,8 +333,13 @@ def test_a_replica_killed_mid_training_is_survived_and_heals(codec):
     # The lighthouse's 2 s heartbeat timeout dominates; gradwire fails the pending step in ms.
     assert resumed_after < 10, resumed_after
     if codec != "none":
-        # Every bucket of every committed step went through gradwire's compressed hook.
-        assert res[0]["hook"]["buckets"] >= steps and res[1]["hook"]["buckets"] > 0, res
+        # Every backward pass of each replica (one bucket each: the model is small) went
+        # through gradwire's compressed hook: sent, skipped after an error, or failed and
+        # reported. Steps a replica took over by healing ran no backward pass there, so the
+        # count is the replica's iterations, not the committed step.
+        for r in res:
+            hook = r["hook"]
+            assert hook["buckets"] > 0 and hook["buckets"] + hook["skipped"] + hook["errors"] == len(r["seen"]), r
     print("%s: replica 0 committed two more steps %.2f s after the kill" % (codec, resumed_after))
 
 
