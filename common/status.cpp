@@ -17,6 +17,7 @@ const char* code_name(Code code) {
     case Code::kAborted: return "aborted";
     case Code::kCuda: return "CUDA error";
     case Code::kInvalidUsage: return "invalid usage";
+    case Code::kRevoked: return "revoked";
   }
   return "unknown result";
 }

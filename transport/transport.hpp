@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "gradwire/status.hpp"
 
@@ -22,8 +23,9 @@ namespace gw::transport {
 
 using Clock = std::chrono::steady_clock;
 
-// User tags are 48 bits wide; the transport may use the rest to carry the source rank.
-constexpr int kTagBits = 48;
+// User tags are 45 bits wide; the transport may use the rest to carry the source rank (16
+// bits) and the epoch (3 bits, see recover()).
+constexpr int kTagBits = 45;
 constexpr uint64_t kTagMask = (uint64_t{1} << kTagBits) - 1;
 constexpr int kMaxRanks = 1 << 16;
 
@@ -96,6 +98,30 @@ class Transport {
   // The sticky first failure, or OK.
   virtual Status error() const = 0;
 
+  // Recovery (gw_comm_shrink). A transport lives in epochs: a failure ends the current one for
+  // good, and recover() starts the next among the ranks still alive, on the same connections'
+  // machinery (no new rendezvous). Messages of one epoch never match receives of another.
+  // Transports that cannot recover stay in epoch 0 and refuse recover() with kUnsupported.
+  virtual uint32_t epoch() const { return 0; }
+  // abort(reason) if the transport is still in `epoch`: the communicator of an ended epoch
+  // must not fail the one that recovered from it. Safe from any thread.
+  virtual void abort_epoch(uint32_t epoch, const Status& reason) {
+    if (epoch == this->epoch()) abort(reason);
+  }
+  // The first failure of `epoch` (OK if it has none).
+  virtual Status epoch_error(uint32_t epoch) const {
+    return epoch == this->epoch() ? error() : Status(Code::kAborted, "epoch " + std::to_string(epoch) + " ended");
+  }
+  // After the current epoch failed: agrees with the other survivors on who is alive (every
+  // survivor calls it; a rank that stays silent for suspect_after is counted out), then opens
+  // the next epoch among them. Returns the members, sorted, this rank included. Errors: the
+  // agreement excluded this rank, a member died before the new epoch was up, the deadline.
+  virtual Result<std::vector<int>> recover(Clock::duration suspect_after, Clock::time_point deadline) {
+    (void)suspect_after;
+    (void)deadline;
+    return Status(Code::kUnsupported, std::string("the ") + name() + " transport cannot recover from a failure");
+  }
+
   // Pins memory that will be sent or received often (a registration cache: repeated calls
   // with the same range are free). Transports that need no pinning return OK.
   virtual Status register_memory(const void* buf, size_t len) {
@@ -139,6 +165,12 @@ class ForwardingTransport : public Transport {
   void wait_for_events(Clock::time_point deadline) override { inner_.wait_for_events(deadline); }
   void abort(const Status& reason) override { inner_.abort(reason); }
   Status error() const override { return inner_.error(); }
+  uint32_t epoch() const override { return inner_.epoch(); }
+  void abort_epoch(uint32_t epoch, const Status& reason) override { inner_.abort_epoch(epoch, reason); }
+  Status epoch_error(uint32_t epoch) const override { return inner_.epoch_error(epoch); }
+  Result<std::vector<int>> recover(Clock::duration suspect_after, Clock::time_point deadline) override {
+    return inner_.recover(suspect_after, deadline);
+  }
   Status register_memory(const void* buf, size_t len) override { return inner_.register_memory(buf, len); }
 
  protected:

@@ -26,6 +26,7 @@ enum class Code : int {
   kAborted = 10,
   kCuda = 11,
   kInvalidUsage = 12,
+  kRevoked = 13,
 };
 
 class GW_API Status {

@@ -1,6 +1,7 @@
 #include "transport/local/local_transport.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -63,6 +64,12 @@ class LocalFabric {
   Status error() {
     std::unique_lock<std::mutex> lock(mu_);
     return error_;
+  }
+
+  // A lone rank's recovery: the failure (and everything it failed) is behind it.
+  void reopen() {
+    std::unique_lock<std::mutex> lock(mu_);
+    error_ = Status::ok();
   }
 
   void wait_for_events(Clock::time_point deadline) {
@@ -141,6 +148,30 @@ class LocalTransport final : public Transport {
   void abort(const Status& reason) override { fabric_->fail_all(reason); }
   Status error() const override { return fabric_->error(); }
 
+  // Epochs for a group of one (a shrink of a lone rank): in-process groups of more ranks are
+  // test fixtures and do not recover.
+  uint32_t epoch() const override { return epoch_.load(std::memory_order_acquire); }
+  Status epoch_error(uint32_t epoch) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (epoch == epoch_.load(std::memory_order_relaxed)) return fabric_->error();
+    if (epoch < ended_.size()) return ended_[epoch];
+    return internal_error("local transport: no epoch " + std::to_string(epoch) + " yet");
+  }
+  void abort_epoch(uint32_t epoch, const Status& reason) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (epoch == epoch_.load(std::memory_order_relaxed)) fabric_->fail_all(reason);
+  }
+  Result<std::vector<int>> recover(Clock::duration, Clock::time_point) override {
+    if (size() != 1) return unsupported("the local transport recovers only a group of one rank");
+    std::lock_guard<std::mutex> lock(mu_);
+    const Status failed = fabric_->error();
+    if (failed.is_ok()) return invalid_usage("local transport: recover() while the group is healthy");
+    ended_.push_back(failed);
+    fabric_->reopen();
+    epoch_.fetch_add(1, std::memory_order_acq_rel);
+    return std::vector<int>{0};
+  }
+
  private:
   Status prepare(int peer, Op& op, bool is_recv) {
     if (peer < 0 || peer >= size()) return invalid_argument("peer rank " + std::to_string(peer) + " is out of range");
@@ -154,6 +185,9 @@ class LocalTransport final : public Transport {
 
   std::shared_ptr<LocalFabric> fabric_;
   int rank_;
+  mutable std::mutex mu_;  // epochs
+  std::atomic<uint32_t> epoch_{0};
+  std::vector<Status> ended_;  // [e]: why epoch e ended
 };
 
 }  // namespace

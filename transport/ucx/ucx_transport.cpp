@@ -23,6 +23,15 @@
 // still holds is detached, and every later post returns the error. Endpoint errors are
 // collected during ucp_worker_progress and judged after it returns.
 //
+// Epochs (recovery). A failure ends the current epoch, not the transport: recover() (a shrink)
+// agrees with the other survivors on who is alive (transport/recovery/agreement.hpp, over
+// active messages on endpoints made anew from the addresses connect() kept) and opens the
+// next epoch among them. Tags and control messages carry the epoch (3 bits of the tag, the
+// whole number in a control header), so nothing sent in one epoch is taken in another; a
+// control message from a later epoch tells a rank that its own epoch is over (it is kept for
+// when this rank recovers too). While the agreement runs, a peer's death or silence is news
+// for it, not a failure.
+//
 // Clean shutdown. A peer that simply closes its endpoints looks, from the other side, like a
 // dead peer (the connection drops). So a healthy transport being destroyed with nothing
 // pending says goodbye first: an active message "bye" to every peer, and it waits (bounded)
@@ -45,7 +54,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <initializer_list>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <string>
@@ -54,6 +65,7 @@
 
 #include "common/log.hpp"
 #include "transport/process_watch.hpp"
+#include "transport/recovery/agreement.hpp"
 #include "transport/ucx/ucx_address.hpp"
 
 namespace gw::transport {
@@ -86,11 +98,25 @@ constexpr int kMaxProgressRounds = 64;
 constexpr unsigned kCtrlAmId = 0;
 // kAbort carries a payload: the sender's error code (u32) and its reason, so that every rank
 // learns why a job stopped, not only that a connection dropped.
-enum class Ctrl : uint32_t { kHello = 1, kBye = 2, kAck = 3, kAbort = 4 };
+// kRecovery carries an agreement message, kJoin the fingerprint (u64) of the members a
+// recovering rank agreed on.
+enum class Ctrl : uint32_t { kHello = 1, kBye = 2, kAck = 3, kAbort = 4, kRecovery = 5, kJoin = 6 };
+constexpr uint32_t kCtrlKinds = 7;
 struct CtrlHeader {
   uint32_t kind;
   uint32_t rank;
+  uint32_t epoch;
 };
+// Tags carry the epoch modulo this (3 bits above the user's tag).
+constexpr uint32_t kTagEpochs = 8;
+constexpr int kEpochShift = kTagBits;
+constexpr ucp_tag_t kEpochMask = ucp_tag_t{kTagEpochs - 1} << kEpochShift;
+// Control messages of a later epoch kept for when this rank gets there (a bound against a
+// flood from a hostile peer), and the largest payload one may carry.
+constexpr size_t kMaxFutureCtrl = 4096;
+constexpr size_t kMaxCtrlPayload = 64 * 1024;
+// The epoch of a control endpoint's errors: they count in every epoch.
+constexpr uint32_t kAnyEpoch = ~uint32_t{0};
 
 class UcxTransportImpl;
 
@@ -113,9 +139,13 @@ void request_init(void* request) {
 struct EpErrorArg {
   UcxTransportImpl* self = nullptr;
   int peer = -1;
+  uint32_t epoch = 0;
 };
 
-ucp_tag_t make_tag(int source, uint64_t tag) { return (static_cast<uint64_t>(source) << kTagBits) | (tag & kTagMask); }
+ucp_tag_t make_tag(int source, uint32_t epoch, uint64_t tag) {
+  return (static_cast<uint64_t>(source) << 48) | (ucp_tag_t{epoch % kTagEpochs} << kEpochShift) | (tag & kTagMask);
+}
+static_assert(kTagBits + 3 == 48, "source rank (16 bits) | epoch (3) | user tag");
 
 Status ucs_error(const std::string& what, ucs_status_t s) {
   return Status(Code::kSystem, what + ": " + ucs_status_string(s));
@@ -152,8 +182,15 @@ void free_request_cb(void* request, ucs_status_t, void*) { ucp_request_free(requ
 class UcxTransportImpl final : public UcxTransport {
  public:
   UcxTransportImpl(int rank, int size)
-      : rank_(rank), size_(size), ep_args_(static_cast<size_t>(size)), peers_(static_cast<size_t>(size)) {
+      : rank_(rank),
+        size_(size),
+        peers_(static_cast<size_t>(size)),
+        member_(static_cast<size_t>(size), true),
+        dead_(static_cast<size_t>(size), false) {
+    ctrl_failed_.assign(static_cast<size_t>(size), false);
     pending_.prev = pending_.next = &pending_;
+    ep_args_.emplace_back(2 * static_cast<size_t>(size));  // data endpoints, then control ones
+    set_headers(0);
   }
   ~UcxTransportImpl() override { shutdown(); }
 
@@ -187,43 +224,52 @@ class UcxTransportImpl final : public UcxTransport {
     ucp_config_release(config);
     if (s != UCS_OK) return ucs_error("ucp_init", s);
 
-    ucp_worker_params_t wp{};
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-    s = ucp_worker_create(context_, &wp, &worker_);
-    if (s != UCS_OK) return ucs_error("ucp_worker_create", s);
-
-    ucp_worker_attr_t attr{};
-    attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
-    s = ucp_worker_query(worker_, &attr);
-    if (s != UCS_OK) return ucs_error("ucp_worker_query", s);
-    address_.assign(reinterpret_cast<const char*>(attr.address), attr.address_length);
-    ucp_worker_release_address(worker_, attr.address);
-
-    s = ucp_worker_get_efd(worker_, &efd_);
-    if (s != UCS_OK) return ucs_error("ucp_worker_get_efd", s);
-
+    GW_RETURN_IF_ERROR(make_worker(&ctrl_, &ctrl_address_, &ctrl_efd_));
+    GW_RETURN_IF_ERROR(make_worker(&worker_, &address_, &efd_));
     ucp_am_handler_param_t ap{};
     ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
     ap.id = kCtrlAmId;
     ap.cb = &UcxTransportImpl::on_ctrl;
     ap.arg = this;
-    s = ucp_worker_set_am_recv_handler(worker_, &ap);
+    s = ucp_worker_set_am_recv_handler(ctrl_, &ap);
     if (s != UCS_OK) return ucs_error("ucp_worker_set_am_recv_handler", s);
 
-    GW_INFO(kTransport, "ucx: rank %d of %d: worker created (UCX %s, address %zu bytes, UCX_TLS=%s)", rank_, size_,
-            ucp_get_version_string(), address_.size(), getenv_or("UCX_TLS", "all (default)"));
+    GW_INFO(kTransport, "ucx: rank %d of %d: workers created (UCX %s, addresses %zu + %zu bytes, UCX_TLS=%s)", rank_,
+            size_, ucp_get_version_string(), ctrl_address_.size(), address_.size(),
+            getenv_or("UCX_TLS", "all (default)"));
+    return Status::ok();
+  }
+
+  // A worker of the context, its address and its event fd.
+  Status make_worker(ucp_worker_h* worker, std::string* address, int* efd) {
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+    ucs_status_t s = ucp_worker_create(context_, &wp, worker);
+    if (s != UCS_OK) return ucs_error("ucp_worker_create", s);
+    ucp_worker_attr_t attr{};
+    attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
+    s = ucp_worker_query(*worker, &attr);
+    if (s != UCS_OK) return ucs_error("ucp_worker_query", s);
+    address->assign(reinterpret_cast<const char*>(attr.address), attr.address_length);
+    ucp_worker_release_address(*worker, attr.address);
+    s = ucp_worker_get_efd(*worker, efd);
+    if (s != UCS_OK) return ucs_error("ucp_worker_get_efd", s);
     return Status::ok();
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* name() const override { return "ucx"; }
-  // "GWUA", version 1, this process's identity (process_watch.hpp), then the UCX worker address.
+  // "GWUA", version 2, this process's identity (process_watch.hpp), the control worker's
+  // address (u32 length, bytes), then the data worker's address.
   std::string local_address() const override {
-    uint8_t head[kBlobHeader] = {'G', 'W', 'U', 'A', 1};
+    uint8_t head[kBlobHeader] = {'G', 'W', 'U', 'A', 2};
     ProcessIdentity::self().encode(head + 5);
-    return std::string(reinterpret_cast<const char*>(head), sizeof head) + address_;
+    const uint32_t n = static_cast<uint32_t>(ctrl_address_.size());
+    std::string len(sizeof n, '\0');
+    std::memcpy(&len[0], &n, sizeof n);
+    return std::string(reinterpret_cast<const char*>(head), sizeof head) + len + ctrl_address_ + address_;
   }
 
   Status connect(const std::vector<std::string>& blobs, Clock::time_point deadline) override {
@@ -235,19 +281,26 @@ class UcxTransportImpl final : public UcxTransport {
     }
     // Every blob came from a peer: checked in full before UCX sees a byte of it.
     std::vector<ProcessIdentity> ids(static_cast<size_t>(size_));
+    std::vector<std::string> ctrl_addresses(static_cast<size_t>(size_));
     std::vector<std::string> addresses(static_cast<size_t>(size_));
     for (int r = 0; r < size_; ++r) {
       const size_t i = static_cast<size_t>(r);
       const std::string& b = blobs[i];
-      if (b.size() <= kBlobHeader || std::memcmp(b.data(), "GWUA\x01", 5) != 0) {
+      uint32_t ctrl_len = 0;
+      if (b.size() > kBlobHeader + sizeof ctrl_len) std::memcpy(&ctrl_len, b.data() + kBlobHeader, sizeof ctrl_len);
+      if (b.size() <= kBlobHeader + sizeof ctrl_len || std::memcmp(b.data(), "GWUA\x02", 5) != 0 || ctrl_len == 0 ||
+          ctrl_len >= b.size() - kBlobHeader - sizeof ctrl_len) {
         return Status(Code::kRemote, "ucx transport: rank " + std::to_string(r) + " sent a malformed address (" +
                                          std::to_string(b.size()) + " bytes, not a gradwire UCX address)");
       }
       ids[i] = ProcessIdentity::decode(reinterpret_cast<const uint8_t*>(b.data()) + 5);
-      addresses[i] = b.substr(kBlobHeader);
-      if (Status v = validate_ucx_address(addresses[i].data(), addresses[i].size()); !v.is_ok()) {
-        return Status(Code::kRemote,
-                      "ucx transport: rank " + std::to_string(r) + " sent a malformed address: " + v.message());
+      ctrl_addresses[i] = b.substr(kBlobHeader + sizeof ctrl_len, ctrl_len);
+      addresses[i] = b.substr(kBlobHeader + sizeof ctrl_len + ctrl_len);
+      for (const std::string* a : {&ctrl_addresses[i], &addresses[i]}) {
+        if (Status v = validate_ucx_address(a->data(), a->size()); !v.is_ok()) {
+          return Status(Code::kRemote,
+                        "ucx transport: rank " + std::to_string(r) + " sent a malformed address: " + v.message());
+        }
       }
     }
     // Watched from here on, so that a peer dying while endpoints are made or during the
@@ -255,21 +308,17 @@ class UcxTransportImpl final : public UcxTransport {
     watch_ =
         ProcessWatch::start(ids, rank_, [this](int peer, const std::string& why) { report_peer_death(peer, why); });
     eps_.assign(static_cast<size_t>(size_), nullptr);
+    ctrl_eps_.assign(static_cast<size_t>(size_), nullptr);
+    addresses_ = addresses;
+    ctrl_addresses_ = ctrl_addresses;
     connected_ = true;
     for (int r = 0; r < size_; ++r) {
       const size_t i = static_cast<size_t>(r);
-      ep_args_[i].self = this;
-      ep_args_[i].peer = r;
-      ucp_ep_params_t ep{};
-      ep.field_mask =
-          UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep.address = reinterpret_cast<const ucp_address_t*>(addresses[i].data());
-      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-      ep.err_handler.cb = &UcxTransportImpl::on_ep_error;
-      ep.err_handler.arg = &ep_args_[i];
-      const ucs_status_t s = ucp_ep_create(worker_, &ep, &eps_[i]);
+      ucs_status_t s = create_endpoint(r, /*ctrl=*/true);
+      if (s == UCS_OK) s = create_endpoint(r, /*ctrl=*/false);
       if (s != UCS_OK) {
         eps_[i] = nullptr;
+        ctrl_eps_[i] = nullptr;
         std::string why =
             ids[i].same_host_as(ProcessIdentity::self()) && !ids[i].alive()
                 ? " (rank " + std::to_string(r) + ", pid " + std::to_string(ids[i].pid) + " on this host, has exited)"
@@ -352,13 +401,8 @@ class UcxTransportImpl final : public UcxTransport {
         // core: give it up between looks (a no-op when nothing else is runnable here).
         sched_yield();
       } while (Clock::now() < spin_until);
-      if (abort_flag_.load(std::memory_order_acquire) || worker_ == nullptr) return;
-      const ucs_status_t s = ucp_worker_arm(worker_);
-      if (s == UCS_ERR_BUSY) return;  // events arrived meanwhile: go and progress them
-      if (s != UCS_OK) {
-        GW_TRACE(kTransport, "ucx: ucp_worker_arm: %s", ucs_status_string(s));
-        return;
-      }
+      if (abort_flag_.load(std::memory_order_acquire) || ctrl_ == nullptr) return;
+      if (!arm_workers()) return;  // events arrived meanwhile: go and progress them
     }
     // Sleep without drive_mu_, so that abort() from another thread can act at once. UCX
     // signals the fd when something arrives, but not when a blocked send could go on (a full
@@ -366,15 +410,7 @@ class UcxTransportImpl final : public UcxTransport {
     const auto cap = sends_pending_ > 0 ? kSleepWithSends : kSleep;
     const auto left = deadline - Clock::now();
     if (left <= Clock::duration::zero()) return;
-    const auto nap = std::chrono::duration_cast<std::chrono::nanoseconds>(std::min<Clock::duration>(left, cap));
-    const timespec ts{static_cast<time_t>(nap.count() / 1000000000), static_cast<long>(nap.count() % 1000000000)};
-    pollfd fds[2] = {{efd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    const int n = ppoll(fds, 2, &ts, nullptr);
-    if (n > 0 && (fds[1].revents & POLLIN) != 0) {
-      uint64_t v = 0;
-      if (read(wake_fd_, &v, sizeof(v)) < 0) { /* drained already */
-      }
-    }
+    nap(std::chrono::duration_cast<std::chrono::nanoseconds>(std::min<Clock::duration>(left, cap)));
   }
 
   void abort(const Status& reason) override {
@@ -398,14 +434,348 @@ class UcxTransportImpl final : public UcxTransport {
     return error_;
   }
 
+  uint32_t epoch() const override { return epoch_pub_.load(std::memory_order_acquire); }
+
+  void abort_epoch(uint32_t epoch, const Status& reason) override {
+    {
+      std::lock_guard<std::mutex> lock(err_mu_);
+      if (epoch != epoch_pub_.load(std::memory_order_relaxed)) return;  // recover() moves it under err_mu_
+    }
+    abort(reason);
+  }
+
+  Status epoch_error(uint32_t epoch) const override {
+    std::lock_guard<std::mutex> lock(err_mu_);
+    if (epoch == epoch_pub_.load(std::memory_order_relaxed)) return error_;
+    if (epoch < epoch_errors_.size()) {
+      return epoch_errors_[epoch].is_ok() ? Status(Code::kRevoked, "epoch " + std::to_string(epoch) + " has ended")
+                                          : epoch_errors_[epoch];
+    }
+    return internal_error("ucx transport: no epoch " + std::to_string(epoch) + " yet");
+  }
+
+  Result<std::vector<int>> recover(Clock::duration suspect_after, Clock::time_point deadline) override {
+    std::lock_guard<std::mutex> lock(drive_mu_);
+    handle_abort_flag();
+    if (!connected_ || worker_ == nullptr) return internal_error("ucx transport: recover() before connect()");
+    if (recovering_) return internal_error("ucx transport: recover() while recovering");
+    if (!failed_) {
+      return Status(Code::kInvalidUsage,
+                    "ucx transport: recover() while epoch " + std::to_string(epoch_) + " is healthy (revoke it first)");
+    }
+    const auto t0 = Clock::now();
+    open_next_epoch();
+    recovering_ = true;
+    if (Status made = open_data_worker(); !made.is_ok()) {
+      recovering_ = false;
+      fail(made);
+      return made;
+    }
+    std::vector<bool> out(static_cast<size_t>(size_));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = !member_[i];
+    agreement_ = std::make_unique<Agreement>(rank_, size_, epoch_, out, suspect_after, t0);
+    replay_future_ctrl();
+    send_agreement();
+    Result<std::vector<int>> members = agree(deadline);
+    if (members.is_ok()) {
+      const Status joined = join(*members, suspect_after, deadline);
+      if (!joined.is_ok()) members = joined;
+    }
+    recovering_ = false;
+    if (!members.is_ok()) {
+      fail(members.status());
+      return members;
+    }
+    GW_INFO(kTransport, "ucx: rank %d: epoch %u up with %zu of %d ranks after %.1f ms", rank_, epoch_, members->size(),
+            size_, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    return members;
+  }
+
  private:
+  // recover(): ends the failed epoch and makes the next one's slate: every rank not known to be
+  // gone is a candidate, no endpoint is open, and stale messages are dropped. drive_mu_ held.
+  void open_next_epoch() {
+    close_endpoints(/*force=*/true);  // fail() closed them; a peer's news may have come since
+    {
+      std::lock_guard<std::mutex> lock(err_mu_);
+      epoch_errors_.resize(epoch_ + 1);
+      epoch_errors_[epoch_] = error_;
+      ++epoch_;
+      epoch_pub_.store(epoch_, std::memory_order_release);
+      error_ = Status::ok();
+      abort_reason_ = Status::ok();
+      abort_flag_.store(false, std::memory_order_release);
+    }
+    set_headers(epoch_);
+    failed_ = false;
+    peer_aborts_.clear();
+    ep_errors_.clear();
+    dropped_.clear();
+    recovery_in_.clear();
+    later_epoch_from_ = -1;
+    // Candidates: the failed epoch's members that are not known gone and can still be reached.
+    for (int r = 0; r < size_; ++r) {
+      const size_t i = static_cast<size_t>(r);
+      peers_[i] = PeerState{};
+      member_[i] = member_[i] && !dead_[i] && !ctrl_failed_[i];
+      peers_[i].failed = !member_[i];
+    }
+  }
+
+  // recover(): the data worker of the new epoch. The old one goes with everything in it: a
+  // peer killed while writing into its shared-memory FIFO can leave that FIFO stuck for good
+  // (UCX's mm transport waits for the slot it reserved), and stale messages die with it.
+  // drive_mu_ held.
+  Status open_data_worker() {
+    close_endpoints(/*force=*/true);
+    if (worker_ != nullptr) ucp_worker_destroy(worker_);
+    worker_ = nullptr;
+    efd_ = -1;
+    ep_args_.emplace_back(2 * static_cast<size_t>(size_));
+    return make_worker(&worker_, &address_, &efd_);
+  }
+
+  // Control messages of the epoch just opened that came early; later ones stay. drive_mu_ held.
+  void replay_future_ctrl() {
+    std::vector<FutureCtrl> keep;
+    for (FutureCtrl& f : future_ctrl_) {
+      if (f.h.epoch == epoch_) {
+        take_ctrl(f.h, f.payload);
+      } else if (f.h.epoch > epoch_) {
+        keep.push_back(std::move(f));
+      }
+    }
+    future_ctrl_.swap(keep);
+  }
+
+  // While recovering: peer cannot take part (dead, its connection failed, it gave up).
+  void gone_while_recovering(int peer, const std::string& why) {
+    GW_INFO(kTransport, "ucx: rank %d, recovering epoch %u: rank %d is out (%s)", rank_, epoch_, peer, why.c_str());
+    peers_[static_cast<size_t>(peer)].failed = true;
+    if (agreement_ != nullptr) agreement_->on_dead(peer, Clock::now());
+  }
+
+  // Sends what the agreement has to say. drive_mu_ held.
+  void send_agreement() {
+    if (agreement_ == nullptr) return;
+    for (Agreement::Send& m : agreement_->take_sends()) {
+      send_owned(m.peer, Ctrl::kRecovery, std::string(m.bytes.begin(), m.bytes.end()));
+    }
+  }
+
+  // A control message whose payload the transport owns until UCX is done with it.
+  void send_owned(int peer, Ctrl kind, std::string payload) {
+    ucp_ep_h ep = ctrl_eps_[static_cast<size_t>(peer)];
+    if (ep == nullptr || peers_[static_cast<size_t>(peer)].failed) return;
+    auto* owned = new std::string(std::move(payload));
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = [](void* request, ucs_status_t, void* user_data) {
+      delete static_cast<std::string*>(user_data);
+      ucp_request_free(request);
+    };
+    p.user_data = owned;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+    void* req = ucp_am_send_nbx(ep, kCtrlAmId, header(kind), sizeof(CtrlHeader), owned->data(), owned->size(), &p);
+    GW_TRACE(kTransport, "ucx: rank %d (epoch %u): control %u to rank %d, %zu bytes -> %s", rank_, epoch_,
+             static_cast<unsigned>(kind), peer, owned->size(),
+             req == nullptr ? "sent" : (UCS_PTR_IS_ERR(req) ? ucs_status_string(UCS_PTR_STATUS(req)) : "pending"));
+    if (req == nullptr || UCS_PTR_IS_ERR(req)) delete owned;  // done in place, or failed: no callback comes
+  }
+
+  // recover(): runs the agreement until it decides. drive_mu_ held.
+  Result<std::vector<int>> agree(Clock::time_point deadline) {
+    while (agreement_->outcome() == Agreement::Outcome::kRunning) {
+      if (failed_) return sticky();
+      if (Clock::now() >= deadline) {
+        return Status(Code::kTimeout,
+                      "shrink: the survivors did not agree before the deadline (" + agreement_->describe() + ")");
+      }
+      recovery_round(std::min(deadline, agreement_->next_deadline()));
+      agreement_->on_tick(Clock::now());
+      send_agreement();
+    }
+    if (agreement_->outcome() == Agreement::Outcome::kExcluded) {
+      std::string group;
+      for (int m : agreement_->members()) group += (group.empty() ? "" : ",") + std::to_string(m);
+      return Status(Code::kRemote, "shrink: the survivors agreed on ranks [" + group + "] without this rank " +
+                                       std::to_string(rank_) +
+                                       " (it was silent for longer than the timeout, or a survivor lost its "
+                                       "connection to it)");
+    }
+    return agreement_->members();
+  }
+
+  // recover(): the members say to one another which group they agreed on, so that none of them
+  // uses the new epoch before every other one is in it with the same group. drive_mu_ held.
+  Status join(const std::vector<int>& members, Clock::duration suspect_after, Clock::time_point deadline) {
+    uint64_t fp = 1469598103934665603ull;  // FNV-1a over the members
+    for (int m : members) {
+      for (int b = 0; b < 4; ++b) {
+        fp ^= static_cast<uint64_t>((static_cast<uint32_t>(m) >> (8 * b)) & 0xff);
+        fp *= 1099511628211ull;
+      }
+    }
+    std::fill(member_.begin(), member_.end(), false);
+    for (int m : members) member_[static_cast<size_t>(m)] = true;
+    std::string join(sizeof fp, '\0');
+    std::memcpy(&join[0], &fp, sizeof fp);
+    join += address_;  // the new data worker's
+    for (int m : members) {
+      if (m != rank_) send_owned(m, Ctrl::kJoin, join);
+    }
+    const auto until = std::min(deadline, Clock::now() + suspect_after);
+    for (;;) {
+      int missing = -1;
+      for (int m : members) {
+        const PeerState& p = peers_[static_cast<size_t>(m)];
+        if (m == rank_ || p.joined) {
+          if (m != rank_ && p.join_fingerprint != fp) {
+            return Status(Code::kRemote, "shrink: rank " + std::to_string(m) +
+                                             " agreed on a different group than this rank (a survivor's view "
+                                             "changed during the agreement); shrink again");
+          }
+          continue;
+        }
+        if (p.failed || dead_[static_cast<size_t>(m)]) {
+          return Status(Code::kRemote, "shrink: rank " + std::to_string(m) +
+                                           " was agreed on as a survivor but failed before the new communicator "
+                                           "was up; shrink again");
+        }
+        if (missing < 0) missing = m;
+      }
+      if (missing < 0) return connect_members(members, until);
+      if (failed_) return sticky();
+      if (Clock::now() >= until) {
+        return Status(Code::kTimeout, "shrink: rank " + std::to_string(missing) +
+                                          " was agreed on as a survivor but did not join the new communicator in "
+                                          "time");
+      }
+      recovery_round(until);
+    }
+  }
+
+  // Makes the data endpoints to the members, to the data workers they sent in their joins,
+  // and wires them up (as connect()'s handshake does) so that no wireup is left in flight when
+  // a later failure tears them down. drive_mu_ held.
+  Status connect_members(const std::vector<int>& members, Clock::time_point until) {
+    for (int m : members) {
+      const size_t i = static_cast<size_t>(m);
+      addresses_[i] = m == rank_ ? address_ : peers_[i].join_address;
+      if (Status v = validate_ucx_address(addresses_[i].data(), addresses_[i].size()); !v.is_ok()) {
+        return Status(Code::kRemote, "shrink: rank " + std::to_string(m) + " sent a malformed address: " + v.message());
+      }
+      if (const ucs_status_t s = create_endpoint(m, /*ctrl=*/false); s != UCS_OK) {
+        eps_[i] = nullptr;
+        return ucs_error("shrink: connecting to rank " + std::to_string(m), s);
+      }
+    }
+    std::vector<void*> flushes;
+    for (int m : members) {
+      ucp_ep_h ep = eps_[static_cast<size_t>(m)];
+      if (ep == nullptr) continue;
+      ucp_request_param_t p{};
+      void* req = ucp_ep_flush_nbx(ep, &p);
+      if (req != nullptr && !UCS_PTR_IS_ERR(req)) flushes.push_back(req);
+    }
+    Status result;
+    for (void* req : flushes) {
+      while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < until) recovery_round(until);
+      const ucs_status_t s = ucp_request_check_status(req);
+      if (result.is_ok() && s != UCS_OK) {
+        result = s == UCS_INPROGRESS ? Status(Code::kTimeout, "shrink: wiring up the new endpoints took too long")
+                                     : ucs_error("shrink: wiring up the new endpoints", s);
+      }
+      ucp_request_free(req);
+    }
+    return result;
+  }
+
+  // One round of a recovery wait: progress, news, then a nap (bounded by until and 3 ms) on
+  // the worker's events. drive_mu_ held.
+  void recovery_round(Clock::time_point until) {
+    const bool any = progress_workers();
+    after_progress();
+    if (any) return;
+    const auto left = until - Clock::now();
+    if (left <= Clock::duration::zero()) return;
+    if (arm_workers()) {
+      nap(std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::min<Clock::duration>(left, std::chrono::milliseconds(kMaxSleepMs))));
+    }
+  }
+
   struct PeerState {
     bool failed = false;    // its endpoint reported an error
     bool said_bye = false;  // it closed its transport cleanly
     bool acked = false;     // it answered our bye
     bool owe_ack = false;   // it said bye and waits for our answer
     bool hello = false;     // it has connected to us
+    bool joined = false;    // recovery: it has said which members it agreed on
+    uint64_t join_fingerprint = 0;
+    std::string join_address;  // ...and where its new data worker is
   };
+
+  // The control headers of epoch e (UCX may read a header until its send completes, so each
+  // epoch's live in their own slot, reused kTagEpochs epochs later).
+  void set_headers(uint32_t e) {
+    for (uint32_t k = 0; k < kCtrlKinds; ++k)
+      headers_[e % kTagEpochs][k] = CtrlHeader{k, static_cast<uint32_t>(rank_), e};
+  }
+  const CtrlHeader* header(Ctrl kind) const { return &headers_[epoch_ % kTagEpochs][static_cast<uint32_t>(kind)]; }
+
+  // Makes the endpoint to rank r: on the control worker (made once, at connect), or on the
+  // current epoch's data worker. drive_mu_ held.
+  ucs_status_t create_endpoint(int r, bool ctrl) {
+    const size_t i = static_cast<size_t>(r);
+    EpErrorArg& arg = ep_args_.back()[ctrl ? static_cast<size_t>(size_) + i : i];
+    arg.self = this;
+    arg.peer = r;
+    arg.epoch = ctrl ? kAnyEpoch : epoch_;
+    ucp_ep_params_t ep{};
+    ep.field_mask =
+        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>((ctrl ? ctrl_addresses_ : addresses_)[i].data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &UcxTransportImpl::on_ep_error;
+    ep.err_handler.arg = &arg;
+    return ucp_ep_create(ctrl ? ctrl_ : worker_, &ep, &(ctrl ? ctrl_eps_ : eps_)[i]);
+  }
+
+  // Both workers' progress: true if anything happened. drive_mu_ held.
+  bool progress_workers() {
+    bool any = false;
+    for (int i = 0; i < kMaxProgressRounds && ucp_worker_progress(ctrl_) != 0; ++i) any = true;
+    if (worker_ != nullptr) {
+      for (int i = 0; i < kMaxProgressRounds && ucp_worker_progress(worker_) != 0; ++i) any = true;
+    }
+    return any;
+  }
+  // Arms both workers' event fds: false when events are already waiting. drive_mu_ held.
+  bool arm_workers() {
+    for (ucp_worker_h w : {ctrl_, worker_}) {
+      if (w == nullptr) continue;
+      const ucs_status_t s = ucp_worker_arm(w);
+      if (s == UCS_ERR_BUSY) return false;
+      if (s != UCS_OK) {
+        GW_TRACE(kTransport, "ucx: ucp_worker_arm: %s", ucs_status_string(s));
+        return false;
+      }
+    }
+    return true;
+  }
+  // Sleeps until an armed worker or the wake fd has news, at most timeout.
+  void nap(std::chrono::nanoseconds timeout) {
+    const timespec ts{static_cast<time_t>(timeout.count() / 1000000000),
+                      static_cast<long>(timeout.count() % 1000000000)};
+    pollfd fds[3] = {{ctrl_efd_, POLLIN, 0}, {efd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    const int n = ppoll(fds, 3, &ts, nullptr);
+    if (n > 0 && (fds[2].revents & POLLIN) != 0) {
+      uint64_t v = 0;
+      if (read(wake_fd_, &v, sizeof(v)) < 0) { /* drained already */
+      }
+    }
+  }
 
   static const char* getenv_or(const char* name, const char* fallback) {
     const char* v = std::getenv(name);
@@ -567,7 +937,7 @@ class UcxTransportImpl final : public UcxTransport {
     std::vector<void*> flushes;
     bool flushing = false;
     for (;;) {
-      while (ucp_worker_progress(worker_) != 0) {}
+      while (progress_workers()) {}
       after_progress();
       if (failed_) {
         result = sticky();
@@ -580,9 +950,10 @@ class UcxTransportImpl final : public UcxTransport {
         }
         if (missing < 0) {
           flushing = true;
-          for (size_t r = 0; r < eps_.size() && result.is_ok(); ++r) {
+          for (size_t k = 0; k < 2 * eps_.size() && result.is_ok(); ++k) {
+            const size_t r = k % eps_.size();
             ucp_request_param_t p{};
-            void* req = ucp_ep_flush_nbx(eps_[r], &p);
+            void* req = ucp_ep_flush_nbx(k < eps_.size() ? ctrl_eps_[r] : eps_[r], &p);
             if (UCS_PTR_IS_ERR(req)) {
               result =
                   ucs_error("ucx transport: flushing the endpoint to rank " + std::to_string(r), UCS_PTR_STATUS(req));
@@ -606,10 +977,7 @@ class UcxTransportImpl final : public UcxTransport {
           break;
         }
       }
-      if (ucp_worker_arm(worker_) == UCS_OK) {
-        pollfd fds[2] = {{efd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-        poll(fds, 2, kMaxSleepMs);
-      }
+      if (arm_workers()) nap(std::chrono::milliseconds(kMaxSleepMs));
     }
     for (void* req : flushes) {
       const ucs_status_t s = ucp_request_check_status(req);
@@ -627,6 +995,10 @@ class UcxTransportImpl final : public UcxTransport {
     }
     if (failed_) return sticky();
     if (!connected_) return internal_error("ucx transport used before connect()");
+    if (recovering_) return internal_error("ucx transport used while it recovers");
+    if (!member_[static_cast<size_t>(peer)]) {
+      return invalid_argument("rank " + std::to_string(peer) + " is not a member of epoch " + std::to_string(epoch_));
+    }
     op.peer = peer;
     op.is_recv = is_recv;
     op.bytes = 0;
@@ -661,7 +1033,7 @@ class UcxTransportImpl final : public UcxTransport {
       p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
       p.datatype = *dt;
     }
-    void* req = ucp_tag_send_nbx(eps_[static_cast<size_t>(peer)], buffer, count, make_tag(rank_, tag), &p);
+    void* req = ucp_tag_send_nbx(eps_[static_cast<size_t>(peer)], buffer, count, make_tag(rank_, epoch_, tag), &p);
     GW_TRACE(kTransport, "ucx: isend to %d tag %llu len %zu -> %s", peer,
              static_cast<unsigned long long>(tag & kTagMask), bytes,
              req == nullptr ? "done" : (UCS_PTR_IS_ERR(req) ? "error" : "pending"));
@@ -681,7 +1053,7 @@ class UcxTransportImpl final : public UcxTransport {
       p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
       p.datatype = *dt;
     }
-    void* req = ucp_tag_recv_nbx(worker_, buffer, count, make_tag(peer, tag), ~ucp_tag_t{0}, &p);
+    void* req = ucp_tag_recv_nbx(worker_, buffer, count, make_tag(peer, epoch_, tag), ~ucp_tag_t{0}, &p);
     GW_TRACE(kTransport, "ucx: irecv from %d tag %llu cap %zu%s -> %s", peer,
              static_cast<unsigned long long>(tag & kTagMask), dt == nullptr ? count : size_t{0},
              dt == nullptr ? "" : " (any length)",
@@ -788,7 +1160,9 @@ class UcxTransportImpl final : public UcxTransport {
 
   static void on_ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
     auto* a = static_cast<EpErrorArg*>(arg);
-    a->self->ep_errors_.emplace_back(a->peer, status);
+    if (a->epoch == kAnyEpoch || a->epoch == a->self->epoch_) {
+      a->self->ep_errors_.push_back({a->peer, status, a->epoch == kAnyEpoch});
+    }
   }
 
   static ucs_status_t on_ctrl(void* arg, const void* header, size_t header_length, void* data, size_t length,
@@ -797,39 +1171,69 @@ class UcxTransportImpl final : public UcxTransport {
     CtrlHeader h{};
     if (header_length != sizeof(h)) return UCS_OK;
     std::memcpy(&h, header, sizeof(h));
-    if (h.rank >= static_cast<uint32_t>(self->size_)) return UCS_OK;
-    PeerState& p = self->peers_[h.rank];
-    if (h.kind == static_cast<uint32_t>(Ctrl::kHello)) {
-      p.hello = true;
-    } else if (h.kind == static_cast<uint32_t>(Ctrl::kBye)) {
-      GW_INFO(kTransport, "ucx: rank %u closed its transport", h.rank);
-      p.said_bye = true;
-      p.owe_ack = true;
-    } else if (h.kind == static_cast<uint32_t>(Ctrl::kAck)) {
-      p.acked = true;
-    } else if (h.kind == static_cast<uint32_t>(Ctrl::kAbort)) {
-      // Untrusted: the code is mapped, the text bounded and made printable.
-      uint32_t code = static_cast<uint32_t>(Code::kRemote);
-      std::string text;
-      const bool inline_data = param != nullptr && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0;
-      if (inline_data && data != nullptr && length >= 4) {
-        std::memcpy(&code, data, 4);
-        const size_t n = std::min(length - 4, kMaxAbortText);
-        text.assign(static_cast<const char*>(data) + 4, n);
-        for (char& ch : text) {
-          if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) > 0x7e) ch = '?';
-        }
-      }
-      self->peer_aborts_.push_back({static_cast<int>(h.rank), code, std::move(text)});
+    if (h.rank >= static_cast<uint32_t>(self->size_) || h.kind == 0 || h.kind >= kCtrlKinds) return UCS_OK;
+    // Untrusted: only an inline payload of bounded size is read.
+    const bool inline_data = param != nullptr && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0;
+    std::string payload;
+    if (inline_data && data != nullptr)
+      payload.assign(static_cast<const char*>(data), std::min(length, kMaxCtrlPayload));
+    GW_TRACE(kTransport, "ucx: rank %d (epoch %u): control %u of epoch %u from rank %u, %zu bytes", self->rank_,
+             self->epoch_, h.kind, h.epoch, h.rank, payload.size());
+    if (h.epoch < self->epoch_) return UCS_OK;  // an ended epoch's
+    if (h.epoch > self->epoch_) {
+      // The peer has recovered past this epoch: this one is over; its message waits for ours.
+      if (self->later_epoch_from_ < 0) self->later_epoch_from_ = static_cast<int>(h.rank);
+      if (self->future_ctrl_.size() < kMaxFutureCtrl) self->future_ctrl_.push_back({h, std::move(payload)});
+      return UCS_OK;
     }
+    self->take_ctrl(h, payload);
     return UCS_OK;
+  }
+
+  // A control message of the current epoch. drive_mu_ held.
+  void take_ctrl(const CtrlHeader& h, const std::string& payload) {
+    PeerState& p = peers_[h.rank];
+    const int from = static_cast<int>(h.rank);
+    switch (static_cast<Ctrl>(h.kind)) {
+      case Ctrl::kHello: p.hello = true; break;
+      case Ctrl::kBye:
+        GW_INFO(kTransport, "ucx: rank %u closed its transport", h.rank);
+        p.said_bye = true;
+        dead_[h.rank] = true;  // gone from every later epoch
+        p.owe_ack = true;
+        break;
+      case Ctrl::kAck: p.acked = true; break;
+      case Ctrl::kAbort: {
+        // Untrusted: the code is mapped, the text bounded and made printable.
+        uint32_t code = static_cast<uint32_t>(Code::kRemote);
+        std::string text;
+        if (payload.size() >= 4) {
+          std::memcpy(&code, payload.data(), 4);
+          text = payload.substr(4, kMaxAbortText);
+          for (char& ch : text) {
+            if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) > 0x7e) ch = '?';
+          }
+        }
+        peer_aborts_.push_back({from, code, std::move(text)});
+        break;
+      }
+      case Ctrl::kRecovery: recovery_in_.emplace_back(from, payload); break;
+      case Ctrl::kJoin:
+        if (payload.size() > sizeof(uint64_t)) {
+          std::memcpy(&p.join_fingerprint, payload.data(), sizeof(uint64_t));
+          p.join_address = payload.substr(sizeof(uint64_t));
+          p.joined = true;
+        }
+        break;
+    }
   }
 
   // What a rank learns from a peer's abort: the peer's own error where it says something about
   // the job (a mismatched call, a timeout, a dead rank), else that the peer stopped.
   static Status from_peer_abort(int peer, uint32_t code, const std::string& text) {
     Code c = Code::kRemote;
-    if (code == static_cast<uint32_t>(Code::kInvalidUsage) || code == static_cast<uint32_t>(Code::kTimeout)) {
+    if (code == static_cast<uint32_t>(Code::kInvalidUsage) || code == static_cast<uint32_t>(Code::kTimeout) ||
+        code == static_cast<uint32_t>(Code::kRevoked)) {
       c = static_cast<Code>(code);
     }
     return Status(c,
@@ -848,11 +1252,11 @@ class UcxTransportImpl final : public UcxTransport {
     std::vector<void*> reqs;
     for (int r = 0; r < size_; ++r) {
       const size_t i = static_cast<size_t>(r);
-      if (r == rank_ || eps_[i] == nullptr || peers_[i].failed || peers_[i].said_bye) continue;
+      if (r == rank_ || ctrl_eps_[i] == nullptr || !member_[i] || peers_[i].failed || peers_[i].said_bye) continue;
       ucp_request_param_t p{};
       p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       p.flags = UCP_AM_SEND_FLAG_EAGER;
-      void* req = ucp_am_send_nbx(eps_[i], kCtrlAmId, &abort_header_, sizeof abort_header_, last_words_.data(),
+      void* req = ucp_am_send_nbx(ctrl_eps_[i], kCtrlAmId, header(Ctrl::kAbort), sizeof(CtrlHeader), last_words_.data(),
                                   last_words_.size(), &p);
       if (req != nullptr && !UCS_PTR_IS_ERR(req)) reqs.push_back(req);
     }
@@ -863,7 +1267,7 @@ class UcxTransportImpl final : public UcxTransport {
   // still in flight is released by UCX when it ends, or with the worker). drive_mu_ held.
   void settle_requests(const std::vector<void*>& reqs, Clock::time_point until) {
     for (void* req : reqs) {
-      while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < until) ucp_worker_progress(worker_);
+      while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < until) progress_workers();
       ucp_request_free(req);
     }
   }
@@ -887,7 +1291,12 @@ class UcxTransportImpl final : public UcxTransport {
       aborts.swap(peer_aborts_);
       for (const PeerAbort& a : aborts) {
         peers_[static_cast<size_t>(a.peer)].failed = true;  // it is dropping its endpoints
-        if (!closing_) fail(from_peer_abort(a.peer, a.code, a.text), /*tell_peers=*/false);
+        if (closing_) continue;
+        if (recovering_) {
+          gone_while_recovering(a.peer, "it gave up: " + a.text);
+        } else if (member_[static_cast<size_t>(a.peer)]) {
+          fail(from_peer_abort(a.peer, a.code, a.text), /*tell_peers=*/false);
+        }
       }
     }
     if (!deaths_pending_.load(std::memory_order_acquire)) return;
@@ -907,22 +1316,29 @@ class UcxTransportImpl final : public UcxTransport {
     }
     for (const Death& d : ripe) {
       PeerState& p = peers_[static_cast<size_t>(d.peer)];
+      dead_[static_cast<size_t>(d.peer)] = true;
       if (p.said_bye || closing_) continue;
       p.failed = true;
-      fail(Status(Code::kRemote, d.why + " while its transport was open (the process died)"));
+      if (recovering_) {
+        gone_while_recovering(d.peer, d.why);
+      } else if (member_[static_cast<size_t>(d.peer)]) {
+        fail(Status(Code::kRemote, d.why + " while its transport was open (the process died)"));
+      }
     }
   }
 
-  void send_ctrl(int peer, Ctrl kind) {
-    ucp_ep_h ep = eps_[static_cast<size_t>(peer)];
+  // A control message to peer; payload (null for none) must live until the send completes
+  // (UCX 1.13 may read it until then): the callers' live in the transport.
+  void send_ctrl(int peer, Ctrl kind, const std::string* payload = nullptr) {
+    ucp_ep_h ep = ctrl_eps_[static_cast<size_t>(peer)];
     if (ep == nullptr || peers_[static_cast<size_t>(peer)].failed) return;
-    const CtrlHeader* h = kind == Ctrl::kHello ? &hello_header_ : (kind == Ctrl::kBye ? &bye_header_ : &ack_header_);
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS;
     p.cb.send = &free_request_cb;
     p.flags = UCP_AM_SEND_FLAG_EAGER;
-    // The header lives as long as the worker (UCX 1.13 may read it until the send completes).
-    void* req = ucp_am_send_nbx(ep, kCtrlAmId, h, sizeof(*h), nullptr, 0, &p);
+    const void* data = payload != nullptr ? payload->data() : nullptr;
+    const size_t len = payload != nullptr ? payload->size() : 0;
+    void* req = ucp_am_send_nbx(ep, kCtrlAmId, header(kind), sizeof(CtrlHeader), data, len, &p);
     if (UCS_PTR_IS_ERR(req))
       GW_TRACE(kTransport, "ucx: control message to rank %d: %s", peer, ucs_status_string(UCS_PTR_STATUS(req)));
   }
@@ -931,9 +1347,8 @@ class UcxTransportImpl final : public UcxTransport {
   // drive_mu_ held.
   bool drive() {
     handle_abort_flag();
-    if (worker_ == nullptr) return false;
-    bool any = false;
-    for (int i = 0; i < kMaxProgressRounds && ucp_worker_progress(worker_) != 0; ++i) any = true;
+    if (ctrl_ == nullptr) return false;
+    const bool any = progress_workers();
     after_progress();
     return any;
   }
@@ -941,6 +1356,32 @@ class UcxTransportImpl final : public UcxTransport {
   void after_progress() {
     if (!ep_errors_.empty()) handle_ep_errors();
     handle_peer_news();
+    if (!dropped_.empty()) judge_dropped();
+    if (later_epoch_from_ >= 0 && !recovering_ && !failed_ && !closing_) {
+      fail(Status(Code::kRevoked, "rank " + std::to_string(later_epoch_from_) + " has left epoch " +
+                                      std::to_string(epoch_) + ": it shrank the communicator, so this one is over"));
+    }
+    later_epoch_from_ = -1;
+    if (agreement_ != nullptr && !recovery_in_.empty()) {
+      std::vector<std::pair<int, std::string>> in;
+      in.swap(recovery_in_);
+      for (const auto& [from, bytes] : in) {
+        const size_t rejected = agreement_->rejected();
+        agreement_->on_message(from, bytes.data(), bytes.size(), Clock::now());
+        if (agreement_->rejected() != rejected) {
+          GW_WARN(kTransport, "ucx: rank %d, epoch %u: agreement message from rank %d rejected: %s", rank_, epoch_,
+                  from, agreement_->last_rejection().c_str());
+        }
+      }
+      send_agreement();
+      // Two coordinators decided (a false suspicion) and the later decision left this rank out.
+      if (!recovering_ && !failed_ && !closing_ && agreement_->outcome() == Agreement::Outcome::kExcluded) {
+        fail(Status(Code::kRemote, "this rank was expelled from epoch " + std::to_string(epoch_) +
+                                       ": the survivors settled on a group without it (" + agreement_->describe() +
+                                       ")"));
+      }
+    }
+    recovery_in_.clear();
     if (!failed_ && connected_) {
       for (int r = 0; r < size_; ++r) {
         PeerState& p = peers_[static_cast<size_t>(r)];
@@ -953,19 +1394,45 @@ class UcxTransportImpl final : public UcxTransport {
   }
 
   void handle_ep_errors() {
-    std::vector<std::pair<int, ucs_status_t>> errors;
+    std::vector<EpError> errors;
     errors.swap(ep_errors_);
-    for (const auto& [peer, status] : errors) {
+    for (const EpError& e : errors) {
+      const int peer = e.peer;
+      const ucs_status_t status = e.status;
+      if (e.ctrl) ctrl_failed_[static_cast<size_t>(peer)] = true;  // that endpoint is done for good
       PeerState& p = peers_[static_cast<size_t>(peer)];
       p.failed = true;
       if (closing_) continue;
+      if (recovering_) {
+        gone_while_recovering(peer, std::string("its connection failed: ") + ucs_status_string(status));
+        continue;
+      }
+      if (!member_[static_cast<size_t>(peer)]) continue;
       if (p.said_bye) {
         GW_INFO(kTransport, "ucx: connection to rank %d closed (%s) after it said goodbye", peer,
                 ucs_status_string(status));
         continue;
       }
-      fail(Status(Code::kRemote, "connection to rank " + std::to_string(peer) + " failed: " +
-                                     ucs_status_string(status) + " (the peer died or dropped the connection)"));
+      // A peer that failed sends its last words on the control worker and then drops its data
+      // endpoints: over two connections, the drop may arrive first. Judged after a grace, so
+      // the reason it gave wins.
+      dropped_.push_back({peer, status, Clock::now()});
+    }
+  }
+
+  // Data connections dropped at least kDeathGrace ago whose peer said nothing. drive_mu_ held.
+  void judge_dropped() {
+    const auto now = Clock::now();
+    for (auto it = dropped_.begin(); it != dropped_.end();) {
+      if (now - it->at < kDeathGrace) {
+        ++it;
+        continue;
+      }
+      const Dropped d = *it;
+      it = dropped_.erase(it);
+      if (failed_ || closing_ || recovering_ || peers_[static_cast<size_t>(d.peer)].said_bye) continue;
+      fail(Status(Code::kRemote, "connection to rank " + std::to_string(d.peer) + " failed: " +
+                                     ucs_status_string(d.status) + " (the peer died or dropped the connection)"));
     }
   }
 
@@ -1005,6 +1472,7 @@ class UcxTransportImpl final : public UcxTransport {
 
   // Cancels receives, force-closes endpoints, and fails whatever UCX does not hand back
   // promptly. drive_mu_ held; not re-entered (the progress calls here do not judge errors).
+  // Only the data worker: the control endpoints stay for the last words and for a recovery.
   void fail_everything() {
     if (failing_ || worker_ == nullptr) return;
     failing_ = true;
@@ -1018,7 +1486,7 @@ class UcxTransportImpl final : public UcxTransport {
     // Sends (and matched rendezvous receives) end when their endpoint goes.
     close_endpoints(/*force=*/true);
     const auto until = Clock::now() + kFailDrainTimeout;
-    while (pending_.next != &pending_ && Clock::now() < until) ucp_worker_progress(worker_);
+    while (pending_.next != &pending_ && Clock::now() < until) progress_workers();
     const Status err = sticky();
     while (pending_.next != &pending_) {
       Op* op = pending_.next;
@@ -1031,13 +1499,15 @@ class UcxTransportImpl final : public UcxTransport {
     failing_ = false;
   }
 
-  // Closes every endpoint (force: drop; else flush first), bounded by kCloseTimeout.
-  void close_endpoints(bool force) {
+  // Closes every data endpoint, or with ctrl the control ones (force: drop; else flush
+  // first), bounded by kCloseTimeout.
+  void close_endpoints(bool force, bool ctrl = false) {
     std::vector<void*> reqs;
-    for (size_t r = 0; r < eps_.size(); ++r) {
-      ucp_ep_h ep = eps_[r];
+    std::vector<ucp_ep_h>& eps = ctrl ? ctrl_eps_ : eps_;
+    for (size_t r = 0; r < eps.size(); ++r) {
+      ucp_ep_h ep = eps[r];
       if (ep == nullptr) continue;
-      eps_[r] = nullptr;
+      eps[r] = nullptr;
       ucp_request_param_t p{};
       p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       p.flags = (force || peers_[r].failed) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
@@ -1052,27 +1522,24 @@ class UcxTransportImpl final : public UcxTransport {
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       const PeerState& p = peers_[static_cast<size_t>(r)];
-      if (!p.said_bye && !p.failed) send_ctrl(r, Ctrl::kBye);
+      if (!p.said_bye && !p.failed && member_[static_cast<size_t>(r)]) send_ctrl(r, Ctrl::kBye);
     }
     const auto until = Clock::now() + kByeTimeout;
     for (;;) {
-      while (ucp_worker_progress(worker_) != 0) {}
+      while (progress_workers()) {}
       after_progress();
       if (failed_) return;
       int waiting = -1;
       for (int r = 0; r < size_ && waiting < 0; ++r) {
         const PeerState& p = peers_[static_cast<size_t>(r)];
-        if (r != rank_ && !p.acked && !p.said_bye && !p.failed) waiting = r;
+        if (r != rank_ && member_[static_cast<size_t>(r)] && !p.acked && !p.said_bye && !p.failed) waiting = r;
       }
       if (waiting < 0) return;
       if (Clock::now() >= until) {
         GW_INFO(kTransport, "ucx: rank %d: rank %d did not answer the goodbye in time; closing anyway", rank_, waiting);
         return;
       }
-      if (ucp_worker_arm(worker_) == UCS_OK) {
-        pollfd pfd{efd_, POLLIN, 0};
-        poll(&pfd, 1, 1);
-      }
+      if (arm_workers()) nap(std::chrono::milliseconds(1));
     }
   }
 
@@ -1083,11 +1550,10 @@ class UcxTransportImpl final : public UcxTransport {
     const auto until = Clock::now() + kSettleTimeout;
     auto idle_since = Clock::now();
     while (Clock::now() < until && Clock::now() - idle_since < kSettleIdle) {
-      if (ucp_worker_progress(worker_) != 0) {
+      if (progress_workers()) {
         idle_since = Clock::now();
-      } else if (ucp_worker_arm(worker_) == UCS_OK) {
-        pollfd pfd{efd_, POLLIN, 0};
-        poll(&pfd, 1, 1);
+      } else if (arm_workers()) {
+        nap(std::chrono::milliseconds(1));
       }
     }
     ep_errors_.clear();
@@ -1096,7 +1562,7 @@ class UcxTransportImpl final : public UcxTransport {
   void shutdown() {
     watch_.reset();  // its thread calls back into this object
     std::lock_guard<std::mutex> lock(drive_mu_);
-    if (worker_ != nullptr) {
+    if (ctrl_ != nullptr) {
       handle_abort_flag();
       if (!failed_ && pending_.next != &pending_) {
         fail(Status(Code::kAborted, "ucx transport destroyed with operations pending"));
@@ -1109,8 +1575,11 @@ class UcxTransportImpl final : public UcxTransport {
       } else {
         close_endpoints(/*force=*/false);
       }
-      ucp_worker_destroy(worker_);
+      close_endpoints(/*force=*/failed_, /*ctrl=*/true);
+      if (worker_ != nullptr) ucp_worker_destroy(worker_);
       worker_ = nullptr;
+      ucp_worker_destroy(ctrl_);
+      ctrl_ = nullptr;
     }
     if (context_ != nullptr) {
       ucp_cleanup(context_);
@@ -1125,17 +1594,22 @@ class UcxTransportImpl final : public UcxTransport {
   const int rank_;
   const int size_;
   ucp_context_h context_ = nullptr;
-  ucp_worker_h worker_ = nullptr;
+  ucp_worker_h ctrl_ = nullptr;    // control messages (hello, bye, last words, recovery), for good
+  ucp_worker_h worker_ = nullptr;  // data (tag messages), one per epoch
+  int ctrl_efd_ = -1;
   int efd_ = -1;
   int wake_fd_ = -1;
   Clock::duration spin_ = kSpin;
   std::string address_;
-  std::vector<ucp_ep_h> eps_;
-  std::vector<EpErrorArg> ep_args_;  // stable: UCX holds pointers to its elements
-  const CtrlHeader hello_header_{static_cast<uint32_t>(Ctrl::kHello), static_cast<uint32_t>(rank_)};
-  const CtrlHeader bye_header_{static_cast<uint32_t>(Ctrl::kBye), static_cast<uint32_t>(rank_)};
-  const CtrlHeader ack_header_{static_cast<uint32_t>(Ctrl::kAck), static_cast<uint32_t>(rank_)};
-  const CtrlHeader abort_header_{static_cast<uint32_t>(Ctrl::kAbort), static_cast<uint32_t>(rank_)};
+  std::vector<ucp_ep_h> eps_;       // data, this epoch's
+  std::vector<ucp_ep_h> ctrl_eps_;  // control
+  std::string ctrl_address_;
+  std::vector<std::string> ctrl_addresses_;
+  std::vector<bool> ctrl_failed_;  // the control endpoint to that rank reported an error
+  // One vector per generation of endpoints, kept to the end: UCX holds pointers into them.
+  std::deque<std::vector<EpErrorArg>> ep_args_;
+  std::vector<std::string> addresses_;  // the peers' UCX worker addresses, from connect()
+  CtrlHeader headers_[kTagEpochs][kCtrlKinds] = {};
   std::string last_words_;  // the abort payload; UCX may read it until the send completes
 
   // Driving-thread state (drive_mu_ held).
@@ -1143,7 +1617,33 @@ class UcxTransportImpl final : public UcxTransport {
   Op pending_;                // sentinel of the circular list of pending ops
   size_t sends_pending_ = 0;  // how many of them are sends
   std::vector<PeerState> peers_;
-  std::vector<std::pair<int, ucs_status_t>> ep_errors_;  // collected during progress
+  // The current epoch (written under drive_mu_ and err_mu_; on_ctrl and on_ep_error read it
+  // under drive_mu_), its members, and the ranks known to be gone for good.
+  uint32_t epoch_ = 0;
+  std::atomic<uint32_t> epoch_pub_{0};  // epoch_, for epoch() from any thread
+  std::vector<bool> member_;
+  std::vector<bool> dead_;
+  bool recovering_ = false;                               // recover() is agreeing or joining
+  std::unique_ptr<Agreement> agreement_;                  // the current epoch's (answers late messages)
+  std::vector<std::pair<int, std::string>> recovery_in_;  // agreement messages, collected during progress
+  struct FutureCtrl {
+    CtrlHeader h;
+    std::string payload;
+  };
+  std::vector<FutureCtrl> future_ctrl_;  // control messages of later epochs
+  int later_epoch_from_ = -1;            // a peer that has sent one (this epoch is over)
+  struct EpError {
+    int peer;
+    ucs_status_t status;
+    bool ctrl;
+  };
+  std::vector<EpError> ep_errors_;  // this epoch's (and control ones), collected during progress
+  struct Dropped {
+    int peer;
+    ucs_status_t status;
+    Clock::time_point at;
+  };
+  std::vector<Dropped> dropped_;  // data connections lost, judged after kDeathGrace
   struct PeerAbort {
     int peer;
     uint32_t code;
@@ -1159,6 +1659,7 @@ class UcxTransportImpl final : public UcxTransport {
   // Shared with other threads.
   mutable std::mutex err_mu_;
   Status error_;
+  std::vector<Status> epoch_errors_;  // [e]: the first failure of ended epoch e
   Status abort_reason_;
   std::atomic<bool> abort_flag_{false};
   struct Death {
