@@ -451,6 +451,26 @@ gw_result_t gw_comm_abort(gw_comm_t comm) {
   });
 }
 
+gw_result_t gw_comm_revoke(gw_comm_t comm) {
+  return guard("gw_comm_revoke", [&]() -> Status {
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    comm->comm->revoke();
+    return Status::ok();
+  });
+}
+
+gw_result_t gw_comm_shrink(gw_comm_t comm, gw_comm_t* newcomm) {
+  return guard("gw_comm_shrink", [&]() -> Status {
+    if (newcomm == nullptr) return null_arg("newcomm");
+    *newcomm = nullptr;
+    GW_RETURN_IF_ERROR(check_comm(comm));
+    auto made = comm->comm->shrink();
+    if (!made.is_ok()) return made.status();
+    *newcomm = gw::capi::adopt(std::move(made).value());
+    return Status::ok();
+  });
+}
+
 gw_result_t gw_comm_rank(gw_comm_t comm, int* rank) {
   return guard("gw_comm_rank", [&]() -> Status {
     GW_RETURN_IF_ERROR(check_comm(comm));

@@ -57,7 +57,14 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::unique_ptr<trans
   auto impl = std::make_unique<Impl>();
   impl->topo = node_of_rank.empty() ? coll::Topology::single_node(tp->size(), tp->rank())
                                     : coll::Topology::from_node_of(node_of_rank, tp->rank());
-  impl->tp = std::move(tp);
+  if (auto* view = dynamic_cast<transport::EpochTransport*>(tp.get())) {
+    tp.release();
+    impl->tp.reset(view);
+  } else {
+    std::shared_ptr<transport::Transport> core(std::move(tp));
+    const uint32_t epoch = core->epoch();
+    impl->tp = std::make_unique<transport::EpochTransport>(std::move(core), epoch, std::vector<int>{});
+  }
   impl->config = config;
   impl->counted = std::make_unique<coll::CountingTransport>(*impl->tp, impl->stats);
   impl->timeline = coll::Timeline(coll::Timeline::path_from_env(impl->tp->rank(), impl->tp->size()), impl->tp->rank());
@@ -702,6 +709,9 @@ Status Communicator::allreduce_device_at(const void* send, void* recv, size_t co
                     const coll::DeviceEntry entry = device_entry(ran);
                     if (entry == nullptr)
                       return unsupported(std::string(algo_name(ran)) + " runs on host buffers only");
+                    if (ef != nullptr && ran == Algo::kScatterReduce) {
+                      GW_RETURN_IF_ERROR(impl_->efs.rehome_device_owner_residual(*ef, *dev, count, c.rank, c.size));
+                    }
                     return entry(c, *dev, coll::DeviceAllreduce{send, recv, count, dtype, op, codec, ef});
                 }
               });

@@ -29,6 +29,7 @@
 #include "collectives/policy/policy.hpp"
 #include "common/log.hpp"
 #include "gradwire/communicator.hpp"
+#include "transport/epoch_transport.hpp"
 #include "transport/transport.hpp"
 
 namespace gw {
@@ -194,7 +195,9 @@ class P2pServingTransport final : public transport::ForwardingTransport {
 }  // namespace comm_detail
 
 struct Communicator::Impl {
-  std::unique_ptr<transport::Transport> tp;
+  // The communicator's view of its transport (transport/epoch_transport.hpp): one epoch, over
+  // the ranks the communicator holds.
+  std::unique_ptr<transport::EpochTransport> tp;
   CommConfig config;
   coll::Topology topo;
   coll::NodeShm node_shm;  // progress thread only

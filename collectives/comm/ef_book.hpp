@@ -12,8 +12,15 @@
 
 #include "gradwire/communicator.hpp"
 #include "gradwire/ef_state.hpp"
+#include "gradwire/status.hpp"
+
+namespace gw {
+class DeviceEfState;
+}
 
 namespace gw::coll {
+
+class DeviceBackend;
 
 class EfBook {
  public:
@@ -36,7 +43,17 @@ class EfBook {
   // segment (the tuner weighs them against each other). It is the error of the sum this rank
   // encoded for that segment, so it moves into this rank's own residual there and reaches the
   // sum with the next contribution: nothing is lost or applied to the wrong elements.
+  // The same holds across a shrink: the layout (rank of p) that filled the owner-side residual
+  // is kept with it, so the first call on the shrunk communicator folds it back from there.
   void rehome_owner_residual(ErrorFeedback& ef, Algo next, size_t n, int rank, int p);
+  // The same for a device state before a device scatter-reduce (the only device algorithm
+  // with an owner-side residual), on the device backend's stream; an owner residual of
+  // another layout (a shrink changed rank or size) would otherwise be dropped or, when its
+  // length happened to match, added to the wrong elements.
+  Status rehome_device_owner_residual(DeviceEfState& ef, DeviceBackend& dev, size_t n, int rank, int p);
+  // What a shrunk communicator starts from: every state's entry, with the layout it was
+  // filled in (no residual moves until a call uses the state).
+  EfBook inherited() const;
 
   // The hierarchical all-reduce's views of a caller's state (hierarchical_allreduce.cpp), one
   // per piece of this rank's shard. Scratch, not per state: a call sets a view's step and
@@ -49,6 +66,8 @@ class EfBook {
     bool unflushed = false;         // a compressed call filled the residual; no dense call sent it
     bool hier_filled = false;       // the hierarchical path filled the residual last
     Algo owner_algo = Algo::kAuto;  // the call that last filled the owner residual (kAuto: none)
+    int owner_rank = -1;            // ...on this rank of owner_p (another communicator's, after a shrink)
+    int owner_p = 0;
   };
   const Entry* find(const void* ef) const;
 

@@ -118,6 +118,17 @@ class GW_API Communicator {
   Status error() const;
   // Fails every pending and future operation; callable from any thread.
   void abort(const std::string& why);
+  // Revokes the communicator (ULFM's MPIX_Comm_revoke): every pending and later call fails
+  // with kRevoked, here and, within milliseconds, on every rank still reachable. Any thread.
+  void revoke();
+  // After a failure (a dead or frozen peer, a revoke, an abort), every survivor calls it: they
+  // agree on who is alive, a rank silent for the config's timeout counted out, and each gets a
+  // communicator over them on the same transport (no new rendezvous), ranks renumbered 0..m-1
+  // in the old order. A healthy communicator is revoked first. This one stays broken; destroy
+  // it. EF states carry over (docs/architecture.md, "Recovery"). kRemote: this rank was left
+  // out, or a survivor died before the new communicator was up (shrink again); kTimeout;
+  // kUnsupported on a transport that cannot recover; kInvalidUsage when shrunk twice.
+  Result<std::unique_ptr<Communicator>> shrink();
 
   // Which algorithm an all-reduce with these arguments runs (on_device: allreduce_device's).
   Algo choose_algo(size_t count, DType dtype, const Codec* codec, Algo requested, bool on_device = false) const;

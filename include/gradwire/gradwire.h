@@ -53,7 +53,8 @@ typedef enum gw_result GW_ENUM_TYPE {
   GW_ERR_ABORTED = 10,
   GW_ERR_CUDA = 11,
   GW_ERR_INVALID_USAGE = 12, /* the ranks' calls do not match, or two threads used one communicator at once */
-  GW_NUM_RESULTS = 13
+  GW_ERR_REVOKED = 13,       /* the communicator was revoked (gw_comm_revoke on some rank): shrink it to go on */
+  GW_NUM_RESULTS = 14
 } gw_result_t;
 
 /* Codecs take the three floating-point types (lossy codecs float32 only); the dense
@@ -291,6 +292,21 @@ GW_API gw_result_t gw_comm_init_with_allgather(gw_comm_t* comm, int nranks, int 
 GW_API gw_result_t gw_comm_destroy(gw_comm_t comm);
 /* Fails every pending and future call with GW_ERR_ABORTED; any thread. */
 GW_API gw_result_t gw_comm_abort(gw_comm_t comm);
+/* Recovery after a lost rank (ULFM-style; docs/architecture.md, "Recovery").
+ * gw_comm_revoke: every pending and later call on comm fails with GW_ERR_REVOKED, here and,
+ * within milliseconds, on every rank still reachable. Any thread.
+ * gw_comm_shrink: after a failure (a dead or frozen peer, a revoke, an abort; a healthy comm is
+ * revoked first), every survivor calls it. They agree on who is alive (a rank silent for the
+ * config's timeout_s is counted out; a rank that dies during the agreement does not stop it)
+ * and each gets *newcomm over the agreed ranks, on the same transport without a new
+ * rendezvous, renumbered 0..m-1 in the old order. comm stays broken: destroy it. EF states
+ * used on comm carry over as they are; owner-side residuals of the old layout are folded back
+ * by the first call that uses them. Errors (then *newcomm is NULL): GW_ERR_REMOTE when this
+ * rank was left out or a survivor died before the new communicator was up (shrink comm
+ * again), GW_ERR_TIMEOUT, GW_ERR_UNSUPPORTED on a transport that cannot recover,
+ * GW_ERR_INVALID_USAGE when comm was shrunk already. */
+GW_API gw_result_t gw_comm_revoke(gw_comm_t comm);
+GW_API gw_result_t gw_comm_shrink(gw_comm_t comm, gw_comm_t* newcomm);
 GW_API gw_result_t gw_comm_rank(gw_comm_t comm, int* rank);
 GW_API gw_result_t gw_comm_size(gw_comm_t comm, int* size);
 /* Which ranks share a node, as learned at init from every rank's host identity (hostname,

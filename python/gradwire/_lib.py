@@ -29,10 +29,14 @@ ALGOS = {"auto": 0, "ring": 1, "compressed_ring": 2, "scatter_reduce": 3, "spars
 RESULT_NAMES = [
     "success", "invalid argument", "invalid message", "unsupported", "out of memory",
     "buffer too small", "internal error", "system error", "remote error", "timeout",
-    "aborted", "CUDA error", "invalid usage",
+    "aborted", "CUDA error", "invalid usage", "revoked",
 ]
 GW_ERR_INVALID_ARGUMENT = 1
 GW_ERR_UNSUPPORTED = 3
+GW_ERR_REMOTE = 8
+GW_ERR_TIMEOUT = 9
+GW_ERR_ABORTED = 10
+GW_ERR_REVOKED = 13
 GW_CONFIG_MAGIC = 0x67776366
 
 
@@ -193,6 +197,8 @@ _OPTIONAL = {
     "gw_standin_live_bytes": (_c.c_int, [_p(_sz)]),
     "gw_comm_use_standin": (_c.c_int, [_vp, _c.c_int, _c.c_uint64]),
     "gw_standin_ef_state_create": (_c.c_int, [_sz, _p(_vp)]),
+    "gw_comm_revoke": (_c.c_int, [_vp]),
+    "gw_comm_shrink": (_c.c_int, [_vp, _p(_vp)]),
 }
 
 for _name, (_res, _args) in _PROTOTYPES.items():

@@ -572,6 +572,24 @@ class Communicator:
         """Fails every pending and future call (GW_ERR_ABORTED); from any thread."""
         check(lib.gw_comm_abort(self._handle()))
 
+    def revoke(self):
+        """Fails every pending and future call here and on every reachable rank with
+        GW_ERR_REVOKED (ULFM's revoke); from any thread. Survivors then call shrink()."""
+        if not _lib.has("gw_comm_revoke"):
+            raise GradwireError(_UNSUPPORTED, "this libgradwire has no gw_comm_revoke")
+        check(lib.gw_comm_revoke(self._handle()))
+
+    def shrink(self):
+        """After a failure, every survivor calls it: they agree on who is alive and each gets
+        a new Communicator over them (same transport, no new rendezvous), ranks renumbered in
+        the old order. This one stays broken: close it. Raises GradwireError (code
+        GW_ERR_REMOTE when this rank was left out or a survivor died meanwhile: shrink again)."""
+        if not _lib.has("gw_comm_shrink"):
+            raise GradwireError(_UNSUPPORTED, "this libgradwire has no gw_comm_shrink")
+        h = ctypes.c_void_p()
+        check(lib.gw_comm_shrink(self._handle(), ctypes.byref(h)))
+        return Communicator(h.value)
+
     def close(self):
         """Finishes queued work and frees the communicator (idempotent)."""
         h = getattr(self, "_h", None)
