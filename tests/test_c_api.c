@@ -702,6 +702,12 @@ static void test_null_arguments(void) {
   EXPECT_ERR2(gw_comm_init_rank(&comm, 1, uid, 0, NULL), GW_ERR_INVALID_ARGUMENT, "unique id", "gw_comm_init_rank");
   CHECK(comm == NULL);
   EXPECT_ERR2(gw_comm_abort(NULL), GW_ERR_INVALID_ARGUMENT, "comm is null", "gw_comm_abort");
+  EXPECT_ERR2(gw_comm_revoke(NULL), GW_ERR_INVALID_ARGUMENT, "comm is null", "gw_comm_revoke");
+  {
+    gw_comm_t made = (gw_comm_t)(void*)&g_passed;
+    EXPECT_ERR2(gw_comm_shrink(NULL, &made), GW_ERR_INVALID_ARGUMENT, "comm is null", "gw_comm_shrink");
+    CHECK(made == NULL);
+  }
   EXPECT_ERR2(gw_comm_rank(NULL, &ival), GW_ERR_INVALID_ARGUMENT, "comm is null", "gw_comm_rank");
   EXPECT_ERR2(gw_comm_size(NULL, &ival), GW_ERR_INVALID_ARGUMENT, "comm is null", "gw_comm_size");
   EXPECT_ERR2(gw_comm_topology(NULL, &ival, &ival, &ival, &ival), GW_ERR_INVALID_ARGUMENT, "comm is null",
@@ -739,7 +745,7 @@ static void test_communicator(void) {
   gw_unique_id_t uid;
   gw_config_t cfg = GW_CONFIG_INITIALIZER;
   gw_config_t bad_cfg = GW_CONFIG_INITIALIZER;
-  gw_comm_t comm = NULL;
+  gw_comm_t comm = NULL, shrunk = NULL, again = NULL;
   gw_codec_t fp16 = NULL, topk = NULL;
   gw_request_t req = NULL;
   gw_result_t async = GW_ERR_INTERNAL;
@@ -918,6 +924,24 @@ static void test_communicator(void) {
   EXPECT_ERR(gw_allreduce(comm, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL), GW_ERR_ABORTED, "abort");
   EXPECT_OK(gw_comm_get_async_error(comm, &async));
   CHECK(async == GW_ERR_ABORTED);
+
+  /* Shrink after the abort: the lone survivor gets a working communicator of one rank; the
+   * old one stays broken and is shrunk once. A revoke fails the new one's calls. */
+  EXPECT_ERR2(gw_comm_shrink(comm, NULL), GW_ERR_INVALID_ARGUMENT, "newcomm is null", "gw_comm_shrink");
+  if (EXPECT_OK(gw_comm_shrink(comm, &shrunk))) {
+    EXPECT_OK(gw_comm_size(shrunk, &size));
+    CHECK(size == 1);
+    EXPECT_OK(gw_allreduce(shrunk, x, y, COMM_N, GW_FLOAT32, GW_SUM, NULL, NULL));
+    CHECK(memcmp(x, y, sizeof x) == 0);
+    EXPECT_ERR(gw_barrier(comm), GW_ERR_ABORTED, "abort");
+    EXPECT_ERR(gw_comm_shrink(comm, &again), GW_ERR_INVALID_USAGE, "shrunk once");
+    CHECK(again == NULL);
+    EXPECT_OK(gw_comm_revoke(shrunk));
+    EXPECT_ERR(gw_barrier(shrunk), GW_ERR_REVOKED, "revoked");
+    EXPECT_OK(gw_comm_get_async_error(shrunk, &async));
+    CHECK(async == GW_ERR_REVOKED);
+    EXPECT_OK(gw_comm_destroy(shrunk));
+  }
   EXPECT_OK(gw_comm_destroy(comm));
   EXPECT_OK(gw_codec_destroy(fp16));
   EXPECT_OK(gw_codec_destroy(topk));

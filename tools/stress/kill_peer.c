@@ -17,11 +17,20 @@
  * Survivors tear down in one of three ways: abort + destroy, destroy alone, or abort from a
  * second thread while the main one destroys.
  *
+ * --shrink (modes mid, between, idle, iwait): every rank first makes two top-k all-reduces with
+ * an EF state, so that its residual holds mass; after the failed call each survivor calls
+ * gw_comm_shrink and checks, on the new communicator, its size (np - 1) and rank, an exact
+ * dense sum over the survivors, and that the EF mass carried over is conserved by a top-k
+ * call with the old state (outputs + residuals after = inputs + residuals before, element by
+ * element); only then does it tear both communicators down. Goals added: the shrink succeeds
+ * within --limit s (SIGKILL) or 2 * timeout + 2 s (SIGSTOP: the frozen rank is waited for
+ * that long), and both checks pass.
+ *
  *   kill_peer [--runs R] [--seed S] [--mix] [--modes m1,m2,..] [--np N | --np-min A --np-max B]
  *             [--victim R|random] [--count N | --count-min A --count-max B] [--combo I|mix]
  *             [--delay-us-max D] [--init-delay-us-max D] [--signal KILL|STOP] [--timeout S]
  *             [--limit S] [--teardown-limit S] [--run-limit S] [--log-dir DIR] [--keep-logs]
- *             [--gdb-on-hang] [--quiet]
+ *             [--gdb-on-hang] [--quiet] [--shrink]
  * --mix is --modes mid,between,idle,init,iwait,idestroy --np-min 2 --np-max 6 --victim random
  * --count-min 1024 --count-max 16777216 --combo mix. Run N is replayed with --seed S --first N
  * --runs 1 and the same options (each run prints them).
@@ -115,7 +124,7 @@ typedef struct {
   int sig;
   double timeout_s, limit_s, teardown_limit_s, run_limit_s;
   const char* log_dir;
-  int keep_logs, gdb_on_hang, quiet;
+  int keep_logs, gdb_on_hang, quiet, shrink;
 } opts_t;
 
 /* One run, chosen by the parent before the fork (the children inherit it). */
@@ -132,6 +141,10 @@ typedef struct {
   double at;   /* CLOCK_MONOTONIC when the call returned */
   int calls_ok;
   char msg[240];
+  /* --shrink */
+  int shrink_tried, shrink_result, new_size, new_rank, dense_ok, ef_ok;
+  double shrink_s;
+  char shrink_msg[240];
 } report_t;
 
 static int write_all(int fd, const void* p, size_t n) {
@@ -186,6 +199,84 @@ static void teardown(gw_comm_t comm, int how) {
   }
 }
 
+#define EF_COUNT 65537
+static const char* const kEfCodec = "topk:ratio=0.01";
+
+static void ef_input(float* x, int rank, int step) {
+  for (int i = 0; i < EF_COUNT; ++i) x[i] = sinf(0.37f * (float)i + (float)(rank * 7 + step));
+}
+
+/* One top-k all-reduce with ef on comm; ok (1) when the mass balances element by element. */
+static int ef_conserved(gw_comm_t comm, gw_codec_t codec, gw_ef_state_t ef, int rank, int step, char* why,
+                        size_t why_len) {
+  float* x = malloc(sizeof(float) * EF_COUNT);
+  float* out = malloc(sizeof(float) * EF_COUNT);
+  float* before = malloc(sizeof(float) * EF_COUNT);
+  float* after = malloc(sizeof(float) * EF_COUNT);
+  double* d = malloc(sizeof(double) * EF_COUNT);
+  int ok = 0;
+  if (x == NULL || out == NULL || before == NULL || after == NULL || d == NULL) goto done;
+  ef_input(x, rank, step);
+  if (gw_ef_state_get_residual(ef, before, EF_COUNT) != GW_SUCCESS ||
+      gw_allreduce_ex(comm, x, out, EF_COUNT, GW_FLOAT32, GW_SUM, codec, ef, GW_ALGO_SPARSE_ALLGATHER) != GW_SUCCESS ||
+      gw_ef_state_get_residual(ef, after, EF_COUNT) != GW_SUCCESS) {
+    snprintf(why, why_len, "EF call: %s", gw_get_last_error());
+    goto done;
+  }
+  for (int i = 0; i < EF_COUNT; ++i) d[i] = (double)x[i] + (double)before[i] - (double)after[i];
+  if (gw_allreduce_ex(comm, d, d, EF_COUNT, GW_FLOAT64, GW_SUM, NULL, NULL, GW_ALGO_AUTO) != GW_SUCCESS) {
+    snprintf(why, why_len, "EF sum: %s", gw_get_last_error());
+    goto done;
+  }
+  ok = 1;
+  for (int i = 0; i < EF_COUNT && ok; ++i) {
+    if (fabs(d[i] - (double)out[i]) > 1e-4 * (1.0 + fabs(d[i]))) {
+      snprintf(why, why_len, "EF mass at %d: in - kept %.6f, out %.6f", i, d[i], (double)out[i]);
+      ok = 0;
+    }
+  }
+done:
+  free(x);
+  free(out);
+  free(before);
+  free(after);
+  free(d);
+  return ok;
+}
+
+/* --shrink: the survivor's new communicator, checked (see the top of the file). */
+static void shrink_and_check(const plan_t* p, int rank, gw_comm_t comm, gw_codec_t topk, gw_ef_state_t ef,
+                             report_t* rep) {
+  rep->shrink_tried = 1;
+  const double t0 = now_s();
+  gw_comm_t nc = NULL;
+  gw_result_t r = gw_comm_shrink(comm, &nc);
+  rep->shrink_s = now_s() - t0;
+  rep->shrink_result = r;
+  if (r != GW_SUCCESS) {
+    snprintf(rep->shrink_msg, sizeof rep->shrink_msg, "%s", gw_get_last_error());
+    return;
+  }
+  gw_comm_size(nc, &rep->new_size);
+  gw_comm_rank(nc, &rep->new_rank);
+  const size_t n = 4099;
+  float* x = malloc(sizeof(float) * n);
+  if (x != NULL) {
+    for (size_t i = 0; i < n; ++i) x[i] = (float)((rank + 1) * (int)(i % 7 + 1));
+    const int total = p->np * (p->np + 1) / 2 - (p->victim + 1);
+    if (gw_allreduce_ex(nc, x, x, n, GW_FLOAT32, GW_SUM, NULL, NULL, GW_ALGO_AUTO) == GW_SUCCESS) {
+      rep->dense_ok = 1;
+      for (size_t i = 0; i < n; ++i) rep->dense_ok &= x[i] == (float)(total * (int)(i % 7 + 1));
+      if (!rep->dense_ok) snprintf(rep->shrink_msg, sizeof rep->shrink_msg, "wrong dense sum");
+    } else {
+      snprintf(rep->shrink_msg, sizeof rep->shrink_msg, "dense: %s", gw_get_last_error());
+    }
+    free(x);
+  }
+  if (rep->dense_ok) rep->ef_ok = ef_conserved(nc, topk, ef, rank, 100, rep->shrink_msg, sizeof rep->shrink_msg);
+  gw_comm_destroy(nc);
+}
+
 static void report_and_exit(int out_fd, report_t* rep, double teardown_s) {
   if (write_all(out_fd, rep, sizeof *rep) != 0 || write_all(out_fd, &teardown_s, sizeof teardown_s) != 0) _exit(3);
   exit(0); /* not _exit: a sanitized build checks for leaks at exit */
@@ -221,6 +312,20 @@ static void child(const opts_t* o, const plan_t* p, int rank, int idp[2], int go
   if (cb->codec != NULL && gw_codec_create(cb->codec, &codec) != GW_SUCCESS) {
     fprintf(stderr, "kill_peer: gw_codec_create(%s): %s\n", cb->codec, gw_get_last_error());
     _exit(5);
+  }
+  const int shrinking =
+      o->shrink && (p->mode == M_MID || p->mode == M_BETWEEN || p->mode == M_IDLE || p->mode == M_IWAIT);
+  gw_codec_t topk = NULL;
+  gw_ef_state_t ef = NULL;
+  if (shrinking) {
+    char why[240];
+    if (gw_codec_create(kEfCodec, &topk) != GW_SUCCESS || gw_ef_state_create(EF_COUNT, &ef) != GW_SUCCESS) _exit(5);
+    for (int step = 0; step < 2; ++step) {
+      if (!ef_conserved(comm, topk, ef, rank, step, why, sizeof why)) {
+        fprintf(stderr, "kill_peer: EF warm-up: %s\n", why);
+        _exit(5);
+      }
+    }
   }
   float* x = malloc(sizeof(float) * (size_t)p->count);
   if (x == NULL) _exit(6);
@@ -275,9 +380,12 @@ static void child(const opts_t* o, const plan_t* p, int rank, int idp[2], int go
   }
   rep.calls_ok = calls;
   if (rep.at == 0) rep.at = now_s();
+  if (shrinking && rep.result != GW_SUCCESS) shrink_and_check(p, rank, comm, topk, ef, &rep);
   const double t0 = now_s();
   teardown(comm, p->teardown[rank]);
   const double td = now_s() - t0;
+  if (topk) gw_codec_destroy(topk);
+  if (ef) gw_ef_state_destroy(ef);
   if (codec) gw_codec_destroy(codec);
   free(x);
   (void)o;
@@ -327,8 +435,8 @@ static void gdb_backtrace(pid_t pid) {
 }
 
 typedef struct {
-  int runs, bad, crashes, hangs, sanitizer, wrong, slow, slow_teardown, init_timeouts;
-  double worst_detect, worst_teardown;
+  int runs, bad, crashes, hangs, sanitizer, wrong, slow, slow_teardown, init_timeouts, shrinks;
+  double worst_detect, worst_teardown, worst_shrink;
 } stats_t;
 
 static void plan_run(const opts_t* o, int run, plan_t* p) {
@@ -413,6 +521,7 @@ static int run_once(const opts_t* o, int run, stats_t* st) {
     if (read_until(pipes[rk][0], rep, sizeof *rep, deadline) != sizeof *rep) continue;
     reported[rk] = 1;
     rep->msg[sizeof rep->msg - 1] = '\0';
+    rep->shrink_msg[sizeof rep->shrink_msg - 1] = '\0';
     if (read_until(pipes[rk][0], &tds[rk], sizeof tds[rk], deadline) == sizeof tds[rk]) reported[rk] = 2;
   }
   if (killing && o->sig == SIGSTOP) kill(pids[p.victim], SIGKILL);
@@ -493,6 +602,29 @@ static int run_once(const opts_t* o, int run, stats_t* st) {
     if (reported[rk] == 2 && tds[rk] > st->worst_teardown) st->worst_teardown = tds[rk];
     const int slow = killing && (took > limit || took < -0.001);
     const int slow_td = reported[rk] == 2 && tds[rk] > o->teardown_limit_s;
+    if (rep->shrink_tried) {
+      const double shrink_limit = o->sig == SIGSTOP ? 2 * p.timeout_s + 2.0 : o->limit_s;
+      const int shrink_ok = rep->shrink_result == GW_SUCCESS && rep->new_size == p.np - 1 &&
+                            rep->new_rank == (rk < p.victim ? rk : rk - 1) && rep->dense_ok && rep->ef_ok;
+      const int shrink_slow = rep->shrink_s > shrink_limit;
+      if (rep->shrink_s > st->worst_shrink) st->worst_shrink = rep->shrink_s;
+      ++st->shrinks;
+      if (!shrink_ok) ++st->wrong;
+      if (shrink_slow) ++st->slow;
+      if (!shrink_ok || shrink_slow) bad = 1;
+      if (!o->quiet || !shrink_ok || shrink_slow) {
+        printf("%s: shrink %s in %.3f s: rank %d of %d, dense %s, EF %s%s%s%s\n", who,
+               gw_get_error_string(rep->shrink_result), rep->shrink_s, rep->new_rank, rep->new_size,
+               rep->dense_ok ? "exact" : "WRONG", rep->ef_ok ? "conserved" : "NOT CONSERVED",
+               rep->shrink_msg[0] ? ": " : "", rep->shrink_msg,
+               !shrink_ok ? "  <-- WRONG SHRINK" : (shrink_slow ? "  <-- TOO SLOW" : ""));
+      }
+    } else if (o->shrink && killing &&
+               (p.mode == M_MID || p.mode == M_BETWEEN || p.mode == M_IDLE || p.mode == M_IWAIT)) {
+      printf("%s: did not shrink  <-- WRONG SHRINK\n", who);
+      ++st->wrong;
+      bad = 1;
+    }
     if (!ok) ++st->wrong;
     if (slow) ++st->slow;
     if (slow_td) ++st->slow_teardown;
@@ -597,6 +729,8 @@ int main(int argc, char** argv) {
       o.delay_us_max = atoi(v);
     else if (ARG("--init-delay-us-max"))
       o.init_delay_us_max = atoi(v);
+    else if (!strcmp(a, "--shrink"))
+      o.shrink = 1;
     else if (ARG("--signal"))
       o.sig = strcmp(v, "STOP") == 0 ? SIGSTOP : SIGKILL;
     else if (ARG("--timeout"))
@@ -648,14 +782,14 @@ int main(int argc, char** argv) {
     st->bad += bad;
     failures += bad;
   }
-  printf("\n%-9s %5s %5s %7s %5s %9s %6s %5s %8s %8s %11s %11s\n", "mode", "runs", "bad", "crashed", "hung", "bad-log",
-         "wrong", "slow", "slow-td", "init-to", "worst-det", "worst-td");
+  printf("\n%-9s %5s %5s %7s %5s %9s %6s %5s %8s %8s %11s %11s %8s %11s\n", "mode", "runs", "bad", "crashed", "hung",
+         "bad-log", "wrong", "slow", "slow-td", "init-to", "worst-det", "worst-td", "shrinks", "worst-shr");
   for (int m = 0; m < M_COUNT; ++m) {
     const stats_t* s = &per[m];
     if (s->runs == 0) continue;
-    printf("%-9s %5d %5d %7d %5d %9d %6d %5d %8d %8d %10.3fs %10.3fs\n", kModeNames[m], s->runs, s->bad, s->crashes,
-           s->hangs, s->sanitizer, s->wrong, s->slow, s->slow_teardown, s->init_timeouts, s->worst_detect,
-           s->worst_teardown);
+    printf("%-9s %5d %5d %7d %5d %9d %6d %5d %8d %8d %10.3fs %10.3fs %8d %10.3fs\n", kModeNames[m], s->runs, s->bad,
+           s->crashes, s->hangs, s->sanitizer, s->wrong, s->slow, s->slow_teardown, s->init_timeouts, s->worst_detect,
+           s->worst_teardown, s->shrinks, s->worst_shrink);
   }
   printf("%d of %d runs failed the goals (seed %llu)\n", failures, o.runs, (unsigned long long)o.seed);
   return failures == 0 ? 0 : 1;
