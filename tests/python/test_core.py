@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import gradwire
+from gradwire import _lib as gradwire_lib
 from ranks import child_env, run_ranks
 
 
@@ -145,3 +146,20 @@ def test_topology_and_hierarchical_allreduce():
         assert x["algo_calls"] == {"hierarchical": 6}, x["algo_calls"]  # 1 dense + 5 top-k, counted by algorithm
         assert x["topk_algo"] == "hierarchical" and x["topk_conserved_err"] < 1e-5, x
     assert len({x["digest"] for x in res}) == 1
+
+
+def test_a_dead_rank_is_shrunk_away():
+    """4 processes; rank 3 dies without a goodbye. The others' call fails with GW_ERR_REMOTE,
+    Communicator.shrink() gives them a 3-rank communicator within 2 s, sums over it are exact,
+    the EF residual filled over 4 ranks carries over and its mass is kept, and a revoke on the
+    new communicator fails every rank's next call with GW_ERR_REVOKED."""
+    res = run_ranks("shrink", nranks=4, timeout=90)
+    assert res[3] == {"died": True}
+    for r, x in enumerate(res[:3]):
+        assert x["failed_code"] == gradwire_lib.GW_ERR_REMOTE, x
+        assert x["shrink_s"] < 2.0, x
+        assert (x["size"], x["rank"]) == (3, r), x
+        assert not x["old_still_works"]
+        assert x["dense_exact"], x
+        assert x["residual_carried"] and x["ef_err"] < 1e-5, x
+        assert x["after_revoke"] == gradwire_lib.GW_ERR_REVOKED, x

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -405,6 +406,57 @@ def scenario_torch_collectives():
     state.close()
     comm.close()
     dist.destroy_process_group()
+    return r
+
+
+def scenario_shrink():
+    """Rank SIZE-1 dies (os._exit, no goodbye) after a warm-up; the others see a remote error,
+    shrink, and go on over SIZE-1 ranks: exact dense sums, the EF residual carried over and its
+    mass kept element by element (top-k; test_shrink.cpp checks owner-side residuals), and a
+    revoke that reaches every rank."""
+    r = {}
+    comm = gradwire.Communicator.from_env(timeout_s=20)
+    n = 10007
+    ef = gradwire.ErrorFeedback(n)
+    g = np.random.default_rng(3 + RANK).standard_normal(n).astype(np.float32)
+    comm.allreduce(g.copy(), codec="topk:ratio=0.01", ef=ef, algo="sparse_allgather")
+    comm.barrier()
+    if RANK == SIZE - 1:
+        with open(os.path.join(sys.argv[2], "rank%d.json" % RANK), "w") as f:
+            json.dump({"died": True}, f)
+        os._exit(0)
+    try:
+        comm.allreduce(np.ones(1 << 20, dtype=np.float32))
+        r["failed_code"] = 0
+    except gradwire.GradwireError as e:
+        r["failed_code"] = e.code
+    t0 = time.monotonic()
+    new = comm.shrink()
+    r["shrink_s"] = time.monotonic() - t0
+    r["size"], r["rank"] = new.size, new.rank
+    try:
+        comm.barrier()
+        r["old_still_works"] = True
+    except gradwire.GradwireError:
+        r["old_still_works"] = False
+    comm.close()
+    x = (np.arange(n, dtype=np.float32) % 13) * (RANK + 1)
+    y = new.allreduce(x.copy())
+    survivors = sum(k + 1 for k in range(SIZE - 1))
+    r["dense_exact"] = bool(np.array_equal(y, (np.arange(n, dtype=np.float32) % 13) * survivors))
+    before = g.astype(np.float64) + ef.residual()
+    r["residual_carried"] = bool(np.any(ef.residual() != 0))
+    out = new.allreduce(g.copy(), codec="topk:ratio=0.01", ef=ef, algo="sparse_allgather")
+    kept = new.allreduce((before - ef.residual()).astype(np.float32))  # in - kept, summed
+    r["ef_err"] = float(np.max(np.abs(kept - out)) / max(1e-9, float(np.max(np.abs(out)))))
+    if new.rank == 0:
+        new.revoke()
+    try:
+        new.allreduce(np.ones(100, dtype=np.float32))
+        r["after_revoke"] = 0
+    except gradwire.GradwireError as e:
+        r["after_revoke"] = e.code
+    new.close()
     return r
 
 

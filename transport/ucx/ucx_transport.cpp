@@ -92,6 +92,8 @@ constexpr auto kSettleIdle = std::chrono::milliseconds(30);
 constexpr auto kFailDrainTimeout = std::chrono::milliseconds(200);
 // ucp_worker_progress calls per progress(), so that a stream of events cannot starve the caller.
 constexpr int kMaxProgressRounds = 64;
+// How often drive() also progresses the control worker (wait_for_events always does).
+constexpr auto kCtrlProgressEvery = std::chrono::microseconds(200);
 
 // Control messages (UCP active messages, id kCtrlAmId): a header, no payload.
 // The worker is ours alone, so id 0 is free (UCX sizes its handler table by the largest id).
@@ -110,7 +112,6 @@ struct CtrlHeader {
 // Tags carry the epoch modulo this (3 bits above the user's tag).
 constexpr uint32_t kTagEpochs = 8;
 constexpr int kEpochShift = kTagBits;
-constexpr ucp_tag_t kEpochMask = ucp_tag_t{kTagEpochs - 1} << kEpochShift;
 // Control messages of a later epoch kept for when this rank gets there (a bound against a
 // flood from a hostile peer), and the largest payload one may carry.
 constexpr size_t kMaxFutureCtrl = 4096;
@@ -402,7 +403,8 @@ class UcxTransportImpl final : public UcxTransport {
         sched_yield();
       } while (Clock::now() < spin_until);
       if (abort_flag_.load(std::memory_order_acquire) || ctrl_ == nullptr) return;
-      if (!arm_workers()) return;  // events arrived meanwhile: go and progress them
+      if (progress_workers()) return;  // the control worker too, before sleeping on it
+      if (!arm_workers()) return;      // events arrived meanwhile: go and progress them
     }
     // Sleep without drive_mu_, so that abort() from another thread can act at once. UCX
     // signals the fd when something arrives, but not when a blocked send could go on (a full
@@ -742,10 +744,17 @@ class UcxTransportImpl final : public UcxTransport {
     return ucp_ep_create(ctrl ? ctrl_ : worker_, &ep, &(ctrl ? ctrl_eps_ : eps_)[i]);
   }
 
-  // Both workers' progress: true if anything happened. drive_mu_ held.
-  bool progress_workers() {
+  // Both workers' progress: true if anything happened. The control worker only every
+  // kCtrlProgressEvery unless forced: its messages are rare, and an idle worker's progress is
+  // not free (over TCP an epoll_wait), while a small collective drives the data worker many
+  // times per microsecond-scale call. drive_mu_ held.
+  bool progress_workers(bool force_ctrl = true) {
     bool any = false;
-    for (int i = 0; i < kMaxProgressRounds && ucp_worker_progress(ctrl_) != 0; ++i) any = true;
+    const auto now = Clock::now();
+    if (force_ctrl || now - ctrl_progressed_ >= kCtrlProgressEvery) {
+      ctrl_progressed_ = now;
+      for (int i = 0; i < kMaxProgressRounds && ucp_worker_progress(ctrl_) != 0; ++i) any = true;
+    }
     if (worker_ != nullptr) {
       for (int i = 0; i < kMaxProgressRounds && ucp_worker_progress(worker_) != 0; ++i) any = true;
     }
@@ -1124,6 +1133,11 @@ class UcxTransportImpl final : public UcxTransport {
   Status status_for(ucs_status_t s, const Op& op) const {
     if (s == UCS_ERR_MESSAGE_TRUNCATED) return truncated(op.peer);
     if (failed_) return sticky();
+    // Not ours (we cancel only once failed): UCX purging an endpoint whose connection failed.
+    if (s == UCS_ERR_CANCELED) {
+      return Status(Code::kRemote, std::string(op.is_recv ? "receive from" : "send to") + " rank " +
+                                       std::to_string(op.peer) + " failed: its connection failed");
+    }
     return plain_status(s, op);
   }
 
@@ -1348,7 +1362,7 @@ class UcxTransportImpl final : public UcxTransport {
   bool drive() {
     handle_abort_flag();
     if (ctrl_ == nullptr) return false;
-    const bool any = progress_workers();
+    const bool any = progress_workers(/*force_ctrl=*/false);
     after_progress();
     return any;
   }
@@ -1598,6 +1612,7 @@ class UcxTransportImpl final : public UcxTransport {
   ucp_worker_h worker_ = nullptr;  // data (tag messages), one per epoch
   int ctrl_efd_ = -1;
   int efd_ = -1;
+  Clock::time_point ctrl_progressed_{};  // the control worker's last progress (drive())
   int wake_fd_ = -1;
   Clock::duration spin_ = kSpin;
   std::string address_;
