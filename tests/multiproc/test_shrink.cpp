@@ -54,6 +54,26 @@ Result<std::unique_ptr<Communicator>> join(const bootstrap::UniqueId& id, int ra
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// join(), then a barrier: every rank's init is over before anyone dies (a death during
+// another rank's init fails that init, which is not what these tests are about).
+Result<std::unique_ptr<Communicator>> join_all(const bootstrap::UniqueId& id, int rank, int n, milliseconds timeout) {
+  auto comm = join(id, rank, n, timeout);
+  if (comm.is_ok() && !(*comm)->barrier().is_ok()) return Status(Code::kRemote, "barrier after init failed");
+  return comm;
+}
+
+bool dense_call_fails(Communicator& comm, size_t n) {
+  std::vector<float> x(n, 1.0f);
+  return !comm.allreduce(x.data(), x.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).is_ok();
+}
+
+// comm.shrink(), its error printed when it fails.
+Result<std::unique_ptr<Communicator>> shrink_noisily(Communicator& comm, int rank) {
+  auto shrunk = comm.shrink();
+  if (!shrunk.is_ok()) std::fprintf(stderr, "rank %d: shrink: %s\n", rank, shrunk.status().to_string().c_str());
+  return shrunk;
+}
+
 // A dense sum over comm of (old_rank + 1) * (i % 7 + 1) per element: exact in float.
 int check_dense(Communicator& comm, const std::vector<int>& old_ranks, int my_old_rank, size_t n) {
   std::vector<float> x(n);
@@ -156,12 +176,9 @@ TEST_P(Shrink, KilledRankMidCollectiveIsShrunkAway) {
     }
     if (seconds_since(t_call) > 5) return kTooSlow;
     const auto t0 = Clock::now();
-    auto shrunk = (*comm)->shrink();
+    auto shrunk = shrink_noisily(**comm, rank);
     const double took = seconds_since(t0);
-    if (!shrunk.is_ok()) {
-      std::fprintf(stderr, "rank %d: shrink: %s\n", rank, shrunk.status().to_string().c_str());
-      return kShrinkFailed;
-    }
+    if (!shrunk.is_ok()) return kShrinkFailed;
     std::fprintf(stderr, "rank %d: shrink took %.1f ms\n", rank, took * 1e3);
     if (took > 2.0) return kTooSlow;
     Communicator& c = **shrunk;
@@ -201,11 +218,8 @@ TEST_P(Shrink, RevokeReachesEveryRankAndShrinkKeepsThemAll) {
     }
     if (seconds_since(t0) > 1.5) return kTooSlow;
     if (c->error().code() != Code::kRevoked) return kWrongCode;
-    auto shrunk = c->shrink();
-    if (!shrunk.is_ok()) {
-      std::fprintf(stderr, "rank %d: shrink: %s\n", rank, shrunk.status().to_string().c_str());
-      return kShrinkFailed;
-    }
+    auto shrunk = shrink_noisily(*c, rank);
+    if (!shrunk.is_ok()) return kShrinkFailed;
     if ((*shrunk)->size() != 3 || (*shrunk)->rank() != rank) return kWrongSize;
     // Shrunk once: a second shrink of the old communicator is refused.
     auto twice = c->shrink();
@@ -219,21 +233,13 @@ TEST_P(Shrink, RevokeReachesEveryRankAndShrinkKeepsThemAll) {
 // ranks 1 and 2 agree without both.
 TEST_P(Shrink, CoordinatorDyingBeforeTheAgreementIsSurvived) {
   const auto codes = run(4, [&](int rank, const bootstrap::UniqueId& id) {
-    auto comm = join(id, rank, 4, milliseconds(5000));
+    auto comm = join_all(id, rank, 4, milliseconds(5000));
     if (!comm.is_ok()) return kInitFailed;
-    // Every rank's init is over before anyone dies (a death during another's init fails it).
-    if (!(*comm)->barrier().is_ok()) return kInitFailed;
     if (rank == 3) raise(SIGKILL);
-    std::vector<float> x(4096, 1.0f);
-    const Status s =
-        (*comm)->allreduce(x.data(), x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, nullptr, nullptr);
-    if (s.is_ok()) return kUnexpectedSuccess;
+    if (!dense_call_fails(**comm, 4096)) return kUnexpectedSuccess;
     if (rank == 0) raise(SIGKILL);
-    auto shrunk = (*comm)->shrink();
-    if (!shrunk.is_ok()) {
-      std::fprintf(stderr, "rank %d: shrink: %s\n", rank, shrunk.status().to_string().c_str());
-      return kShrinkFailed;
-    }
+    auto shrunk = shrink_noisily(**comm, rank);
+    if (!shrunk.is_ok()) return kShrinkFailed;
     if ((*shrunk)->size() != 2 || (*shrunk)->rank() != rank - 1) return kWrongSize;
     return check_dense(**shrunk, {1, 2}, rank, 12345);
   });
@@ -246,27 +252,18 @@ TEST_P(Shrink, CoordinatorDyingBeforeTheAgreementIsSurvived) {
 // Shrink, then lose another rank and shrink the shrunk communicator.
 TEST_P(Shrink, ShrinksTwice) {
   const auto codes = run(5, [&](int rank, const bootstrap::UniqueId& id) {
-    auto comm = join(id, rank, 5, milliseconds(5000));
+    auto comm = join_all(id, rank, 5, milliseconds(5000));
     if (!comm.is_ok()) return kInitFailed;
-    if (!(*comm)->barrier().is_ok()) return kInitFailed;
     if (rank == 4) raise(SIGKILL);
-    std::vector<float> x(777, 1.0f);
-    if ((*comm)->allreduce(x.data(), x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).is_ok()) {
-      return kUnexpectedSuccess;
-    }
-    auto first = (*comm)->shrink();
+    if (!dense_call_fails(**comm, 777)) return kUnexpectedSuccess;
+    auto first = shrink_noisily(**comm, rank);
     if (!first.is_ok()) return kShrinkFailed;
     if (int r = check_dense(**first, {0, 1, 2, 3}, rank, 1001); r != kOk) return r;
     if (rank == 1) raise(SIGKILL);
-    if ((*first)->allreduce(x.data(), x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).is_ok()) {
-      return kUnexpectedSuccess;
-    }
+    if (!dense_call_fails(**first, 777)) return kUnexpectedSuccess;
     comm->reset();  // the old one may go first: the shrunk ones keep the transport
-    auto second = (*first)->shrink();
-    if (!second.is_ok()) {
-      std::fprintf(stderr, "rank %d: second shrink: %s\n", rank, second.status().to_string().c_str());
-      return kShrinkFailed;
-    }
+    auto second = shrink_noisily(**first, rank);
+    if (!second.is_ok()) return kShrinkFailed;
     if ((*second)->size() != 3) return kWrongSize;
     return check_dense(**second, {0, 2, 3}, rank, 1001);
   });
@@ -281,9 +278,8 @@ TEST_P(Shrink, ShrinksTwice) {
 // the timeout, and go on; when it wakes, its call fails and its shrink says it was left out.
 TEST_P(Shrink, FrozenRankIsCountedOutAfterTheTimeout) {
   const auto codes = run(3, [&](int rank, const bootstrap::UniqueId& id) {
-    auto comm = join(id, rank, 3, milliseconds(1500));
+    auto comm = join_all(id, rank, 3, milliseconds(1500));
     if (!comm.is_ok()) return kInitFailed;
-    if (!(*comm)->barrier().is_ok()) return kInitFailed;
     std::vector<float> x(4096, 1.0f);
     if (rank == 2) {
       // A helper process wakes this one 6 s later (a stopped process cannot wake itself).
@@ -310,11 +306,8 @@ TEST_P(Shrink, FrozenRankIsCountedOutAfterTheTimeout) {
       std::fprintf(stderr, "rank %d: %s\n", rank, s.to_string().c_str());
       return kWrongCode;
     }
-    auto shrunk = (*comm)->shrink();
-    if (!shrunk.is_ok()) {
-      std::fprintf(stderr, "rank %d: shrink: %s\n", rank, shrunk.status().to_string().c_str());
-      return kShrinkFailed;
-    }
+    auto shrunk = shrink_noisily(**comm, rank);
+    if (!shrunk.is_ok()) return kShrinkFailed;
     std::fprintf(stderr, "rank %d: call + shrink took %.2f s\n", rank, seconds_since(t0));
     if (seconds_since(t0) > 5.5) return kTooSlow;
     if ((*shrunk)->size() != 2) return kWrongSize;
@@ -330,21 +323,14 @@ TEST_P(Shrink, FrozenRankIsCountedOutAfterTheTimeout) {
 // 8 ranks, one killed: the shrink takes under 2 s.
 TEST_P(Shrink, EightRanksShrinkWithinTwoSeconds) {
   const auto codes = run(8, [&](int rank, const bootstrap::UniqueId& id) {
-    auto comm = join(id, rank, 8, milliseconds(10000));
+    auto comm = join_all(id, rank, 8, milliseconds(10000));
     if (!comm.is_ok()) return kInitFailed;
-    if (!(*comm)->barrier().is_ok()) return kInitFailed;
     if (rank == 5) raise(SIGKILL);
-    std::vector<float> x(100000, 1.0f);
-    if ((*comm)->allreduce(x.data(), x.data(), x.size(), DType::kFloat32, ReduceOp::kSum, nullptr, nullptr).is_ok()) {
-      return kUnexpectedSuccess;
-    }
+    if (!dense_call_fails(**comm, 100000)) return kUnexpectedSuccess;
     const auto t0 = Clock::now();
-    auto shrunk = (*comm)->shrink();
+    auto shrunk = shrink_noisily(**comm, rank);
     const double took = seconds_since(t0);
-    if (!shrunk.is_ok()) {
-      std::fprintf(stderr, "rank %d: shrink: %s\n", rank, shrunk.status().to_string().c_str());
-      return kShrinkFailed;
-    }
+    if (!shrunk.is_ok()) return kShrinkFailed;
     std::fprintf(stderr, "rank %d: 8-rank shrink took %.1f ms\n", rank, took * 1e3);
     if (took > 2.0) return kTooSlow;
     if ((*shrunk)->size() != 7) return kWrongSize;
