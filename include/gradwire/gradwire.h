@@ -317,7 +317,8 @@ GW_API gw_result_t gw_comm_topology(gw_comm_t comm, int* node_count, int* node, 
 /* GW_SUCCESS while healthy; else the error that broke the communicator (a dead peer, a
  * timeout, an abort), found by a call or, while the communicator is idle, by its progress
  * thread (a peer that aborted or broke tells this rank within milliseconds; a dead peer on
- * this host is seen within ~20 ms). A broken communicator fails every call: destroy it. */
+ * this host is seen within ~20 ms). A broken communicator fails every call: destroy it, or
+ * shrink it (gw_comm_shrink) to go on with the ranks still alive. */
 GW_API gw_result_t gw_comm_get_async_error(gw_comm_t comm, gw_result_t* error);
 
 /* What a communicator's collectives did since it was created or its stats were reset; for
