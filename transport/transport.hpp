@@ -23,9 +23,8 @@ namespace gw::transport {
 
 using Clock = std::chrono::steady_clock;
 
-// User tags are 45 bits wide; the transport may use the rest to carry the source rank (16
-// bits) and the epoch (3 bits, see recover()).
-constexpr int kTagBits = 45;
+// User tags are 48 bits wide; the transport may use the rest to carry the source rank.
+constexpr int kTagBits = 48;
 constexpr uint64_t kTagMask = (uint64_t{1} << kTagBits) - 1;
 constexpr int kMaxRanks = 1 << 16;
 

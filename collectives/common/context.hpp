@@ -16,12 +16,12 @@ namespace gw::coll {
 
 class CallCheck;
 
-// Tag layout (45 bits): p2p flag (1 bit, 0 here) | collective sequence number (16 bits) |
+// Tag layout (48 bits): p2p flag (1 bit, 0 here) | collective sequence number (19 bits) |
 // step (12) | chunk (16). Point-to-point messages set the top bit (kP2pTagBit) and carry the
 // user's 32-bit tag, so they never match a collective's message.
 constexpr int kChunkBits = 16;
 constexpr int kStepBits = 12;
-constexpr int kSeqBits = 16;
+constexpr int kSeqBits = 19;
 constexpr uint64_t kP2pTagBit = uint64_t{1} << (transport::kTagBits - 1);
 static_assert(kSeqBits + kStepBits + kChunkBits == transport::kTagBits - 1, "collective tags must leave the p2p bit");
 inline uint64_t p2p_tag(uint32_t user_tag) { return kP2pTagBit | user_tag; }

@@ -26,11 +26,10 @@
 // Epochs (recovery). A failure ends the current epoch, not the transport: recover() (a shrink)
 // agrees with the other survivors on who is alive (transport/recovery/agreement.hpp, over
 // active messages on endpoints made anew from the addresses connect() kept) and opens the
-// next epoch among them. Tags and control messages carry the epoch (3 bits of the tag, the
-// whole number in a control header), so nothing sent in one epoch is taken in another; a
-// control message from a later epoch tells a rank that its own epoch is over (it is kept for
-// when this rank recovers too). While the agreement runs, a peer's death or silence is news
-// for it, not a failure.
+// next epoch among them, on a data worker of its own (nothing sent in one epoch can reach
+// another's). Control messages carry the epoch; one from a later epoch tells a rank that its
+// own epoch is over (it is kept for when this rank recovers too). While the agreement runs, a peer's death or silence
+// is news for it, not a failure.
 //
 // Clean shutdown. A peer that simply closes its endpoints looks, from the other side, like a
 // dead peer (the connection drops). So a healthy transport being destroyed with nothing
@@ -109,9 +108,8 @@ struct CtrlHeader {
   uint32_t rank;
   uint32_t epoch;
 };
-// Tags carry the epoch modulo this (3 bits above the user's tag).
-constexpr uint32_t kTagEpochs = 8;
-constexpr int kEpochShift = kTagBits;
+// Control headers are kept per epoch in this many slots (see set_headers).
+constexpr uint32_t kHeaderSlots = 8;
 // Control messages of a later epoch kept for when this rank gets there (a bound against a
 // flood from a hostile peer), and the largest payload one may carry.
 constexpr size_t kMaxFutureCtrl = 4096;
@@ -143,10 +141,7 @@ struct EpErrorArg {
   uint32_t epoch = 0;
 };
 
-ucp_tag_t make_tag(int source, uint32_t epoch, uint64_t tag) {
-  return (static_cast<uint64_t>(source) << 48) | (ucp_tag_t{epoch % kTagEpochs} << kEpochShift) | (tag & kTagMask);
-}
-static_assert(kTagBits + 3 == 48, "source rank (16 bits) | epoch (3) | user tag");
+ucp_tag_t make_tag(int source, uint64_t tag) { return (static_cast<uint64_t>(source) << kTagBits) | (tag & kTagMask); }
 
 Status ucs_error(const std::string& what, ucs_status_t s) {
   return Status(Code::kSystem, what + ": " + ucs_status_string(s));
@@ -494,10 +489,9 @@ class UcxTransportImpl final : public UcxTransport {
   }
 
  private:
-  // recover(): ends the failed epoch and makes the next one's slate: every rank not known to be
-  // gone is a candidate, no endpoint is open, and stale messages are dropped. drive_mu_ held.
+  // recover(): ends the failed epoch and makes the next one's slate: every member of the
+  // failed one not known to be gone is a candidate. drive_mu_ held.
   void open_next_epoch() {
-    close_endpoints(/*force=*/true);  // fail() closed them; a peer's news may have come since
     {
       std::lock_guard<std::mutex> lock(err_mu_);
       epoch_errors_.resize(epoch_ + 1);
@@ -719,12 +713,12 @@ class UcxTransportImpl final : public UcxTransport {
   };
 
   // The control headers of epoch e (UCX may read a header until its send completes, so each
-  // epoch's live in their own slot, reused kTagEpochs epochs later).
+  // epoch's live in their own slot, reused kHeaderSlots epochs later).
   void set_headers(uint32_t e) {
     for (uint32_t k = 0; k < kCtrlKinds; ++k)
-      headers_[e % kTagEpochs][k] = CtrlHeader{k, static_cast<uint32_t>(rank_), e};
+      headers_[e % kHeaderSlots][k] = CtrlHeader{k, static_cast<uint32_t>(rank_), e};
   }
-  const CtrlHeader* header(Ctrl kind) const { return &headers_[epoch_ % kTagEpochs][static_cast<uint32_t>(kind)]; }
+  const CtrlHeader* header(Ctrl kind) const { return &headers_[epoch_ % kHeaderSlots][static_cast<uint32_t>(kind)]; }
 
   // Makes the endpoint to rank r: on the control worker (made once, at connect), or on the
   // current epoch's data worker. drive_mu_ held.
@@ -964,8 +958,9 @@ class UcxTransportImpl final : public UcxTransport {
             ucp_request_param_t p{};
             void* req = ucp_ep_flush_nbx(k < eps_.size() ? ctrl_eps_[r] : eps_[r], &p);
             if (UCS_PTR_IS_ERR(req)) {
-              result =
-                  ucs_error("ucx transport: flushing the endpoint to rank " + std::to_string(r), UCS_PTR_STATUS(req));
+              result = Status(Code::kRemote, "ucx transport: connecting to rank " + std::to_string(r) + ": " +
+                                                 ucs_status_string(UCS_PTR_STATUS(req)) +
+                                                 " (the peer died or dropped the connection)");
             } else if (req != nullptr) {
               flushes.push_back(req);
             }
@@ -990,7 +985,11 @@ class UcxTransportImpl final : public UcxTransport {
     }
     for (void* req : flushes) {
       const ucs_status_t s = ucp_request_check_status(req);
-      if (result.is_ok() && s != UCS_OK) result = ucs_error("ucx transport: connecting", s);
+      // A connection that fails while it is made: a peer died or dropped it.
+      if (result.is_ok() && s != UCS_OK) {
+        result = Status(Code::kRemote, std::string("ucx transport: connecting: ") + ucs_status_string(s) +
+                                           " (a peer died or dropped the connection)");
+      }
       ucp_request_free(req);  // one still in progress is released when it ends
     }
     return result;
@@ -1042,7 +1041,7 @@ class UcxTransportImpl final : public UcxTransport {
       p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
       p.datatype = *dt;
     }
-    void* req = ucp_tag_send_nbx(eps_[static_cast<size_t>(peer)], buffer, count, make_tag(rank_, epoch_, tag), &p);
+    void* req = ucp_tag_send_nbx(eps_[static_cast<size_t>(peer)], buffer, count, make_tag(rank_, tag), &p);
     GW_TRACE(kTransport, "ucx: isend to %d tag %llu len %zu -> %s", peer,
              static_cast<unsigned long long>(tag & kTagMask), bytes,
              req == nullptr ? "done" : (UCS_PTR_IS_ERR(req) ? "error" : "pending"));
@@ -1062,7 +1061,7 @@ class UcxTransportImpl final : public UcxTransport {
       p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
       p.datatype = *dt;
     }
-    void* req = ucp_tag_recv_nbx(worker_, buffer, count, make_tag(peer, epoch_, tag), ~ucp_tag_t{0}, &p);
+    void* req = ucp_tag_recv_nbx(worker_, buffer, count, make_tag(peer, tag), ~ucp_tag_t{0}, &p);
     GW_TRACE(kTransport, "ucx: irecv from %d tag %llu cap %zu%s -> %s", peer,
              static_cast<unsigned long long>(tag & kTagMask), dt == nullptr ? count : size_t{0},
              dt == nullptr ? "" : " (any length)",
@@ -1341,18 +1340,16 @@ class UcxTransportImpl final : public UcxTransport {
     }
   }
 
-  // A control message to peer; payload (null for none) must live until the send completes
-  // (UCX 1.13 may read it until then): the callers' live in the transport.
-  void send_ctrl(int peer, Ctrl kind, const std::string* payload = nullptr) {
+  // A control message without payload to peer (send_owned carries one).
+  void send_ctrl(int peer, Ctrl kind) {
     ucp_ep_h ep = ctrl_eps_[static_cast<size_t>(peer)];
     if (ep == nullptr || peers_[static_cast<size_t>(peer)].failed) return;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS;
     p.cb.send = &free_request_cb;
     p.flags = UCP_AM_SEND_FLAG_EAGER;
-    const void* data = payload != nullptr ? payload->data() : nullptr;
-    const size_t len = payload != nullptr ? payload->size() : 0;
-    void* req = ucp_am_send_nbx(ep, kCtrlAmId, header(kind), sizeof(CtrlHeader), data, len, &p);
+    // The header lives as long as the worker (UCX 1.13 may read it until the send completes).
+    void* req = ucp_am_send_nbx(ep, kCtrlAmId, header(kind), sizeof(CtrlHeader), nullptr, 0, &p);
     if (UCS_PTR_IS_ERR(req))
       GW_TRACE(kTransport, "ucx: control message to rank %d: %s", peer, ucs_status_string(UCS_PTR_STATUS(req)));
   }
@@ -1624,7 +1621,7 @@ class UcxTransportImpl final : public UcxTransport {
   // One vector per generation of endpoints, kept to the end: UCX holds pointers into them.
   std::deque<std::vector<EpErrorArg>> ep_args_;
   std::vector<std::string> addresses_;  // the peers' UCX worker addresses, from connect()
-  CtrlHeader headers_[kTagEpochs][kCtrlKinds] = {};
+  CtrlHeader headers_[kHeaderSlots][kCtrlKinds] = {};
   std::string last_words_;  // the abort payload; UCX may read it until the send completes
 
   // Driving-thread state (drive_mu_ held).
