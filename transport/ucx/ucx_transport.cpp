@@ -937,7 +937,7 @@ class UcxTransportImpl final : public UcxTransport {
   Status handshake(Clock::time_point until) {
     for (int r = 0; r < size_; ++r) send_ctrl(r, Ctrl::kHello);
     Status result;
-    std::vector<void*> flushes;
+    std::vector<std::pair<void*, size_t>> flushes;  // (request, rank)
     bool flushing = false;
     for (;;) {
       while (progress_workers()) {}
@@ -962,7 +962,7 @@ class UcxTransportImpl final : public UcxTransport {
                                                  ucs_status_string(UCS_PTR_STATUS(req)) +
                                                  " (the peer died or dropped the connection)");
             } else if (req != nullptr) {
-              flushes.push_back(req);
+              flushes.emplace_back(req, r);
             }
           }
           if (!result.is_ok()) break;
@@ -974,7 +974,7 @@ class UcxTransportImpl final : public UcxTransport {
       }
       if (flushing) {
         bool done = true;
-        for (void* req : flushes) done = done && ucp_request_check_status(req) != UCS_INPROGRESS;
+        for (const auto& f : flushes) done = done && ucp_request_check_status(f.first) != UCS_INPROGRESS;
         if (done) break;
         if (Clock::now() >= until) {
           result = Status(Code::kTimeout, "ucx transport: connecting took longer than the init's timeout");
@@ -983,12 +983,12 @@ class UcxTransportImpl final : public UcxTransport {
       }
       if (arm_workers()) nap(std::chrono::milliseconds(kMaxSleepMs));
     }
-    for (void* req : flushes) {
+    for (const auto& [req, r] : flushes) {
       const ucs_status_t s = ucp_request_check_status(req);
-      // A connection that fails while it is made: a peer died or dropped it.
-      if (result.is_ok() && s != UCS_OK) {
-        result = Status(Code::kRemote, std::string("ucx transport: connecting: ") + ucs_status_string(s) +
-                                           " (a peer died or dropped the connection)");
+      // A connection that fails while it is made: the peer died or dropped it.
+      if (result.is_ok() && s != UCS_OK && s != UCS_INPROGRESS) {
+        result = Status(Code::kRemote, "ucx transport: connecting to rank " + std::to_string(r) + ": " +
+                                           ucs_status_string(s) + " (the peer died or dropped the connection)");
       }
       ucp_request_free(req);  // one still in progress is released when it ends
     }
