@@ -17,6 +17,12 @@ EpochTransport::EpochTransport(std::shared_ptr<Transport> core, uint32_t epoch, 
   }
 }
 
+int EpochTransport::local(int g) const {
+  if (members_.empty()) return g >= 0 && g < size_ ? g : -1;
+  const auto it = std::lower_bound(members_.begin(), members_.end(), g);
+  return it != members_.end() && *it == g ? static_cast<int>(it - members_.begin()) : -1;
+}
+
 Status EpochTransport::route(int peer, int* global_peer) const {
   if (peer < 0 || peer >= size_) {
     return invalid_argument("peer rank " + std::to_string(peer) + " is not in [0, " + std::to_string(size_) + ")");

@@ -22,6 +22,8 @@ class EpochTransport final : public Transport {
   const std::vector<int>& members() const { return members_; }
   // The global rank of this view's rank r.
   int global(int r) const { return members_.empty() ? r : members_[static_cast<size_t>(r)]; }
+  // This view's rank of global rank g, or -1 when g is not one of its members.
+  int local(int g) const;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }

@@ -38,11 +38,7 @@ Result<std::unique_ptr<Communicator>> Communicator::shrink() {
   std::vector<int> node_of;
   node_of.reserve(members.size());
   for (int g : members) {
-    // This communicator's rank of transport rank g (every member was one of ours).
-    int mine = -1;
-    for (int r = 0; r < old_size && mine < 0; ++r) {
-      if (im.tp->global(r) == g) mine = r;
-    }
+    const int mine = im.tp->local(g);  // every member was one of ours
     if (mine < 0) return internal_error("shrink: rank " + std::to_string(g) + " was not in the communicator");
     node_of.push_back(im.topo.node_of.empty() ? 0 : im.topo.node_of[static_cast<size_t>(mine)]);
   }
