@@ -395,6 +395,61 @@ Status submit_allreduce(gw_comm_t comm, bool device, const void* sendbuf, void* 
   return Status::ok();
 }
 
+// gw_reduce_scatterv, gw_reduce_scatter_compressed and their non-blocking and _device twins.
+// The counts are copied here (equal blocks: recvcount, else the recvcounts array), so that
+// a non-blocking call does not read the caller's array later.
+struct ScatterArgs {
+  const void* sendbuf;
+  void* recvbuf;
+  const size_t* recvcounts;  // null: every block is *recvcount
+  const size_t* recvcount;
+  gw_dtype_t dtype;
+  gw_red_op_t op;
+  gw_codec_t codec;
+  gw_ef_state_t ef;
+};
+struct DeviceChoice {
+  bool explicit_device = false;  // a _device call, on stream
+  void* stream = nullptr;
+};
+
+Status reduce_scatterv_call(gw_comm_t comm, const ScatterArgs& a, const DeviceChoice& where, const Async& async) {
+  GW_RETURN_IF_ERROR(check_comm_and_request(comm, async));
+  GW_RETURN_IF_ERROR(check_dtype_op(a.dtype, a.op));
+  bool device = where.explicit_device;
+  if (device) {
+    GW_RETURN_IF_ERROR(check_device_ef(a.ef));
+  } else {
+    GW_ASSIGN_OR_RETURN(device, on_device({{a.sendbuf, "sendbuf"}, {a.recvbuf, "recvbuf"}}, a.ef));
+  }
+  const auto n = static_cast<size_t>(comm->comm->size());
+  auto counts = std::make_shared<std::vector<size_t>>();
+  if (a.recvcount != nullptr) {
+    counts->assign(n, *a.recvcount);
+  } else if (a.recvcounts == nullptr) {
+    return null_arg("recvcounts");
+  } else {
+    counts->assign(a.recvcounts, a.recvcounts + n);
+  }
+  const auto dt = static_cast<gw::DType>(a.dtype);
+  const auto ro = static_cast<gw::ReduceOp>(a.op);
+  gw::Codec* codec = codec_of(a.codec);
+  const void* send = a.sendbuf;
+  void* recv = a.recvbuf;
+  gw_ef_state_t ef = a.ef;
+  void* stream = where.stream;
+  auto run = [=](gw::Communicator& cm, const gw::Communicator::StreamPoint& after) -> Status {
+    if (!device)
+      return cm.reduce_scatterv(send, recv, counts->data(), dt, ro, codec, ef != nullptr ? &ef->ef : nullptr);
+    gw::DeviceEfState* dev_ef = ef != nullptr ? ef->device.get() : nullptr;
+    if (after != nullptr) return cm.reduce_scatterv_device(send, recv, counts->data(), dt, ro, codec, dev_ef, after);
+    return cm.reduce_scatterv_device(send, recv, counts->data(), dt, ro, codec, dev_ef, stream);
+  };
+  if (!async.on) return run(*comm->comm, nullptr);
+  if (device) return submit_device_call(comm, stream, async.request, run);
+  return submit_call(comm, async.request, [run](gw::Communicator& cm) { return run(cm, nullptr); });
+}
+
 }  // namespace
 
 extern "C" {
@@ -848,6 +903,58 @@ gw_result_t gw_ireduce_scatter(gw_comm_t comm, const void* sendbuf, void* recvbu
                                gw_red_op_t op, gw_request_t* request) {
   return guard("gw_ireduce_scatter", [&]() -> Status {
     return reduce_scatter_call(comm, sendbuf, recvbuf, recvcount, dtype, op, Async{request});
+  });
+}
+
+gw_result_t gw_reduce_scatterv(gw_comm_t comm, const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                               gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef) {
+  return guard("gw_reduce_scatterv", [&]() -> Status {
+    return reduce_scatterv_call(comm, ScatterArgs{sendbuf, recvbuf, recvcounts, nullptr, dtype, op, codec, ef},
+                                DeviceChoice{}, Async{});
+  });
+}
+
+gw_result_t gw_ireduce_scatterv(gw_comm_t comm, const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef,
+                                gw_request_t* request) {
+  return guard("gw_ireduce_scatterv", [&]() -> Status {
+    return reduce_scatterv_call(comm, ScatterArgs{sendbuf, recvbuf, recvcounts, nullptr, dtype, op, codec, ef},
+                                DeviceChoice{}, Async{request});
+  });
+}
+
+gw_result_t gw_reduce_scatter_compressed(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t recvcount,
+                                         gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef) {
+  return guard("gw_reduce_scatter_compressed", [&]() -> Status {
+    return reduce_scatterv_call(comm, ScatterArgs{sendbuf, recvbuf, nullptr, &recvcount, dtype, op, codec, ef},
+                                DeviceChoice{}, Async{});
+  });
+}
+
+gw_result_t gw_ireduce_scatter_compressed(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t recvcount,
+                                          gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef,
+                                          gw_request_t* request) {
+  return guard("gw_ireduce_scatter_compressed", [&]() -> Status {
+    return reduce_scatterv_call(comm, ScatterArgs{sendbuf, recvbuf, nullptr, &recvcount, dtype, op, codec, ef},
+                                DeviceChoice{}, Async{request});
+  });
+}
+
+gw_result_t gw_reduce_scatterv_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                      gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef,
+                                      void* stream) {
+  return guard("gw_reduce_scatterv_device", [&]() -> Status {
+    return reduce_scatterv_call(comm, ScatterArgs{sendbuf, recvbuf, recvcounts, nullptr, dtype, op, codec, ef},
+                                DeviceChoice{true, stream}, Async{});
+  });
+}
+
+gw_result_t gw_ireduce_scatterv_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                       gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef,
+                                       void* stream, gw_request_t* request) {
+  return guard("gw_ireduce_scatterv_device", [&]() -> Status {
+    return reduce_scatterv_call(comm, ScatterArgs{sendbuf, recvbuf, recvcounts, nullptr, dtype, op, codec, ef},
+                                DeviceChoice{true, stream}, Async{request});
   });
 }
 

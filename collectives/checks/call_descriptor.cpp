@@ -32,12 +32,12 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-bool kind_valid(uint8_t k) { return k >= 1 && k <= static_cast<uint8_t>(CallKind::kScatter); }
+bool kind_valid(uint8_t k) { return k >= 1 && k <= static_cast<uint8_t>(CallKind::kReduceScatterV); }
 
 // Whether a kind's count is elements (else bytes).
 bool counts_elements(CallKind k) {
   return k == CallKind::kAllreduce || k == CallKind::kSparseAllgatherDense || k == CallKind::kReduce ||
-         k == CallKind::kReduceScatter;
+         k == CallKind::kReduceScatter || k == CallKind::kReduceScatterV;
 }
 
 std::string op_text(uint8_t op) {
@@ -68,11 +68,15 @@ std::string fields(const CallDescriptor& d, const CallDescriptor& o, bool all = 
                                                        : " bytes=";
     s += name + std::to_string(d.count);
   }
-  if (show(d.sizes != o.sizes, d.sizes != 0)) s += " recvbytes digest=" + std::to_string(d.sizes);
+  if (show(d.sizes != o.sizes, d.sizes != 0)) {
+    s += (d.kind == CallKind::kReduceScatterV ? " recvcounts digest=" : " recvbytes digest=") + std::to_string(d.sizes);
+  }
   if (show(d.dtype != o.dtype, d.dtype != kNoField)) s += " dtype=" + dtype_text(d.dtype);
   if (show(d.op != o.op, d.op != kNoField)) s += " op=" + op_text(d.op);
   if (show(d.spec != o.spec, d.kind == CallKind::kAllreduce))
     s += " codec=" + (d.spec.empty() ? std::string("none") : d.spec);
+  if (show(d.spec != o.spec, d.kind == CallKind::kReduceScatterV))
+    s += " codec=" + (d.spec.empty() ? std::string("null (raw)") : d.spec);
   if (show(d.algo != o.algo, d.algo != kNoField)) s += " algo=" + algo_text(d.algo);
   if (show(d.root != o.root, d.root >= 0)) s += " root=" + std::to_string(d.root);
   if (d.flags != o.flags) s += (d.flags & CallDescriptor::kDevice) != 0 ? " on device memory" : " on host memory";
@@ -109,6 +113,7 @@ const char* call_kind_name(CallKind kind) {
     case CallKind::kAlltoallv: return "alltoallv";
     case CallKind::kGather: return "gather";
     case CallKind::kScatter: return "scatter";
+    case CallKind::kReduceScatterV: return "reduce_scatterv";
   }
   return "an unknown collective";
 }

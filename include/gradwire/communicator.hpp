@@ -154,6 +154,14 @@ class GW_API Communicator {
   // run inline.
   Status reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root);
   Status reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op);
+  // Reduce-scatter with blocks of any sizes (counts: size() entries; block r packed in rank
+  // order in send, rank r's recv holds counts[r] elements), compressed or not. codec null:
+  // the bytes travel raw and are reduced in dtype (every dtype and op). codec given (even
+  // "none"): sum or avg of float32, float16 or bfloat16; each rank's contribution to each
+  // block is encoded once and the owner adds them in float32; ef (optional, every element
+  // of send) keeps what this rank's messages lost, per block, for its next call.
+  Status reduce_scatterv(const void* send, void* recv, const size_t* counts, DType dtype, ReduceOp op, Codec* codec,
+                         ErrorFeedback* ef);
   Status allgatherv(const void* send, size_t send_bytes, void* recv, const size_t* recv_bytes, const size_t* displs);
   Status alltoall(const void* send, void* recv, size_t bytes);
   Status alltoallv(const void* send, const size_t* send_bytes, const size_t* send_displs, void* recv,
@@ -178,6 +186,9 @@ class GW_API Communicator {
   // host memory.
   Status allreduce_device(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Codec* codec,
                           DeviceEfState* ef, Algo algo, void* stream);
+  // reduce_scatterv on device buffers (float32, with a codec; ef null or a device state).
+  Status reduce_scatterv_device(const void* send, void* recv, const size_t* counts, DType dtype, ReduceOp op,
+                                Codec* codec, DeviceEfState* ef, void* stream);
   Status allgather_device(const void* send, void* recv, size_t bytes, void* stream);
   Status broadcast_device(void* buf, size_t bytes, int root, void* stream);
   // The same, ordered after a point taken earlier with mark_stream (a non-blocking call takes
@@ -188,6 +199,8 @@ class GW_API Communicator {
                           DeviceEfState* ef, Algo algo, const StreamPoint& after);
   Status allgather_device(const void* send, void* recv, size_t bytes, const StreamPoint& after);
   Status broadcast_device(void* buf, size_t bytes, int root, const StreamPoint& after);
+  Status reduce_scatterv_device(const void* send, void* recv, const size_t* counts, DType dtype, ReduceOp op,
+                                Codec* codec, DeviceEfState* ef, const StreamPoint& after);
   // Enqueues on stream (a cudaStream_t) a wait until work (from submit) has finished, with any
   // result; the host does not wait. Nothing is enqueued when it has finished already.
   // kUnsupported for point-to-point work, which is not queued in call order.
@@ -251,6 +264,8 @@ class GW_API Communicator {
                              DeviceEfState* ef, Algo algo, const DeviceOrder& order);
   Status allgather_device_at(const void* send, void* recv, size_t bytes, const DeviceOrder& order);
   Status broadcast_device_at(void* buf, size_t bytes, int root, const DeviceOrder& order);
+  Status reduce_scatterv_device_at(const void* send, void* recv, const size_t* counts, DType dtype, ReduceOp op,
+                                   Codec* codec, DeviceEfState* ef, const DeviceOrder& order);
   explicit Communicator(std::unique_ptr<Impl> impl);
   // isend / irecv: queues the message for the progress thread to post; waiter: the calling
   // thread will wait for it at once and drive it itself (the progress thread is not woken).

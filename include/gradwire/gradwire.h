@@ -389,6 +389,44 @@ GW_API gw_result_t gw_allreduce_algo(gw_comm_t comm, size_t count, gw_dtype_t dt
 GW_API gw_result_t gw_allreduce_algo_device(gw_comm_t comm, size_t count, gw_dtype_t dtype, gw_codec_t codec,
                                             gw_algo_t* algo);
 
+/* ---- reduce-scatter with compression (sharded data parallelism: FSDP2, ZeRO) ----
+ * Block r of sendbuf (recvcounts[r] elements, blocks packed in rank order) is reduced over
+ * ranks into rank r's recvbuf (recvcounts[r] elements). Every rank passes the same
+ * recvcounts (any sizes, zeros included), dtype, op and codec spec; calls that differ fail
+ * with GW_ERR_INVALID_USAGE on every rank. recvbuf may be its block of sendbuf (in place).
+ * codec NULL: the bytes travel raw and are reduced in dtype (every dtype and op; the same
+ * results as gw_reduce_scatter). codec given (even "none"): GW_SUM or GW_AVG of
+ * GW_FLOAT32, GW_FLOAT16 or GW_BFLOAT16 (device buffers: GW_FLOAT32); every rank's
+ * contribution to each other block is encoded once (float16 and bfloat16 inputs are
+ * widened first for codecs that take float32 only) and sent straight to the block's owner,
+ * which adds the contributions in float32, in rank order, and rounds the result to dtype
+ * once. ef (optional: a state of every element of sendbuf, kept by the caller from call to
+ * call) is error feedback on the sender's side: what this rank's messages to each owner
+ * lost is added to its next contribution to that owner; its own block is never compressed
+ * (that part of the residual stays zero). An EF state serves one kind of call (an
+ * all-reduce state is not a reduce-scatter state). Device buffers (or a device EF state)
+ * run on the device, ordered on the legacy default stream; the _device calls take the
+ * stream. Non-blocking twins return a request; buffers, codec and ef stay in use until it
+ * finishes (recvcounts is copied at the call). */
+GW_API gw_result_t gw_reduce_scatterv(gw_comm_t comm, const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                      gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef);
+GW_API gw_result_t gw_ireduce_scatterv(gw_comm_t comm, const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                       gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef,
+                                       gw_request_t* request);
+/* Equal blocks: gw_reduce_scatterv with every recvcounts[r] = recvcount (sendbuf holds
+ * nranks * recvcount elements). */
+GW_API gw_result_t gw_reduce_scatter_compressed(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t recvcount,
+                                                gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef);
+GW_API gw_result_t gw_ireduce_scatter_compressed(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t recvcount,
+                                                 gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef,
+                                                 gw_request_t* request);
+GW_API gw_result_t gw_reduce_scatterv_device(gw_comm_t comm, const void* sendbuf, void* recvbuf,
+                                             const size_t* recvcounts, gw_dtype_t dtype, gw_red_op_t op,
+                                             gw_codec_t codec, gw_ef_state_t ef, void* stream);
+GW_API gw_result_t gw_ireduce_scatterv_device(gw_comm_t comm, const void* sendbuf, void* recvbuf,
+                                              const size_t* recvcounts, gw_dtype_t dtype, gw_red_op_t op,
+                                              gw_codec_t codec, gw_ef_state_t ef, void* stream, gw_request_t* request);
+
 /* Every rank's message (any length, e.g. a sparse encoding) to every rank. The messages are
  * concatenated in rank order into recvbuf (capacity bytes); lengths (nranks entries)
  * receives each one's length. */

@@ -198,6 +198,10 @@ _OPTIONAL = {
     "gw_comm_use_standin": (_c.c_int, [_vp, _c.c_int, _c.c_uint64]),
     "gw_standin_ef_state_create": (_c.c_int, [_sz, _p(_vp)]),
     "gw_comm_revoke": (_c.c_int, [_vp]),
+    "gw_reduce_scatterv": (_c.c_int, [_vp, _vp, _vp, _p(_sz), _c.c_int, _c.c_int, _vp, _vp]),
+    "gw_ireduce_scatterv": (_c.c_int, [_vp, _vp, _vp, _p(_sz), _c.c_int, _c.c_int, _vp, _vp, _p(_vp)]),
+    "gw_reduce_scatterv_device": (_c.c_int, [_vp, _vp, _vp, _p(_sz), _c.c_int, _c.c_int, _vp, _vp, _vp]),
+    "gw_ireduce_scatterv_device": (_c.c_int, [_vp, _vp, _vp, _p(_sz), _c.c_int, _c.c_int, _vp, _vp, _vp, _p(_vp)]),
     "gw_comm_shrink": (_c.c_int, [_vp, _p(_vp)]),
 }
 

@@ -517,6 +517,75 @@ class Communicator:
                                     ef._h if ef else None, a, ctypes.byref(req)))
         return Request(req, (x, out, codec, ef))
 
+    def _scatter_args(self, x, out, op, codec, ef, counts):
+        ptr, n, dtype = _buffer(x, "input", device_ok=True)
+        optr, on, odtype = _buffer(out, "out", device_ok=True)
+        if odtype != dtype:
+            raise GradwireError(_INVALID, "out is %s but the input is %s" % (odtype, dtype))
+        if self._on_device(out) != self._on_device(x):
+            raise GradwireError(_INVALID, "out and the input must both be on the device or both in host memory")
+        size = self.size
+        if counts is None:
+            if n != on * size:
+                raise GradwireError(_INVALID, "the input holds %d elements, not size() * out's %d = %d (pass counts "
+                                    "for blocks of different sizes)" % (n, on, on * size))
+            counts = [on] * size
+        else:
+            counts = [int(c) for c in counts]
+            if len(counts) != size:
+                raise GradwireError(_INVALID, "counts has %d entries, not size() = %d" % (len(counts), size))
+            if any(c < 0 for c in counts):
+                raise GradwireError(_INVALID, "counts has a negative entry")
+            if sum(counts) != n:
+                raise GradwireError(_INVALID, "counts add up to %d but the input holds %d elements" % (sum(counts), n))
+            if counts[self.rank] != on:
+                raise GradwireError(_INVALID, "out holds %d elements but counts[%d] (this rank's block) is %d"
+                                    % (on, self.rank, counts[self.rank]))
+        if op not in OPS:
+            raise GradwireError(_INVALID, "op must be one of %s, not %r" % (sorted(OPS), op))
+        if isinstance(codec, str):
+            codec = Codec(codec)
+        elif codec is not None and not isinstance(codec, Codec):
+            raise GradwireError(_INVALID, "codec must be a spec string or a Codec, not %s" % type(codec).__name__)
+        if ef is not None:
+            if not isinstance(ef, ErrorFeedback):
+                raise GradwireError(_INVALID, "ef must be an ErrorFeedback, not %s" % type(ef).__name__)
+            if ef.count != n:
+                raise GradwireError(_INVALID, "ef holds %d elements but the input has %d" % (ef.count, n))
+        arr = (ctypes.c_size_t * size)(*counts)
+        return (ptr, optr, arr, DTYPES[dtype], OPS[op], codec, ef)
+
+    def reduce_scatter(self, x, out, op="sum", codec=None, ef=None, counts=None):
+        """out = block rank() of op over ranks of x; returns out. x holds every rank's block
+        in rank order: counts[r] elements for rank r (None: equal blocks of out's size).
+
+        codec None: exact, in x's dtype, any op. A codec (a spec or Codec; 'none' too): sum or
+        avg of float32, float16 or bfloat16; each rank's contribution to each block is encoded
+        once and the owner adds them in float32. ef: an ErrorFeedback of x's size, the
+        sender-side residual for every block this rank sends (kept across calls)."""
+        ptr, optr, arr, dt, o, codec, ef = self._scatter_args(x, out, op, codec, ef, counts)
+        h = codec._h if codec else None
+        e = ef._h if ef else None
+        if self._on_device(x):
+            check(lib.gw_reduce_scatterv_device(self._handle(), ptr, optr, arr, dt, o, h, e, self._device_stream(x)))
+        else:
+            check(lib.gw_reduce_scatterv(self._handle(), ptr, optr, arr, dt, o, h, e))
+        return out
+
+    def ireduce_scatter(self, x, out, op="sum", codec=None, ef=None, counts=None):
+        """Non-blocking reduce_scatter; returns a Request. x, out, codec and ef must not be
+        touched until the request has completed."""
+        ptr, optr, arr, dt, o, codec, ef = self._scatter_args(x, out, op, codec, ef, counts)
+        h = codec._h if codec else None
+        e = ef._h if ef else None
+        req = ctypes.c_void_p()
+        if self._on_device(x):
+            check(lib.gw_ireduce_scatterv_device(self._handle(), ptr, optr, arr, dt, o, h, e, self._device_stream(x),
+                                                 ctypes.byref(req)))
+        else:
+            check(lib.gw_ireduce_scatterv(self._handle(), ptr, optr, arr, dt, o, h, e, ctypes.byref(req)))
+        return Request(req, (x, out, codec, ef))
+
     def algo_for(self, x, codec=None):
         """The algorithm an all-reduce of x with codec runs under this communicator's policy
         (for a CUDA tensor, the device all-reduce's: gw_allreduce_algo_device)."""

@@ -43,6 +43,16 @@ struct DeviceHierarchicalArgs {
 // transport), `inner` between them (device_hierarchical_allreduce.cpp); t.hierarchical().
 Status device_hierarchical_allreduce(Context& c, DeviceBackend& dev, const Topology& t,
                                      const DeviceHierarchicalArgs& a);
+// compressed_reduce_scatter's algorithm on device buffers: float32 with a codec.
+struct DeviceReduceScatter {
+  const float* send;
+  float* recv;
+  const uint64_t* counts;  // size entries
+  ReduceOp op;             // sum or avg
+  const Codec* codec;      // never null
+  DeviceEfState* ef;       // null, or every element of send
+};
+Status device_reduce_scatter(Context& c, DeviceBackend& dev, const DeviceReduceScatter& a);
 Status device_allgather(Context& c, DeviceBackend& dev, const void* send, void* recv, size_t bytes);
 Status device_broadcast(Context& c, DeviceBackend& dev, void* buf, size_t bytes, int root);
 

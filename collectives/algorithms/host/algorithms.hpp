@@ -84,6 +84,20 @@ Status barrier(Context& c);
 Status ring_reduce_scatter(Context& c, const void* send, void* out, const Partition& part, DType dtype, ReduceOp op);
 // recv (recv_count elements) = op over ranks of block `rank` of send.
 Status reduce_scatter(Context& c, const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op);
+// One reduce-scatter with blocks of any sizes: block r (counts[r] elements, packed in rank
+// order in send) is reduced into rank r's recv. codec null: raw bytes, reduced in dtype with
+// any op; else sum or avg of float32, float16 or bfloat16 input, each contribution encoded
+// once and summed in float32, ef (null, or a state of every element of send) on the sender.
+struct ReduceScatterArgs {
+  const void* send;
+  void* recv;
+  const uint64_t* counts;  // size entries
+  DType dtype;
+  ReduceOp op;
+  Codec* codec;
+  ErrorFeedback* ef;
+};
+Status compressed_reduce_scatter(Context& c, const ReduceScatterArgs& a);
 // recv (root only, n elements) = op over ranks of send.
 Status reduce(Context& c, const void* send, void* recv, size_t n, DType dtype, ReduceOp op, int root);
 // Block r (lengths[r] bytes) lands at recv + displs[r]; send is this rank's block.
