@@ -77,6 +77,12 @@ static void null_comm(void) {
   EXPECT_ERR(gw_scatter(NULL, x, y, 4, 0), GW_ERR_INVALID_ARGUMENT, "comm is null");
   EXPECT_ERR(gw_ireduce(NULL, x, y, 1, GW_FLOAT32, GW_SUM, 0, &req), GW_ERR_INVALID_ARGUMENT, "comm is null");
   EXPECT_ERR(gw_ireduce_scatter(NULL, x, y, 1, GW_FLOAT32, GW_SUM, &req), GW_ERR_INVALID_ARGUMENT, "comm is null");
+  EXPECT_ERR(gw_reduce_scatterv(NULL, x, y, sizes, GW_FLOAT32, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT,
+             "comm is null");
+  EXPECT_ERR(gw_reduce_scatter_compressed(NULL, x, y, 1, GW_FLOAT32, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT,
+             "comm is null");
+  EXPECT_ERR(gw_ireduce_scatterv(NULL, x, y, sizes, GW_FLOAT32, GW_SUM, NULL, NULL, &req), GW_ERR_INVALID_ARGUMENT,
+             "comm is null");
   EXPECT_ERR(gw_iallgather(NULL, x, y, 4, &req), GW_ERR_INVALID_ARGUMENT, "comm is null");
   EXPECT_ERR(gw_iallgatherv(NULL, x, 4, y, sizes, NULL, &req), GW_ERR_INVALID_ARGUMENT, "comm is null");
   EXPECT_ERR(gw_ibroadcast(NULL, x, 4, 0, &req), GW_ERR_INVALID_ARGUMENT, "comm is null");
@@ -161,6 +167,53 @@ static void with_comm(gw_comm_t comm) {
   EXPECT_OK(gw_iallgather(comm, x, y, sizeof x, &req));
   EXPECT_OK(gw_wait(req));
   CHECK(memcmp(x, y, sizeof x) == 0);
+
+  /* The reduce-scatter with blocks of any sizes: argument errors name what was wrong and
+   * queue nothing; on one rank it returns the input block, raw or through a codec. */
+  {
+    gw_codec_t qsgd = NULL, none = NULL;
+    gw_ef_state_t ef = NULL, small = NULL;
+    float z[4] = {0};
+    unsigned short h[4] = {0x3f80, 0x4000, 0x4040, 0x4080}, hz[4] = {0}; /* bfloat16 1, 2, 3, 4 */
+    const size_t huge = (size_t)-1;
+    EXPECT_OK(gw_codec_create("qsgd:bits=8", &qsgd));
+    EXPECT_OK(gw_codec_create("none", &none));
+    EXPECT_OK(gw_ef_state_create(4, &ef));
+    EXPECT_OK(gw_ef_state_create(3, &small));
+    EXPECT_ERR(gw_reduce_scatterv(comm, x, y, NULL, GW_FLOAT32, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT,
+               "recvcounts is null");
+    EXPECT_ERR(gw_reduce_scatterv(comm, x, y, sizes, GW_FLOAT32, GW_SUM, NULL, ef), GW_ERR_INVALID_ARGUMENT,
+               "needs a codec");
+    EXPECT_ERR(gw_reduce_scatterv(comm, x, y, sizes, GW_FLOAT32, GW_SUM, qsgd, small), GW_ERR_INVALID_ARGUMENT,
+               "holds 3 elements");
+    EXPECT_ERR(gw_reduce_scatterv(comm, x, y, sizes, GW_INT32, GW_SUM, qsgd, NULL), GW_ERR_UNSUPPORTED, "int32");
+    EXPECT_ERR(gw_reduce_scatterv(comm, x, y, sizes, GW_FLOAT32, GW_MAX, qsgd, NULL), GW_ERR_INVALID_ARGUMENT,
+               "op max");
+    EXPECT_ERR(gw_reduce_scatterv(comm, x, y, sizes, (gw_dtype_t)9, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT,
+               "dtype 9");
+    EXPECT_ERR(gw_reduce_scatter_compressed(comm, x, y, huge, GW_FLOAT32, GW_SUM, qsgd, NULL),
+               GW_ERR_INVALID_ARGUMENT, "recvcounts[0]");
+    EXPECT_ERR(gw_reduce_scatter_compressed(comm, NULL, y, 4, GW_FLOAT32, GW_SUM, qsgd, NULL),
+               GW_ERR_INVALID_ARGUMENT, "sendbuf is null");
+    req = (gw_request_t)(void*)&g_passed;
+    EXPECT_ERR(gw_ireduce_scatterv(comm, x, y, NULL, GW_FLOAT32, GW_SUM, qsgd, NULL, &req), GW_ERR_INVALID_ARGUMENT,
+               "recvcounts");
+    CHECK(req == NULL);
+    EXPECT_ERR(gw_ireduce_scatterv(comm, x, y, sizes, GW_FLOAT32, GW_SUM, qsgd, NULL, NULL), GW_ERR_INVALID_ARGUMENT,
+               "request is null");
+    EXPECT_OK(gw_reduce_scatterv(comm, x, z, sizes, GW_FLOAT32, GW_SUM, NULL, NULL));
+    CHECK(memcmp(x, z, sizeof x) == 0);
+    memset(z, 0, sizeof z);
+    EXPECT_OK(gw_ireduce_scatter_compressed(comm, x, z, 4, GW_FLOAT32, GW_AVG, qsgd, ef, &req));
+    EXPECT_OK(gw_wait(req));
+    CHECK(memcmp(x, z, sizeof x) == 0); /* one rank: its own block is never compressed */
+    EXPECT_OK(gw_reduce_scatterv(comm, h, hz, sizes, GW_BFLOAT16, GW_SUM, none, NULL));
+    CHECK(memcmp(h, hz, sizeof h) == 0);
+    EXPECT_OK(gw_ef_state_destroy(small));
+    EXPECT_OK(gw_ef_state_destroy(ef));
+    EXPECT_OK(gw_codec_destroy(none));
+    EXPECT_OK(gw_codec_destroy(qsgd));
+  }
 
   /* gw_comm_init_with_allgather: argument errors before the callback runs. */
   {
