@@ -96,19 +96,22 @@ typedef struct {
   const char* codec; /* NULL: dense */
   gw_algo_t algo;
   const char* name;
+  int scatter; /* 1: gw_reduce_scatterv (uneven blocks, in place) instead of an all-reduce */
 } combo_t;
 static const combo_t kCombos[] = {
-    {NULL, GW_ALGO_AUTO, "none/auto"},
-    {NULL, GW_ALGO_RING, "none/ring"},
-    {"fp16", GW_ALGO_COMPRESSED_RING, "fp16/compressed_ring"},
-    {"bf16", GW_ALGO_SCATTER_REDUCE, "bf16/scatter_reduce"},
-    {"qsgd:bits=4,bucket=512", GW_ALGO_SCATTER_REDUCE, "qsgd/scatter_reduce"},
-    {"topk:ratio=0.01", GW_ALGO_SPARSE_ALLGATHER, "topk/sparse_allgather"},
-    {"sign:bucket=512", GW_ALGO_AUTO, "sign/auto"},
-    {NULL, GW_ALGO_RECURSIVE_DOUBLING, "none/recursive_doubling"},
-    {"qsgd:bits=8", GW_ALGO_HALVING_DOUBLING, "qsgd/halving_doubling"},
-    {"topk:ratio=0.05", GW_ALGO_SPARSE_DOUBLING, "topk/sparse_doubling"},
-    {NULL, GW_ALGO_RABENSEIFNER, "none/rabenseifner"},
+    {NULL, GW_ALGO_AUTO, "none/auto", 0},
+    {NULL, GW_ALGO_RING, "none/ring", 0},
+    {"fp16", GW_ALGO_COMPRESSED_RING, "fp16/compressed_ring", 0},
+    {"bf16", GW_ALGO_SCATTER_REDUCE, "bf16/scatter_reduce", 0},
+    {"qsgd:bits=4,bucket=512", GW_ALGO_SCATTER_REDUCE, "qsgd/scatter_reduce", 0},
+    {"topk:ratio=0.01", GW_ALGO_SPARSE_ALLGATHER, "topk/sparse_allgather", 0},
+    {"sign:bucket=512", GW_ALGO_AUTO, "sign/auto", 0},
+    {NULL, GW_ALGO_RECURSIVE_DOUBLING, "none/recursive_doubling", 0},
+    {"qsgd:bits=8", GW_ALGO_HALVING_DOUBLING, "qsgd/halving_doubling", 0},
+    {"topk:ratio=0.05", GW_ALGO_SPARSE_DOUBLING, "topk/sparse_doubling", 0},
+    {NULL, GW_ALGO_RABENSEIFNER, "none/rabenseifner", 0},
+    {"qsgd:bits=4", GW_ALGO_AUTO, "qsgd/reduce_scatterv", 1},
+    {NULL, GW_ALGO_AUTO, "raw/reduce_scatterv", 1},
 };
 #define NUM_COMBOS ((int)(sizeof kCombos / sizeof kCombos[0]))
 
@@ -282,6 +285,24 @@ static void report_and_exit(int out_fd, report_t* rep, double teardown_s) {
   exit(0); /* not _exit: a sanitized build checks for leaks at exit */
 }
 
+/* One call of the run's collective on x (count floats), blocking or (req) not: the all-reduce,
+ * or the reduce-scatter of blocks of count / np elements (the first count % np one longer),
+ * in place. */
+static gw_result_t collective(gw_comm_t comm, const combo_t* cb, gw_codec_t codec, float* x, int count, int np,
+                              int rank, gw_request_t* req) {
+  if (!cb->scatter) {
+    if (req != NULL) return gw_iallreduce(comm, x, x, (size_t)count, GW_FLOAT32, GW_SUM, codec, NULL, cb->algo, req);
+    return gw_allreduce_ex(comm, x, x, (size_t)count, GW_FLOAT32, GW_SUM, codec, NULL, cb->algo);
+  }
+  size_t counts[MAX_NP], start = 0;
+  for (int r = 0; r < np; ++r) {
+    counts[r] = (size_t)(count / np + (r < count % np ? 1 : 0));
+    if (r < rank) start += counts[r];
+  }
+  if (req != NULL) return gw_ireduce_scatterv(comm, x, x + start, counts, GW_FLOAT32, GW_AVG, codec, NULL, req);
+  return gw_reduce_scatterv(comm, x, x + start, counts, GW_FLOAT32, GW_AVG, codec, NULL);
+}
+
 static void child(const opts_t* o, const plan_t* p, int rank, int idp[2], int go_fd, int out_fd) {
   const int victim = rank == p->victim && p->mode != M_NONE;
   const combo_t* cb = &kCombos[p->combo];
@@ -348,7 +369,7 @@ static void child(const opts_t* o, const plan_t* p, int rank, int idp[2], int go
     if (!victim && p->mode == M_IDLE && calls == p->kcall) sleep_us(idle_ms * 1000L);
     if (p->mode == M_IWAIT || (p->mode == M_IDESTROY && calls == p->kcall)) {
       gw_request_t req = NULL;
-      r = gw_iallreduce(comm, x, x, (size_t)p->count, GW_FLOAT32, GW_SUM, codec, NULL, cb->algo, &req);
+      r = collective(comm, cb, codec, x, p->count, p->np, rank, &req);
       if (r == GW_SUCCESS) {
         if (p->mode == M_IDESTROY && !victim) {
           const double t0 = now_s();
@@ -366,7 +387,7 @@ static void child(const opts_t* o, const plan_t* p, int rank, int idp[2], int go
         r = gw_wait(req);
       }
     } else {
-      r = gw_allreduce_ex(comm, x, x, (size_t)p->count, GW_FLOAT32, GW_SUM, codec, NULL, cb->algo);
+      r = collective(comm, cb, codec, x, p->count, p->np, rank, NULL);
     }
     if (r != GW_SUCCESS) {
       rep.result = r;
