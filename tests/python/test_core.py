@@ -163,3 +163,16 @@ def test_a_dead_rank_is_shrunk_away():
         assert x["dense_exact"], x
         assert x["residual_carried"] and x["ef_err"] < 1e-5, x
         assert x["after_revoke"] == gradwire_lib.GW_ERR_REVOKED, x
+
+
+def test_reduce_scatter_blocks_of_any_size_raw_and_compressed():
+    """3 processes: Communicator.reduce_scatter with uneven blocks (one may be empty), exact
+    raw float64 sums and int32 max, bfloat16 through codec "none" summed in float32 (256 + 1
+    + 1 = 258, which bfloat16 partial sums lose), qsgd 4-bit + EF through ireduce_scatter
+    losing nothing across 5 steps, and bad arguments raising GW_ERR_INVALID_ARGUMENT."""
+    res = run_ranks("reduce_scatter", nranks=3, timeout=90)
+    for x in res:
+        assert x["raw_exact"] and x["max_exact"], x
+        assert x["bf16_f32_sum"], x
+        assert x["ef_err"] < 1e-4 and x["own_residual_zero"], x
+        assert set(x["errors"].values()) == {gradwire_lib.GW_ERR_INVALID_ARGUMENT}, x

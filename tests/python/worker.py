@@ -461,6 +461,69 @@ def scenario_shrink():
     return r
 
 
+def scenario_reduce_scatter():
+    """Communicator.reduce_scatter / ireduce_scatter with blocks of different sizes: raw and
+    exact (float64, int32 max), codec "none" on bfloat16 summed in float32, qsgd with an
+    ErrorFeedback that loses nothing over steps, and argument errors raised before any call."""
+    import torch
+    r = {}
+    comm = gradwire.Communicator.from_env(timeout_s=20)
+    counts = [(7 * k + 3) % 11 for k in range(SIZE)]  # 3, 10, 6, ...: uneven, maybe one empty
+    n = sum(counts)
+    start = sum(counts[:RANK])
+    i = np.arange(n)
+    x = ((i * 7 + RANK * 3) % 5 + 1).astype(np.float64)
+    out = np.zeros(counts[RANK], dtype=np.float64)
+    comm.reduce_scatter(x, out, counts=counts)
+    want = sum(((i * 7 + k * 3) % 5 + 1) for k in range(SIZE)).astype(np.float64)[start:start + counts[RANK]]
+    r["raw_exact"] = bool(np.array_equal(out, want))
+    xi = ((i * 7 + RANK * 3) % 5).astype(np.int32)
+    oi = np.zeros(counts[RANK], dtype=np.int32)
+    comm.reduce_scatter(xi, oi, op="max", counts=counts)
+    r["max_exact"] = bool(np.array_equal(oi, np.max([((i * 7 + k * 3) % 5) for k in range(SIZE)], axis=0)
+                                         [start:start + counts[RANK]].astype(np.int32)))
+    # bfloat16: 256 + 1 + 1 is 258 in float32, but 256 in bfloat16 partial sums.
+    xb = torch.full((n,), 256.0 if RANK == 0 else 1.0, dtype=torch.bfloat16)
+    ob = torch.zeros(counts[RANK], dtype=torch.bfloat16)
+    comm.reduce_scatter(xb, ob, codec="none", counts=counts)
+    r["bf16_f32_sum"] = bool(torch.equal(ob, torch.full_like(ob, 256.0 + (SIZE - 1))))
+    # qsgd + EF, equal blocks, non-blocking: received + residuals == inputs, element by element.
+    m = 4099
+    ef = gradwire.ErrorFeedback(m * SIZE)
+    got = np.zeros(m, dtype=np.float64)
+    sent = np.zeros(m * SIZE, dtype=np.float64)
+    o = np.zeros(m, dtype=np.float32)
+    for step in range(5):
+        g = np.random.default_rng(100 * step + RANK).standard_normal(m * SIZE).astype(np.float32)
+        sent += g
+        comm.ireduce_scatter(g, o, codec="qsgd:bits=4", ef=ef).wait()
+        got += o
+    allsent = np.zeros((SIZE, m * SIZE), dtype=np.float64)
+    allres = np.zeros((SIZE, m * SIZE), dtype=np.float32)
+    comm.allgather(sent, allsent)
+    comm.allgather(ef.residual(), allres)
+    block = slice(RANK * m, (RANK + 1) * m)
+    err = got + allres[:, block].sum(axis=0) - allsent[:, block].sum(axis=0)
+    r["ef_err"] = float(np.max(np.abs(err)))
+    r["own_residual_zero"] = bool(np.all(ef.residual()[block] == 0))
+    errors = {}
+    for name, call in [("counts_len", lambda: comm.reduce_scatter(x, out, counts=counts[:-1] + [1, 1])),
+                       ("counts_sum", lambda: comm.reduce_scatter(x, out, counts=[c + 1 for c in counts])),
+                       ("equal_blocks", lambda: comm.reduce_scatter(np.zeros(SIZE * 3 + 1), np.zeros(3))),
+                       ("ef_size", lambda: comm.reduce_scatter(g, o, codec="qsgd:bits=4",
+                                                               ef=gradwire.ErrorFeedback(5))),
+                       ("max_codec", lambda: comm.reduce_scatter(g, o, op="max", codec="qsgd:bits=4"))]:
+        try:
+            call()
+            errors[name] = 0
+        except gradwire.GradwireError as e:
+            errors[name] = e.code
+    r["errors"] = errors
+    comm.barrier()
+    comm.close()
+    return r
+
+
 def main():
     scenario, out = sys.argv[1], sys.argv[2]
     result = globals()["scenario_" + scenario]()
