@@ -69,7 +69,8 @@ Status compressed_reduce_scatter(Context& c, const ReduceScatterArgs& a) {
   // input itself, or the input widened to float32 for a codec that takes only float32.
   const void* src = a.send;
   DType src_dtype = a.dtype;
-  float* acc = nullptr;  // with ef: the residual, encoded in place
+  float* acc = nullptr;            // with ef: the residual, encoded in place
+  const float* add_f32 = nullptr;  // float32 input with ef: added to acc chunk by chunk
   // The sum of my block: float32 with a codec, the input type without.
   void* sum = nullptr;
   {
@@ -85,8 +86,12 @@ Status compressed_reduce_scatter(Context& c, const ReduceScatterArgs& a) {
         float* res = ef->residual();
         detail::add_into(s, res + own_start, own_len);
         if (own_len > 0) std::memset(res + own_start, 0, own_len * sizeof(float));
-        widen(res, in, own_start, a.dtype, true);
-        widen(res + own_start + own_len, in + (own_start + own_len) * es, n - own_start - own_len, a.dtype, true);
+        if (a.dtype == DType::kFloat32) {
+          add_f32 = static_cast<const float*>(a.send);  // each encode adds its chunk as it goes
+        } else {
+          widen(res, in, own_start, a.dtype, true);
+          widen(res + own_start + own_len, in + (own_start + own_len) * es, n - own_start - own_len, a.dtype, true);
+        }
         acc = res;
         src = res;
         src_dtype = DType::kFloat32;
@@ -174,7 +179,9 @@ Status compressed_reduce_scatter(Context& c, const ReduceScatterArgs& a) {
       if (codec != nullptr) {
         uint8_t* out = out_msgs + sched.slot(owner, k) * max_msg;
         const EncodeContext ctx = sched.encode_context(k);
-        if (acc != nullptr) {
+        if (add_f32 != nullptr) {
+          GW_ASSIGN_OR_RETURN(bytes, timed_encode_adding(c, *codec, acc + off, add_f32 + off, len, ctx, out, max_msg));
+        } else if (acc != nullptr) {
           GW_ASSIGN_OR_RETURN(bytes, timed_encode(c, *codec, acc + off, len, ctx, out, max_msg));
         } else {
           ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode", hidden_counter(c), &c.tp);
