@@ -166,6 +166,47 @@ def allreduce_part(comm):
     return r
 
 
+# ---------------------------------------------------------------- comm.reduce_scatter
+
+RS_COUNTS = [300_007, 0, 200_003]  # per rank, padded to the communicator's size below
+RS_CASES = [  # name, codec, error feedback
+    ("none", "none", False),
+    ("qsgd4_ef", "qsgd:bits=4", True),
+    ("topk_ef", "topk:ratio=0.01", True),
+]
+
+
+def reduce_scatter_part(comm):
+    """comm.reduce_scatter (op avg, uneven blocks, one empty) on device tensors against the same
+    calls on CPU tensors, STEPS steps each: outputs and residuals bit for bit (stochastic codecs
+    keyed by the EF state's step, so the host and device calls draw the same words); the last
+    step through ireduce_scatter."""
+    counts = [RS_COUNTS[r % len(RS_COUNTS)] for r in range(SIZE)]
+    n = sum(counts)
+    r = {}
+    for name, spec, use_ef in RS_CASES:
+        runs = {}
+        for device in ("cpu", DEV):
+            ef = (dev_ef(n) if device != "cpu" else gradwire.ErrorFeedback(n)) if use_ef else None
+            outs = []
+            for s in range(STEPS):
+                g = torch.Generator().manual_seed(77 * s + RANK)
+                x = (torch.randn(n, generator=g) * 1e-2).to(device)
+                out = torch.full((counts[RANK],), -7.0, device=device)
+                if s == STEPS - 1:
+                    comm.ireduce_scatter(x, out, op="avg", codec=spec, ef=ef, counts=counts).wait()
+                else:
+                    comm.reduce_scatter(x, out, op="avg", codec=spec, ef=ef, counts=counts)
+                outs.append(out.cpu())
+            sync()
+            runs[device] = (outs, ef.residual() if ef is not None else None)
+        host, dev = runs["cpu"], runs[DEV]
+        r[name] = {"steps_equal": [same_bits(a, b) for a, b in zip(dev[0], host[0])],
+                   "residual_equal": None if host[1] is None else same_bits(dev[1], host[1]),
+                   "digest": digest(dev[0][-1])}
+    return r
+
+
 # ---------------------------------------------------------------- the DDP comm hook
 
 HOOK_CASES = [  # name, codec, algo
@@ -345,7 +386,8 @@ def main():
     try:
         result = {"rank": comm.rank, "size": comm.size, "device": DEV, "torch": torch.__version__,
                   "library": gradwire.library_path,
-                  "allreduce": allreduce_part(comm), "hook": hook_part(comm, gwt)}
+                  "allreduce": allreduce_part(comm), "reduce_scatter": reduce_scatter_part(comm),
+                  "hook": hook_part(comm, gwt)}
         with open(os.path.join(outdir, "rank%d.json.tmp" % RANK), "w") as f:
             json.dump(result, f)
         os.replace(os.path.join(outdir, "rank%d.json.tmp" % RANK), os.path.join(outdir, "rank%d.json" % RANK))
