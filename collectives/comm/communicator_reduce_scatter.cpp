@@ -2,6 +2,7 @@
 // (compressed_reduce_scatter.cpp, device_reduce_scatter.cpp). Arguments are checked here,
 // before anything is queued: an argument error leaves every rank where it was and the
 // communicator usable. The counts are copied before the call is queued.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,10 @@ Result<ScatterLayout> check_reduce_scatterv(const void* send, const void* recv, 
   GW_RETURN_IF_ERROR(check_size("sendbuf (the sum of recvcounts)", l.total, es, dtype_name(dtype)));
   if (codec == nullptr) {
     if (ef_count != nullptr) return invalid_argument("error feedback needs a codec (codec is null)");
-    if (on_device) return unsupported("a reduce-scatter on device buffers takes a codec (\"none\" for exact)");
+    if (on_device && (dtype != DType::kFloat32 || (op != ReduceOp::kSum && op != ReduceOp::kAvg))) {
+      return unsupported(std::string("a reduce-scatter on device buffers sums or averages float32, not ") +
+                         red_op_name(op) + " of " + dtype_name(dtype));
+    }
   } else {
     const bool device_dtype = dtype == DType::kFloat32;
     const bool host_dtype = device_dtype || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
@@ -71,7 +75,13 @@ Result<ScatterLayout> check_reduce_scatterv(const void* send, const void* recv, 
   l.call.op = static_cast<uint8_t>(op);
   l.call.sizes = coll::size_digest(l.counts.data(), l.counts.size());
   l.call.flags = on_device ? CallDescriptor::kDevice : 0;
-  if (codec != nullptr) l.call.spec = codec->spec().to_string();
+  // Device buffers without a codec run as codec "none" (the exact wire, the float32 sum:
+  // what the raw host call computes for these dtypes and ops); the peers are told so.
+  if (codec != nullptr) {
+    l.call.spec = codec->spec().to_string();
+  } else if (on_device) {
+    l.call.spec = "none";
+  }
   return l;
 }
 
@@ -111,9 +121,15 @@ Status Communicator::reduce_scatterv_device_at(const void* send, void* recv, con
   GW_ASSIGN_OR_RETURN(coll::DeviceBackend * dev, impl_->device_backend());
   if (l.total > 0) GW_RETURN_IF_ERROR(dev->check_buffer(send, "sendbuf"));
   if (l.counts[rank()] > 0) GW_RETURN_IF_ERROR(dev->check_buffer(recv, "recvbuf"));
+  std::shared_ptr<Codec> exact;
+  if (codec == nullptr) {
+    GW_ASSIGN_OR_RETURN(std::unique_ptr<Codec> none, Codec::create("none"));
+    exact = std::move(none);
+    codec = exact.get();
+  }
   GW_ASSIGN_OR_RETURN(StreamPoint after, order.point(*dev));
   return run(
-      [=, l = std::move(l)]() -> Status {
+      [=, l = std::move(l), exact = std::move(exact)]() -> Status {  // exact lives as long as the call
         return impl_->device_collective(*dev, *after, l.call, [&](coll::Context& c) {
           return coll::device_reduce_scatter(
               c, *dev,

@@ -186,7 +186,8 @@ class GW_API Communicator {
   // host memory.
   Status allreduce_device(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Codec* codec,
                           DeviceEfState* ef, Algo algo, void* stream);
-  // reduce_scatterv on device buffers (float32, with a codec; ef null or a device state).
+  // reduce_scatterv on device buffers: float32; codec null is "none" (exact, sum or avg only);
+  // ef null or a device state.
   Status reduce_scatterv_device(const void* send, void* recv, const size_t* counts, DType dtype, ReduceOp op,
                                 Codec* codec, DeviceEfState* ef, void* stream);
   Status allgather_device(const void* send, void* recv, size_t bytes, void* stream);

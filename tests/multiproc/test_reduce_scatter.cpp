@@ -280,13 +280,15 @@ TEST(ReduceScatterV, DeviceBuffersGiveTheHostResultsBitForBit) {
                                            std::make_unique<test::HostDeviceBackend>(static_cast<uint64_t>(rank) + 5)));
                          const std::vector<size_t> counts = {2049, 0, 4003};
                          const size_t n = total(counts), mine = counts[rank];
-                         for (const char* spec : {"qsgd:bits=4", "topk:ratio=0.02", "none"}) {
-                           auto codec = test::make_codec(spec);
+                         for (const char* spec : {"qsgd:bits=4", "topk:ratio=0.02", "none", "null"}) {
+                           // null: no codec, raw on the host, the exact "none" wire on the device
+                           const bool null = std::strcmp(spec, "null") == 0;
+                           auto codec = null ? nullptr : test::make_codec(spec);
                            // Without EF a stochastic codec's random stream is keyed by the call's
                            // sequence number, which differs between the host call and the device one.
                            const bool stochastic = std::strncmp(spec, "qsgd", 4) == 0;
                            for (bool with_ef : {true, false}) {
-                             if (!with_ef && stochastic) continue;
+                             if ((!with_ef && stochastic) || (with_ef && null)) continue;
                              ErrorFeedback host_ef(n);
                              test::StandInEf dev_ef(n);
                              test::DeviceVector<float> x(n), y(mine + 1);
