@@ -406,7 +406,8 @@ GW_API gw_result_t gw_allreduce_algo_device(gw_comm_t comm, size_t count, gw_dty
  * (that part of the residual stays zero). An EF state serves one kind of call (an
  * all-reduce state is not a reduce-scatter state). Device buffers (or a device EF state)
  * run on the device, ordered on the legacy default stream; the _device calls take the
- * stream; there codec NULL takes float32 GW_SUM or GW_AVG and runs as "none" (exact). Non-blocking twins return a request; buffers, codec and ef stay in use until it
+ * stream; there codec NULL takes float32 GW_SUM or GW_AVG and runs as "none" (exact).
+ * Non-blocking twins return a request; buffers, codec and ef stay in use until it
  * finishes (recvcounts is copied at the call). */
 GW_API gw_result_t gw_reduce_scatterv(gw_comm_t comm, const void* sendbuf, void* recvbuf, const size_t* recvcounts,
                                       gw_dtype_t dtype, gw_red_op_t op, gw_codec_t codec, gw_ef_state_t ef);
