@@ -477,6 +477,11 @@ class Communicator:
             raise GradwireError(_INVALID, "op must be 'sum' or 'avg', not %r" % (op,))
         if algo not in ALGOS:
             raise GradwireError(_INVALID, "algo must be one of %s, not %r" % (sorted(ALGOS), algo))
+        codec, ef = self._codec_and_ef(x, n, codec, ef)
+        return (ptr, optr, n, DTYPES[dtype], OPS[op], codec, ef, ALGOS[algo])
+
+    def _codec_and_ef(self, x, n, codec, ef):
+        """codec as a Codec (or None) and ef checked against a call on x of n elements."""
         if isinstance(codec, str):
             codec = Codec(codec)
         elif codec is not None and not isinstance(codec, Codec):
@@ -489,7 +494,7 @@ class Communicator:
             if (ef.device is not None) != self._on_device(x):
                 raise GradwireError(_INVALID, "ef lives in %s memory but the buffer is on %s"
                                     % ("host" if ef.device is None else "device", x.device))
-        return (ptr, optr, n, DTYPES[dtype], OPS[op], codec, ef, ALGOS[algo])
+        return codec, ef
 
     def allreduce(self, x, out=None, op="sum", codec=None, ef=None, algo="auto"):
         """Sums (or averages, op='avg') x over ranks into out (default: in place); returns it.
@@ -543,15 +548,7 @@ class Communicator:
                                     % (on, self.rank, counts[self.rank]))
         if op not in OPS:
             raise GradwireError(_INVALID, "op must be one of %s, not %r" % (sorted(OPS), op))
-        if isinstance(codec, str):
-            codec = Codec(codec)
-        elif codec is not None and not isinstance(codec, Codec):
-            raise GradwireError(_INVALID, "codec must be a spec string or a Codec, not %s" % type(codec).__name__)
-        if ef is not None:
-            if not isinstance(ef, ErrorFeedback):
-                raise GradwireError(_INVALID, "ef must be an ErrorFeedback, not %s" % type(ef).__name__)
-            if ef.count != n:
-                raise GradwireError(_INVALID, "ef holds %d elements but the input has %d" % (ef.count, n))
+        codec, ef = self._codec_and_ef(x, n, codec, ef)
         arr = (ctypes.c_size_t * size)(*counts)
         return (ptr, optr, arr, DTYPES[dtype], OPS[op], codec, ef)
 
