@@ -4,8 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "collectives/comm/comm_init.hpp"
 #include "transport/bootstrap/fd_io.hpp"
@@ -19,6 +21,45 @@ constexpr int kExitNoId = 3;
 int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
 }  // namespace
+
+int rank_failed(int rank, const char* fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "rank %d: %s\n", rank, buf);
+  return kRankFailed;
+}
+
+std::vector<int> fork_communicators(int np, const CommConfig& cfg,
+                                    const std::function<int(Communicator&, int rank, int np)>& body,
+                                    std::chrono::seconds limit, const std::vector<int>& node_of) {
+  std::vector<int> ranks;
+  for (int r = 0; r < np; ++r) ranks.push_back(r);
+  return fork_with_unique_id(
+      ranks, std::chrono::seconds(30),
+      [&](int rank, const bootstrap::UniqueId& id) {
+        if (!node_of.empty())
+          setenv("GW_HOST_ID", ("node" + std::to_string(node_of[static_cast<size_t>(rank)])).c_str(), 1);
+        auto comm = coll::init_communicator(
+            rank, np,
+            [&](const std::string& blob) {
+              return bootstrap::rendezvous(id, rank, np, blob, std::chrono::seconds(30));
+            },
+            cfg);
+        if (!comm.is_ok()) {
+          std::fprintf(stderr, "rank %d: init failed: %s\n", rank, comm.status().to_string().c_str());
+          return kRankInitFailed;
+        }
+        if (const Status s = (*comm)->barrier(); !s.is_ok()) {
+          std::fprintf(stderr, "rank %d: first barrier failed: %s\n", rank, s.to_string().c_str());
+          return kRankInitFailed;
+        }
+        return body(**comm, rank, np);
+      },
+      limit);
+}
 
 std::vector<int> fork_with_unique_id(const std::vector<int>& ranks, std::chrono::milliseconds root_timeout,
                                      const std::function<int(int, const bootstrap::UniqueId&)>& body,

@@ -21,6 +21,22 @@ std::vector<int> fork_with_unique_id(const std::vector<int>& ranks, std::chrono:
                                      const std::function<int(int, const bootstrap::UniqueId&)>& body,
                                      std::chrono::seconds limit = std::chrono::seconds(120));
 
+// Exit codes of a forked rank (fork_communicators and the tests' bodies).
+constexpr int kRankOk = 0, kRankInitFailed = 10, kRankFailed = 11;
+
+// Prints "rank R: <message>" on stderr (the parent shows the children's stderr) and returns
+// kRankFailed, for a body to return.
+int rank_failed(int rank, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// Forks np ranks that each join a communicator (unique-id init with cfg, the rendezvous
+// waiting up to 30 s) and pass a first barrier (so that no rank still in its init learns of
+// the others' mismatches as an init failure), then run body; each rank's exit code
+// (kRankInitFailed when it could not join). node_of (np entries, or empty: one host) lays
+// the ranks out on nodes through GW_HOST_ID.
+std::vector<int> fork_communicators(int np, const CommConfig& cfg,
+                                    const std::function<int(Communicator&, int rank, int np)>& body,
+                                    std::chrono::seconds limit, const std::vector<int>& node_of = {});
+
 // Runs body on every rank and returns this process's exit code: with np > 0, np forked ranks
 // (unique-id init; the first failing child's code); with np == 0, this process's rank from
 // the launcher's environment.

@@ -30,22 +30,12 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-constexpr int kOk = 0, kInitFailed = 10, kFailed = 11;
-
-// Prints why a rank failed (the parent shows the children's stderr) and returns kFailed.
-int fail(int rank, const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  std::fprintf(stderr, "rank %d: %s\n", rank, buf);
-  return kFailed;
-}
-#define EXPECT_CALL_OK(rank, expr)                                                                         \
-  do {                                                                                                     \
-    const Status s_ = (expr);                                                                              \
-    if (!s_.is_ok()) return fail(rank, "line %d: %s failed: %s", __LINE__, #expr, s_.to_string().c_str()); \
+constexpr int kOk = test::kRankOk;
+using test::rank_failed;
+#define EXPECT_CALL_OK(rank, expr)                                                                                \
+  do {                                                                                                            \
+    const Status s_ = (expr);                                                                                     \
+    if (!s_.is_ok()) return rank_failed(rank, "line %d: %s failed: %s", __LINE__, #expr, s_.to_string().c_str()); \
   } while (0)
 
 using Body = std::function<int(Communicator&, int rank, int np)>;
@@ -53,32 +43,10 @@ using Body = std::function<int(Communicator&, int rank, int np)>;
 // Forks np ranks that meet through a unique id and run body; every rank's exit code.
 // node_of (np entries, or empty: one host) lays the ranks out on nodes through GW_HOST_ID.
 std::vector<int> run_np(int np, const Body& body, size_t chunk_bytes = 4096, const std::vector<int>& node_of = {}) {
-  std::vector<int> ranks;
-  for (int r = 0; r < np; ++r) ranks.push_back(r);
-  return test::fork_with_unique_id(
-      ranks, seconds(30),
-      [&](int rank, const bootstrap::UniqueId& id) {
-        if (!node_of.empty())
-          setenv("GW_HOST_ID", ("node" + std::to_string(node_of[static_cast<size_t>(rank)])).c_str(), 1);
-        CommConfig cfg;
-        cfg.timeout = milliseconds(30000);
-        cfg.chunk_bytes = chunk_bytes;  // many chunks even for small buffers
-        auto comm = coll::init_communicator(
-            rank, np, [&](const std::string& blob) { return bootstrap::rendezvous(id, rank, np, blob, cfg.timeout); },
-            cfg);
-        if (!comm.is_ok()) {
-          std::fprintf(stderr, "rank %d: init failed: %s\n", rank, comm.status().to_string().c_str());
-          return kInitFailed;
-        }
-        // Everyone is in before the test's calls: a rank still finishing its init would otherwise
-        // learn of a mismatch between the others as an init failure.
-        if (const Status s = (*comm)->barrier(); !s.is_ok()) {
-          std::fprintf(stderr, "rank %d: first barrier failed: %s\n", rank, s.to_string().c_str());
-          return kInitFailed;
-        }
-        return body(**comm, rank, np);
-      },
-      seconds(240));
+  CommConfig cfg;
+  cfg.timeout = milliseconds(30000);
+  cfg.chunk_bytes = chunk_bytes;  // many chunks even for small buffers
+  return test::fork_communicators(np, cfg, body, seconds(240), node_of);
 }
 
 void expect_all_ok(const std::vector<int>& codes, int np) {
@@ -235,8 +203,8 @@ int compare(int rank, const char* what, DType d, ReduceOp op, const uint8_t* got
       both_nan = std::isnan(dec(a)) && std::isnan(dec(b));
     }
     if (!both_nan) {
-      return fail(rank, "%s %s %s: element %zu of %zu differs from the reference", what, dtype_name(d), red_op_name(op),
-                  i, n);
+      return rank_failed(rank, "%s %s %s: element %zu of %zu differs from the reference", what, dtype_name(d),
+                         red_op_name(op), i, n);
     }
   }
   return kOk;
@@ -268,12 +236,12 @@ TEST(DenseCollectives, AllreduceEveryOpAndDtype) {
                          std::vector<uint8_t> recv(n * dtype_size(d) + 1, 0xab);
                          EXPECT_CALL_OK(rank, c.allreduce(send.data(), recv.data(), n, d, op, nullptr, nullptr, algo));
                          if (int e = compare(rank, "allreduce", d, op, recv.data(), want.data(), n)) return e;
-                         if (recv.back() != 0xab) return fail(rank, "allreduce wrote past the end");
+                         if (recv.back() != 0xab) return rank_failed(rank, "allreduce wrote past the end");
                          std::vector<uint8_t> inplace = send;  // in place too
                          EXPECT_CALL_OK(rank,
                                         c.allreduce(inplace.data(), inplace.data(), n, d, op, nullptr, nullptr, algo));
                          if (!want.empty() && std::memcmp(inplace.data(), recv.data(), want.size()) != 0) {
-                           return fail(rank, "in-place allreduce differs");
+                           return rank_failed(rank, "in-place allreduce differs");
                          }
                        }
                      }
@@ -292,7 +260,7 @@ TEST(DenseCollectives, AllreduceEveryOpAndDtype) {
                      std::vector<uint64_t> all(static_cast<size_t>(p));
                      EXPECT_CALL_OK(rank, c.allgather(&digest, all.data(), sizeof digest));
                      for (int r = 0; r < p; ++r) {
-                       if (all[r] != digest) return fail(rank, "rank %d holds other bits than this rank", r);
+                       if (all[r] != digest) return rank_failed(rank, "rank %d holds other bits than this rank", r);
                      }
                    }
                    return kOk;
@@ -324,23 +292,23 @@ TEST(DenseCollectives, HierarchicalAllreduceEveryLayoutOpAndDtype) {
             np,
             [&](Communicator& c, int rank, int p) {
               if (c.node_count() != static_cast<int>(per_node.size()))
-                return fail(rank, "node_count %d", c.node_count());
+                return rank_failed(rank, "node_count %d", c.node_count());
               if (c.local_size() != per_node[static_cast<size_t>(layout[static_cast<size_t>(rank)])]) {
-                return fail(rank, "local_size %d", c.local_size());
+                return rank_failed(rank, "local_size %d", c.local_size());
               }
               // Flat, the dense choice is by size: recursive doubling for 4 KB; for 12 MB the ring
               // or Rabenseifner, as the cost model rates them (the ring where folding costs
               // Rabenseifner a pass: 3 and 5 ranks), never the hierarchical all-reduce.
               const Algo flat_large = c.choose_algo(3000017, DType::kFloat32, nullptr, Algo::kAuto);
               if (!hier && flat_large != Algo::kRing && flat_large != Algo::kRabenseifner) {
-                return fail(rank, "the flat policy picks %s for 12 MB", algo_name(flat_large));
+                return rank_failed(rank, "the flat policy picks %s for 12 MB", algo_name(flat_large));
               }
               const Algo want_algo = hier ? Algo::kHierarchical : flat_large;
               const Algo want_small = hier ? Algo::kHierarchical : p > 1 ? Algo::kRecursiveDoubling : Algo::kRing;
               if (c.choose_algo(1000, DType::kFloat32, nullptr, Algo::kAuto) != want_small ||
                   c.choose_algo(1000, DType::kFloat32, nullptr, Algo::kHierarchical) != want_small) {
-                return fail(rank, "the policy picks %s",
-                            algo_name(c.choose_algo(1000, DType::kFloat32, nullptr, Algo::kAuto)));
+                return rank_failed(rank, "the policy picks %s",
+                                   algo_name(c.choose_algo(1000, DType::kFloat32, nullptr, Algo::kAuto)));
               }
               for (DType d : kAllDtypes) {
                 for (ReduceOp op : kAllOps) {
@@ -351,7 +319,7 @@ TEST(DenseCollectives, HierarchicalAllreduceEveryLayoutOpAndDtype) {
                     EXPECT_CALL_OK(
                         rank, c.allreduce(send.data(), recv.data(), n, d, op, nullptr, nullptr, Algo::kHierarchical));
                     if (int e = compare(rank, "hierarchical allreduce", d, op, recv.data(), want.data(), n)) return e;
-                    if (recv.back() != 0xab) return fail(rank, "allreduce wrote past the end");
+                    if (recv.back() != 0xab) return rank_failed(rank, "allreduce wrote past the end");
                     std::vector<uint8_t> inplace = send;
                     EXPECT_CALL_OK(
                         rank, c.allreduce(inplace.data(), inplace.data(), n, d, op, nullptr, nullptr, Algo::kAuto));
@@ -370,7 +338,8 @@ TEST(DenseCollectives, HierarchicalAllreduceEveryLayoutOpAndDtype) {
                       compare(rank, "large allreduce", DType::kFloat32, ReduceOp::kSum, recv.data(), want.data(), n))
                 return e;
               EXPECT_CALL_OK(rank, c.stats().status());
-              if (c.stats()->last_algo != want_algo) return fail(rank, "ran %s", algo_name(c.stats()->last_algo));
+              if (c.stats()->last_algo != want_algo)
+                return rank_failed(rank, "ran %s", algo_name(c.stats()->last_algo));
               return kOk;
             },
             4096, layout),
@@ -396,16 +365,17 @@ TEST(DenseCollectives, ReduceToEveryRoot) {
                            if (int e = compare(rank, "reduce", d, op, recv.data(), want.data(), n)) return e;
                          } else {
                            for (uint8_t b : recv) {
-                             if (b != 0xcd) return fail(rank, "reduce wrote recvbuf on a rank that is not the root");
+                             if (b != 0xcd)
+                               return rank_failed(rank, "reduce wrote recvbuf on a rank that is not the root");
                            }
                          }
-                         if (recv.back() != 0xcd) return fail(rank, "reduce wrote past the end");
+                         if (recv.back() != 0xcd) return rank_failed(rank, "reduce wrote past the end");
                          // In place on the root; recvbuf null elsewhere.
                          std::vector<uint8_t> buf = send;
                          EXPECT_CALL_OK(rank,
                                         c.reduce(buf.data(), rank == root ? buf.data() : nullptr, n, d, op, root));
                          if (rank == root && n > 0 && std::memcmp(buf.data(), recv.data(), n * dtype_size(d)) != 0) {
-                           return fail(rank, "in-place reduce differs");
+                           return rank_failed(rank, "in-place reduce differs");
                          }
                        }
                      }
@@ -433,7 +403,7 @@ TEST(DenseCollectives, ReduceScatterInAndOutOfPlace) {
                        std::vector<uint8_t> recv(rc * es + 1, 0xee);
                        EXPECT_CALL_OK(rank, c.reduce_scatter(send.data(), recv.data(), rc, d, op));
                        if (int e = compare(rank, "reduce_scatter", d, op, recv.data(), want, rc)) return e;
-                       if (recv.back() != 0xee) return fail(rank, "reduce_scatter wrote past the end");
+                       if (recv.back() != 0xee) return rank_failed(rank, "reduce_scatter wrote past the end");
                        std::vector<uint8_t> buf = send;
                        uint8_t* mine = buf.data() + static_cast<size_t>(rank) * rc * es;
                        EXPECT_CALL_OK(rank, c.reduce_scatter(buf.data(), mine, rc, d, op));
@@ -488,8 +458,8 @@ TEST(DenseCollectives, AllgathervUnevenEmptyAndDisplaced) {
                                  at += len[r];
                                }
                                if (recv != want)
-                                 return fail(rank, "allgatherv layout %d displaced %d differs", layout,
-                                             displaced ? 1 : 0);
+                                 return rank_failed(rank, "allgatherv layout %d displaced %d differs", layout,
+                                                    displaced ? 1 : 0);
                              }
                            }
                            return kOk;
@@ -514,11 +484,12 @@ TEST(DenseCollectives, AlltoallAndAlltoallv) {
                    for (int from = 0; from < p; ++from) {
                      for (size_t i = 0; i < bytes; ++i) {
                        if (recv[static_cast<size_t>(from) * bytes + i] != byte_of(from, rank, i)) {
-                         return fail(rank, "alltoall of %zu bytes: block from rank %d differs at %zu", bytes, from, i);
+                         return rank_failed(rank, "alltoall of %zu bytes: block from rank %d differs at %zu", bytes,
+                                            from, i);
                        }
                      }
                    }
-                   if (recv.back() != 0x77) return fail(rank, "alltoall wrote past the end");
+                   if (recv.back() != 0x77) return rank_failed(rank, "alltoall wrote past the end");
                  }
                  // Variable: pair sizes with zeros, packed and with reversed displacements and gaps.
                  auto size_of = [](int from, int to, int scale) {
@@ -556,7 +527,7 @@ TEST(DenseCollectives, AlltoallAndAlltoallv) {
                        for (size_t i = 0; i < rb[from]; ++i) want[rd[from] + i] = byte_of(from, rank, i);
                      }
                      if (recv != want)
-                       return fail(rank, "alltoallv scale %d displaced %d differs", scale, displaced ? 1 : 0);
+                       return rank_failed(rank, "alltoallv scale %d displaced %d differs", scale, displaced ? 1 : 0);
                    }
                  }
                  return kOk;
@@ -581,11 +552,11 @@ TEST(DenseCollectives, GatherAndScatterFromEveryRoot) {
                        for (int r = 0; r < p; ++r) {
                          for (size_t i = 0; i < bytes; ++i) {
                            if (all[static_cast<size_t>(r) * bytes + i] != byte_of(r, root, i)) {
-                             return fail(rank, "gather to %d: block of rank %d differs", root, r);
+                             return rank_failed(rank, "gather to %d: block of rank %d differs", root, r);
                            }
                          }
                        }
-                       if (all.back() != 0x11) return fail(rank, "gather wrote past the end");
+                       if (all.back() != 0x11) return rank_failed(rank, "gather wrote past the end");
                      }
                      // Scatter: the root's block r goes to rank r.
                      std::vector<uint8_t> blocks(P * bytes);
@@ -597,15 +568,15 @@ TEST(DenseCollectives, GatherAndScatterFromEveryRoot) {
                      EXPECT_CALL_OK(rank, c.scatter(rank == root ? blocks.data() : nullptr, got.data(), bytes, root));
                      for (size_t i = 0; i < bytes; ++i) {
                        if (got[i] != byte_of(root + 7, rank, i))
-                         return fail(rank, "scatter from %d differs at %zu", root, i);
+                         return rank_failed(rank, "scatter from %d differs at %zu", root, i);
                      }
-                     if (got.back() != 0x22) return fail(rank, "scatter wrote past the end");
+                     if (got.back() != 0x22) return rank_failed(rank, "scatter wrote past the end");
                      // In place on the root: scatter's recvbuf is its own block of sendbuf.
                      if (rank == root && bytes > 0) {
                        std::vector<uint8_t> copy = blocks;
                        EXPECT_CALL_OK(
                            rank, c.scatter(copy.data(), copy.data() + static_cast<size_t>(root) * bytes, bytes, root));
-                       if (copy != blocks) return fail(rank, "in-place scatter changed the root's buffer");
+                       if (copy != blocks) return rank_failed(rank, "in-place scatter changed the root's buffer");
                      } else if (bytes > 0) {
                        EXPECT_CALL_OK(rank, c.scatter(nullptr, got.data(), bytes, root));
                      }
@@ -619,10 +590,11 @@ TEST(DenseCollectives, GatherAndScatterFromEveryRoot) {
 
 // Every rank must fail with kInvalidUsage and a message naming both sides.
 int expect_usage(int rank, const Status& s, const std::vector<std::string>& must_name) {
-  if (s.code() != Code::kInvalidUsage) return fail(rank, "expected kInvalidUsage, got %s", s.to_string().c_str());
+  if (s.code() != Code::kInvalidUsage)
+    return rank_failed(rank, "expected kInvalidUsage, got %s", s.to_string().c_str());
   for (const std::string& m : must_name) {
     if (s.message().find(m) == std::string::npos) {
-      return fail(rank, "the message does not name \"%s\": %s", m.c_str(), s.message().c_str());
+      return rank_failed(rank, "the message does not name \"%s\": %s", m.c_str(), s.message().c_str());
     }
   }
   return kOk;
@@ -748,10 +720,11 @@ TEST(DenseCollectives, BadArgumentsLeaveTheCommunicatorUsable) {
                  };
                  for (const Case& k : cases) {
                    if (k.s.code() != Code::kInvalidArgument) {
-                     return fail(rank, "%s: expected kInvalidArgument, got %s", k.name, k.s.to_string().c_str());
+                     return rank_failed(rank, "%s: expected kInvalidArgument, got %s", k.name, k.s.to_string().c_str());
                    }
                    if (k.s.message().find(k.names) == std::string::npos) {
-                     return fail(rank, "%s: the message does not name %s: %s", k.name, k.names, k.s.message().c_str());
+                     return rank_failed(rank, "%s: the message does not name %s: %s", k.name, k.names,
+                                        k.s.message().c_str());
                    }
                  }
                  // Huge sizes inside the arrays.
@@ -759,16 +732,17 @@ TEST(DenseCollectives, BadArgumentsLeaveTheCommunicatorUsable) {
                  big[0] = huge;
                  const Status s = c.alltoallv(x.data(), big.data(), nullptr, y.data(), big.data(), nullptr);
                  if (s.code() != Code::kInvalidArgument)
-                   return fail(rank, "huge sendbytes[0]: %s", s.to_string().c_str());
+                   return rank_failed(rank, "huge sendbytes[0]: %s", s.to_string().c_str());
                  std::vector<size_t> displs(static_cast<size_t>(p), huge - 2);
                  std::vector<size_t> four(static_cast<size_t>(p), 4);
                  const Status s2 = c.allgatherv(x.data(), 4, y.data(), four.data(), displs.data());
-                 if (s2.code() != Code::kInvalidArgument) return fail(rank, "huge displs: %s", s2.to_string().c_str());
+                 if (s2.code() != Code::kInvalidArgument)
+                   return rank_failed(rank, "huge displs: %s", s2.to_string().c_str());
                  // Still usable.
                  std::vector<float> ones(5, 1.0f), sum(5);
                  EXPECT_CALL_OK(rank, c.reduce(ones.data(), sum.data(), 5, DType::kFloat32, ReduceOp::kSum, 0));
                  if (rank == 0 && sum[4] != static_cast<float>(p))
-                   return fail(rank, "reduce after the errors gave %g", sum[4]);
+                   return rank_failed(rank, "reduce after the errors gave %g", sum[4]);
                  EXPECT_CALL_OK(rank, c.error());
                  return kOk;
                }),

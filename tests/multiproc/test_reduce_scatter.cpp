@@ -32,46 +32,21 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-constexpr int kOk = 0, kInitFailed = 10, kFailed = 11;
-
-int fail(int rank, const char* fmt, ...) {
-  char buf[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  std::fprintf(stderr, "rank %d: %s\n", rank, buf);
-  return kFailed;
-}
-#define CALL_OK(rank, expr)                                                                         \
-  do {                                                                                              \
-    const Status s_ = (expr);                                                                       \
-    if (!s_.is_ok()) return fail(rank, "line %d: %s: %s", __LINE__, #expr, s_.to_string().c_str()); \
+constexpr int kOk = test::kRankOk;
+using test::rank_failed;
+#define CALL_OK(rank, expr)                                                                                \
+  do {                                                                                                     \
+    const Status s_ = (expr);                                                                              \
+    if (!s_.is_ok()) return rank_failed(rank, "line %d: %s: %s", __LINE__, #expr, s_.to_string().c_str()); \
   } while (0)
 
 using Body = std::function<int(Communicator&, int rank, int np)>;
 
-std::vector<int> run_np(int np, const Body& body, milliseconds timeout = milliseconds(30000),
-                        size_t chunk_bytes = 4096) {
-  std::vector<int> ranks;
-  for (int r = 0; r < np; ++r) ranks.push_back(r);
-  return test::fork_with_unique_id(
-      ranks, seconds(30),
-      [&](int rank, const bootstrap::UniqueId& id) {
-        CommConfig cfg;
-        cfg.timeout = timeout;
-        cfg.chunk_bytes = chunk_bytes;  // several chunks per block even for small ones
-        auto comm = coll::init_communicator(
-            rank, np, [&](const std::string& blob) { return bootstrap::rendezvous(id, rank, np, blob, seconds(30)); },
-            cfg);
-        if (!comm.is_ok()) {
-          std::fprintf(stderr, "rank %d: init failed: %s\n", rank, comm.status().to_string().c_str());
-          return kInitFailed;
-        }
-        if (const Status s = (*comm)->barrier(); !s.is_ok()) return kInitFailed;
-        return body(**comm, rank, np);
-      },
-      seconds(180));
+std::vector<int> run_np(int np, const Body& body, milliseconds timeout = milliseconds(30000)) {
+  CommConfig cfg;
+  cfg.timeout = timeout;
+  cfg.chunk_bytes = 4096;  // several chunks per block even for small ones
+  return test::fork_communicators(np, cfg, body, seconds(180));
 }
 
 void expect_all_ok(const std::vector<int>& codes, int np) {
@@ -138,8 +113,8 @@ int check_raw(Communicator& c, int rank, int p, ReduceOp op, const std::vector<s
   for (size_t i = 0; i < counts[rank]; ++i) {
     const T want = reduce_ref<T>(op, p, own + i);
     if (out[i] != want)
-      return fail(rank, "raw %s op %d: element %zu is %g, want %g", dtype_name(dt), static_cast<int>(op), i,
-                  static_cast<double>(out[i]), static_cast<double>(want));
+      return rank_failed(rank, "raw %s op %d: element %zu is %g, want %g", dtype_name(dt), static_cast<int>(op), i,
+                         static_cast<double>(out[i]), static_cast<double>(want));
   }
   return kOk;
 }
@@ -200,8 +175,8 @@ TEST(ReduceScatterV, CodecNoneSumsHalfPrecisionInFloat32AndRoundsOnce) {
                                const float got = f32 ? yf[i] : load(yh[i]);
                                const float want = f32 ? s : load(store(s));
                                if (std::memcmp(&got, &want, sizeof got) != 0)
-                                 return fail(rank, "%s op %d element %zu: %.9g, want %.9g", dtype_name(dt),
-                                             static_cast<int>(op), i, got, want);
+                                 return rank_failed(rank, "%s op %d element %zu: %.9g, want %.9g", dtype_name(dt),
+                                                    static_cast<int>(op), i, got, want);
                              }
                            }
                          }
@@ -222,7 +197,7 @@ TEST(ReduceScatterV, ErrorFeedbackLosesNoElementAcrossSteps) {
                    auto made = Codec::create(spec);
                    if (!made.is_ok()) {
                      if (std::strncmp(spec, "bf16", 4) == 0) continue;  // rounding key not in this build
-                     return fail(rank, "codec %s: %s", spec, made.status().to_string().c_str());
+                     return rank_failed(rank, "codec %s: %s", spec, made.status().to_string().c_str());
                    }
                    std::unique_ptr<Codec> codec = std::move(made).value();
                    std::vector<size_t> counts(static_cast<size_t>(p));
@@ -240,9 +215,10 @@ TEST(ReduceScatterV, ErrorFeedbackLosesNoElementAcrossSteps) {
                      for (size_t i = 0; i < mine; ++i) got[i] += out[i];
                    }
                    if (ef.step() != static_cast<uint64_t>(steps))
-                     return fail(rank, "ef step %llu", (unsigned long long)ef.step());
+                     return rank_failed(rank, "ef step %llu", (unsigned long long)ef.step());
                    for (size_t i = 0; i < mine; ++i) {
-                     if (ef.residual()[own + i] != 0.0f) return fail(rank, "%s: own residual %zu nonzero", spec, i);
+                     if (ef.residual()[own + i] != 0.0f)
+                       return rank_failed(rank, "%s: own residual %zu nonzero", spec, i);
                    }
                    // Every rank's inputs and residuals, to check the owner's totals.
                    std::vector<float> mine_f(2 * n), all(2 * n * static_cast<size_t>(p));
@@ -260,8 +236,8 @@ TEST(ReduceScatterV, ErrorFeedbackLosesNoElementAcrossSteps) {
                        scale += std::fabs(theirs[own + i]);
                      }
                      if (std::fabs(got[i] + kept - in) > 1e-4 * (scale + 1.0))
-                       return fail(rank, "%s: element %zu: received %.7g + residuals %.7g != inputs %.7g", spec,
-                                   own + i, got[i], kept, in);
+                       return rank_failed(rank, "%s: element %zu: received %.7g + residuals %.7g != inputs %.7g", spec,
+                                          own + i, got[i], kept, in);
                    }
                  }
                  return kOk;
@@ -274,49 +250,49 @@ TEST(ReduceScatterV, ErrorFeedbackLosesNoElementAcrossSteps) {
 // and residuals as the host algorithm, bit for bit.
 TEST(ReduceScatterV, DeviceBuffersGiveTheHostResultsBitForBit) {
   const int np = 3;
-  expect_all_ok(run_np(np,
-                       [](Communicator& c, int rank, int) {
-                         CALL_OK(rank, c.use_device_backend(
-                                           std::make_unique<test::HostDeviceBackend>(static_cast<uint64_t>(rank) + 5)));
-                         const std::vector<size_t> counts = {2049, 0, 4003};
-                         const size_t n = total(counts), mine = counts[rank];
-                         for (const char* spec : {"qsgd:bits=4", "topk:ratio=0.02", "none", "null"}) {
-                           // null: no codec, raw on the host, the exact "none" wire on the device
-                           const bool null = std::strcmp(spec, "null") == 0;
-                           auto codec = null ? nullptr : test::make_codec(spec);
-                           // Without EF a stochastic codec's random stream is keyed by the call's
-                           // sequence number, which differs between the host call and the device one.
-                           const bool stochastic = std::strncmp(spec, "qsgd", 4) == 0;
-                           for (bool with_ef : {true, false}) {
-                             if ((!with_ef && stochastic) || (with_ef && null)) continue;
-                             ErrorFeedback host_ef(n);
-                             test::StandInEf dev_ef(n);
-                             test::DeviceVector<float> x(n), y(mine + 1);
-                             std::vector<float> h(mine + 1);
-                             for (int step = 0; step < 3; ++step) {
-                               const auto g = test::gradient(n, static_cast<uint64_t>(10 * step + rank));
-                               x.upload(g);
-                               CALL_OK(rank,
-                                       c.reduce_scatterv(g.data(), h.data(), counts.data(), DType::kFloat32,
-                                                         ReduceOp::kAvg, codec.get(), with_ef ? &host_ef : nullptr));
-                               CALL_OK(rank, c.reduce_scatterv_device(x.data(), y.data(), counts.data(),
-                                                                      DType::kFloat32, ReduceOp::kAvg, codec.get(),
-                                                                      with_ef ? &dev_ef : nullptr, nullptr));
-                               const auto d = y.download();
-                               if (std::memcmp(d.data(), h.data(), mine * sizeof(float)) != 0)
-                                 return fail(rank, "%s ef=%d step %d: device result differs", spec, with_ef, step);
-                             }
-                             if (with_ef) {
-                               std::vector<float> res(n);
-                               CALL_OK(rank, dev_ef.copy_out(res.data(), n));
-                               if (std::memcmp(res.data(), host_ef.residual(), n * sizeof(float)) != 0)
-                                 return fail(rank, "%s: device residual differs", spec);
-                             }
-                           }
-                         }
-                         return kOk;
-                       }),
-                np);
+  expect_all_ok(
+      run_np(np,
+             [](Communicator& c, int rank, int) {
+               CALL_OK(rank, c.use_device_backend(
+                                 std::make_unique<test::HostDeviceBackend>(static_cast<uint64_t>(rank) + 5)));
+               const std::vector<size_t> counts = {2049, 0, 4003};
+               const size_t n = total(counts), mine = counts[rank];
+               for (const char* spec : {"qsgd:bits=4", "topk:ratio=0.02", "none", "null"}) {
+                 // null: no codec, raw on the host, the exact "none" wire on the device
+                 const bool null = std::strcmp(spec, "null") == 0;
+                 auto codec = null ? nullptr : test::make_codec(spec);
+                 // Without EF a stochastic codec's random stream is keyed by the call's
+                 // sequence number, which differs between the host call and the device one.
+                 const bool stochastic = std::strncmp(spec, "qsgd", 4) == 0;
+                 for (bool with_ef : {true, false}) {
+                   if ((!with_ef && stochastic) || (with_ef && null)) continue;
+                   ErrorFeedback host_ef(n);
+                   test::StandInEf dev_ef(n);
+                   test::DeviceVector<float> x(n), y(mine + 1);
+                   std::vector<float> h(mine + 1);
+                   for (int step = 0; step < 3; ++step) {
+                     const auto g = test::gradient(n, static_cast<uint64_t>(10 * step + rank));
+                     x.upload(g);
+                     CALL_OK(rank, c.reduce_scatterv(g.data(), h.data(), counts.data(), DType::kFloat32, ReduceOp::kAvg,
+                                                     codec.get(), with_ef ? &host_ef : nullptr));
+                     CALL_OK(rank, c.reduce_scatterv_device(x.data(), y.data(), counts.data(), DType::kFloat32,
+                                                            ReduceOp::kAvg, codec.get(), with_ef ? &dev_ef : nullptr,
+                                                            nullptr));
+                     const auto d = y.download();
+                     if (std::memcmp(d.data(), h.data(), mine * sizeof(float)) != 0)
+                       return rank_failed(rank, "%s ef=%d step %d: device result differs", spec, with_ef, step);
+                   }
+                   if (with_ef) {
+                     std::vector<float> res(n);
+                     CALL_OK(rank, dev_ef.copy_out(res.data(), n));
+                     if (std::memcmp(res.data(), host_ef.residual(), n * sizeof(float)) != 0)
+                       return rank_failed(rank, "%s: device residual differs", spec);
+                   }
+                 }
+               }
+               return kOk;
+             }),
+      np);
 }
 
 TEST(ReduceScatterV, MismatchedCallsFailOnEveryRank) {
@@ -377,11 +353,12 @@ TEST(ReduceScatterV, MismatchedCallsFailOnEveryRank) {
                          [&](Communicator& c, int rank, int) {
                            const Status s = k.call(c, rank);
                            if (s.code() != Code::kInvalidUsage)
-                             return fail(rank, "%s: expected kInvalidUsage, got %s", k.what, s.to_string().c_str());
+                             return rank_failed(rank, "%s: expected kInvalidUsage, got %s", k.what,
+                                                s.to_string().c_str());
                            for (const char* name : k.names) {
                              if (s.message().find(name) == std::string::npos)
-                               return fail(rank, "%s: the message does not name %s: %s", k.what, name,
-                                           s.message().c_str());
+                               return rank_failed(rank, "%s: the message does not name %s: %s", k.what, name,
+                                                  s.message().c_str());
                            }
                            return kOk;
                          }),
@@ -449,13 +426,15 @@ TEST(ReduceScatterV, BadArgumentsLeaveTheCommunicatorUsable) {
               };
               for (const Case& k : cases) {
                 if (k.s.code() != k.code)
-                  return fail(rank, "%s: expected %s, got %s", k.name, code_name(k.code), k.s.to_string().c_str());
+                  return rank_failed(rank, "%s: expected %s, got %s", k.name, code_name(k.code),
+                                     k.s.to_string().c_str());
                 if (k.s.message().find(k.names) == std::string::npos)
-                  return fail(rank, "%s: the message does not name %s: %s", k.name, k.names, k.s.message().c_str());
+                  return rank_failed(rank, "%s: the message does not name %s: %s", k.name, k.names,
+                                     k.s.message().c_str());
               }
               CALL_OK(rank, c.reduce_scatterv(x.data(), y.data(), counts.data(), DType::kFloat32, ReduceOp::kSum,
                                               qsgd.get(), nullptr));
-              if (y[7] != static_cast<float>(p)) return fail(rank, "after the errors: %g", y[7]);
+              if (y[7] != static_cast<float>(p)) return rank_failed(rank, "after the errors: %g", y[7]);
               CALL_OK(rank, c.error());
               return kOk;
             }),
@@ -487,14 +466,15 @@ TEST(ReduceScatterV, DeadOrFrozenPeerIsAnErrorNotAHang) {
                 c.reduce_scatterv(x.data(), y.data(), counts.data(), DType::kFloat32, ReduceOp::kAvg, codec.get(), &ef);
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             if (s.is_ok()) {
-              if (y[0] != 1.0f && step == 0) return fail(rank, "step 0 gave %g", y[0]);
-              if (step > 50) return fail(rank, "no failure after 50 steps");
+              if (y[0] != 1.0f && step == 0) return rank_failed(rank, "step 0 gave %g", y[0]);
+              if (step > 50) return rank_failed(rank, "no failure after 50 steps");
               continue;
             }
             const Code want = freeze ? Code::kTimeout : Code::kRemote;
-            if (s.code() != want) return fail(rank, "expected %s, got %s", code_name(want), s.to_string().c_str());
+            if (s.code() != want)
+              return rank_failed(rank, "expected %s, got %s", code_name(want), s.to_string().c_str());
             const double limit = freeze ? 4.5 : 3.0;
-            if (secs > limit) return fail(rank, "the failure took %.2f s", secs);
+            if (secs > limit) return rank_failed(rank, "the failure took %.2f s", secs);
             return kOk;
           }
         },
