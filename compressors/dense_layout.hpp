@@ -15,4 +15,12 @@ inline DType dense_payload_dtype(CodecId codec, DType input) {
   }
 }
 
+// Whether a dense encode rounds stochastically: fp16 and bf16 with rounding=stochastic. It is
+// the sender's choice alone; the message is an ordinary fp16 or bf16 payload. (none takes no
+// rounding key; CodecSpec::stochastic's own default is qsgd's.) Element i rounds with word i
+// of the stream (spec.seed, step, rank); input already in the payload type is copied.
+inline bool dense_stochastic(const CodecSpec& spec) {
+  return (spec.id == CodecId::kFp16 || spec.id == CodecId::kBf16) && spec.stochastic;
+}
+
 }  // namespace gw::detail
