@@ -95,7 +95,17 @@ static float random_float(int kind) {
     case 2: return (r % 3 == 0) ? 0.0f : ((r % 3 == 1) ? -0.0f : 1.5f);  // ties
     case 3: return (r % 4 == 0) ? -2.0f : 2.0f;                          // sign ties
     case 4: return u(rng) * 3.0e38f;                                     // wide buckets
-    default: return u(rng) * 1e-40f;                                     // subnormals
+    case 6: {  // the edges of fp16 and bf16 (stochastic rounding's branches), and any bits
+      switch (r % 6) {
+        case 0: return u(rng) * 6.2e-5f;  // fp16 subnormals
+        case 1: return u(rng) * 6e-8f;    // below the smallest fp16 subnormal
+        case 2: return u(rng) > 0 ? 65504.0f + 40.0f * u(rng) : -65504.0f - 40.0f * u(rng);  // fp16 overflow
+        case 3: return bfloat(0x7f7f0000u | (r >> 16) | ((r & 1u) << 31));                   // bf16's top binade
+        case 4: return bfloat(static_cast<uint32_t>(rng()));
+        default: return u(rng) * 1000.0f;
+      }
+    }
+    default: return u(rng) * 1e-40f;  // subnormals
   }
 }
 
@@ -243,7 +253,7 @@ static void run_dense(const std::string& spec_text, DType in_type, const std::ve
   const size_t isz = dtype_size(in_type);
   std::vector<uint8_t> src_bytes(n * isz);
   for (size_t i = 0; i < n; ++i) std::memcpy(src_bytes.data() + i * isz, &raw[i], isz);
-  const EncodeContext ctx{1, 0};
+  const EncodeContext ctx{(uint64_t{1} << 32) + 1, 3};  // keys stochastic rounding's stream
   Msg host;
   host.bytes.resize(codec->max_encoded_bytes(n, in_type));
   std::vector<float> acc(n);
@@ -344,14 +354,14 @@ static void run_dense(const std::string& spec_text, DType in_type, const std::ve
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "quick";
   // dense
-  for (const char* spec : {"none", "fp16", "bf16"}) {
+  for (const char* spec : {"none", "fp16", "bf16", "fp16:rounding=stochastic,seed=77", "bf16:rounding=stochastic"}) {
     for (DType in : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       for (size_t n : {1, 2, 3, 4, 5, 7, 8, 9, 63, 100, 1027}) {
-        for (int kind = 0; kind < 3; ++kind) {
+        for (int kind = 0; kind < 4; ++kind) {
           std::vector<uint32_t> raw(n);
           for (auto& v : raw) {
             if (in == DType::kFloat32)
-              v = fbits(random_float(kind == 0 ? 0 : (kind == 1 ? 1 : 5)));
+              v = fbits(random_float(kind == 0 ? 0 : (kind == 1 ? 1 : (kind == 2 ? 5 : 6))));
             else
               v = static_cast<uint32_t>(rng()) & 0xffffu;
           }
