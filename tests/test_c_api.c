@@ -135,8 +135,8 @@ struct good_spec {
 /* The built-in codecs as gw_codec_info lists them, in order of id. */
 static void test_codec_list(void) {
   static const char* const names[] = {"none", "fp16", "bf16", "qsgd", "sign", "topk", "dgc", "randomk"};
-  static const char* const keys[] = {
-      "", "", "", "bits,bucket,rounding,seed", "bucket", "ratio,k", "ratio,k,sample,seed", "ratio,k,seed"};
+  static const char* const keys[] = {"",       "rounding,seed", "rounding,seed",       "bits,bucket,rounding,seed",
+                                     "bucket", "ratio,k",       "ratio,k,sample,seed", "ratio,k,seed"};
   gw_codec_info_t info;
   size_t i;
   CHECK(gw_codec_count() == 8);

@@ -191,10 +191,10 @@ static void with_comm(gw_comm_t comm) {
                "op max");
     EXPECT_ERR(gw_reduce_scatterv(comm, x, y, sizes, (gw_dtype_t)9, GW_SUM, NULL, NULL), GW_ERR_INVALID_ARGUMENT,
                "dtype 9");
-    EXPECT_ERR(gw_reduce_scatter_compressed(comm, x, y, huge, GW_FLOAT32, GW_SUM, qsgd, NULL),
-               GW_ERR_INVALID_ARGUMENT, "recvcounts[0]");
-    EXPECT_ERR(gw_reduce_scatter_compressed(comm, NULL, y, 4, GW_FLOAT32, GW_SUM, qsgd, NULL),
-               GW_ERR_INVALID_ARGUMENT, "sendbuf is null");
+    EXPECT_ERR(gw_reduce_scatter_compressed(comm, x, y, huge, GW_FLOAT32, GW_SUM, qsgd, NULL), GW_ERR_INVALID_ARGUMENT,
+               "recvcounts[0]");
+    EXPECT_ERR(gw_reduce_scatter_compressed(comm, NULL, y, 4, GW_FLOAT32, GW_SUM, qsgd, NULL), GW_ERR_INVALID_ARGUMENT,
+               "sendbuf is null");
     req = (gw_request_t)(void*)&g_passed;
     EXPECT_ERR(gw_ireduce_scatterv(comm, x, y, NULL, GW_FLOAT32, GW_SUM, qsgd, NULL, &req), GW_ERR_INVALID_ARGUMENT,
                "recvcounts");

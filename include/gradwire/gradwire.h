@@ -162,7 +162,9 @@ GW_API const char* gw_get_build_info(void);
 /* ---- codecs ----
  * spec: "none", "fp16", "bf16", "qsgd:bits=4,bucket=512", "sign:bucket=512",
  * "topk:ratio=0.01" or "topk:k=1000", "dgc:ratio=0.001", "randomk:ratio=0.01,seed=7";
- * any of them may add ",ef=1" (a hint for collectives that own EF state). */
+ * "fp16:rounding=stochastic,seed=S" and "bf16:rounding=stochastic" round each value up or
+ * down with the probabilities that make it unbiased (the message is an ordinary fp16/bf16
+ * one); any of them may add ",ef=1" (a hint for collectives that own EF state). */
 GW_API gw_result_t gw_codec_create(const char* spec, gw_codec_t* codec);
 GW_API gw_result_t gw_codec_destroy(gw_codec_t codec);
 /* Canonical spec string of the codec, NUL-terminated; fails if capacity is too small. */
