@@ -76,6 +76,7 @@ def parse_args(argv=None):
     p.add_argument("--no-eval", action="store_true", help="timing runs: no validation at the end")
     p.add_argument("--eval-every", type=int, default=0)
     p.add_argument("--progress", action="store_true")
+    p.add_argument("--loss-trace", action="store_true", help="rank 0's loss at every step goes into the result")
     p.add_argument("--launch", type=int, default=0, metavar="N", help="spawn N local ranks of this script")
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--json", help="rank 0 writes its result here")
@@ -234,6 +235,8 @@ def train(args):
         "comm_bytes_per_step": float(t[3]) if comm is not None and not args.hsdp else None,
         "torch": torch.__version__,
     }
+    if rank == 0 and args.loss_trace:
+        result["loss_trace"] = losses
     if gw is not None:
         result["exact_params"] = sorted(n for n, e in gw.exact.items() if e)
         gw.close()
@@ -287,8 +290,10 @@ def _run(name, extra, seed, args):
 
 
 def table(rows):
+    """vs gradwire dense: the mean over a row's seeds of its loss less dense's on the same seed."""
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    base = None
+    dense = {r["seed"]: r["final"]["val_loss"] for _, runs in rows for r in runs
+             if r.get("codec") == "none" and not r.get("failed")}
     out = ["| run | EF | validation loss (nats/byte), mean | vs gradwire dense | spread | per seed | bits / byte "
            "| final train loss | ms / step | reduce-scatter bytes / step / rank | vs dense | all bytes sent / step / rank |",
            "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
@@ -299,15 +304,14 @@ def table(rows):
             continue
         vals = [r["final"]["val_loss"] for r in ok]
         v = mean(vals)
-        if ok[0]["codec"] == "none":
-            base = v
+        paired = [r["final"]["val_loss"] - dense[r["seed"]] for r in ok if r["seed"] in dense]
         comm = [r["comm_bytes_per_step"] for r in ok if r.get("comm_bytes_per_step")]
         note = " (a seed failed)" if len(ok) < len(runs) else ""
         if any(r.get("exit_failure") for r in ok):
             note += " (a rank crashed while exiting, after the result)"
         out.append("| %s%s | %s | %.4f | %s | %.4f | %s | %.4f | %.4f | %.1f | %s | %.3f | %s |" % (
             name, note, "yes" if ok[0]["ef"] else "no", v,
-            "%+.4f" % (v - base) if base is not None else "-", max(vals) - min(vals),
+            "%+.4f" % mean(paired) if len(paired) == len(ok) else "-", max(vals) - min(vals),
             " / ".join("%.3f" % x for x in vals), mean([r["final"]["val_bits_per_byte"] for r in ok]),
             mean([r["final_train_loss"] for r in ok]), mean([r["step_ms_median"] for r in ok]),
             "%.2f MB" % (mean([r["rs_bytes_per_step"] for r in ok]) / 1e6),
