@@ -583,6 +583,10 @@ def compress_fsdp(model, codec="qsgd:bits=8", ef=True, exact=None, min_size=1024
             keep = keep or p.numel() < min_size
             flags[fp], pnames[fp] = keep, pname
             result.exact[pname] = keep
+        if replicate_group is not None and getattr(pg.mesh_info, "replicate_mesh_dim", None) is not None:
+            raise ValueError("gradwire.compress_fsdp: module %r is sharded over a 2-D (HSDP) mesh, whose replicas FSDP "
+                             "all-reduces itself; for gradwire's replica all-reduce shard over the 1-D shard mesh "
+                             "(mesh['shard']) and pass replicate_group" % (mname or "<root>"))
         layout = _Layout(pg, flags, pnames)
         shard_group = pg.mesh_info.shard_process_group
         rs = ReduceScatter(codec, ef=ef, comm=comm_of(shard_group, comm), name=mname)
