@@ -152,12 +152,14 @@ Status truncated(int peer) {
                                    " is longer than the receive buffer");
 }
 
-// Status of an op that UCX completed with s, before any sticky error is known.
+// Status of an op that UCX completed with s, before any sticky error is known. We cancel
+// only once failed, so a cancel here is UCX purging an endpoint whose connection failed (an
+// op posted to it completes in place so): the peer's failure, not an abort.
 Status plain_status(ucs_status_t s, const Op& op) {
   if (s == UCS_ERR_MESSAGE_TRUNCATED) return truncated(op.peer);
-  if (s == UCS_ERR_CANCELED) return Status(Code::kAborted, "operation cancelled");
-  return Status(Code::kRemote, std::string(op.is_recv ? "receive from" : "send to") + " rank " +
-                                   std::to_string(op.peer) + " failed: " + ucs_status_string(s));
+  return Status(Code::kRemote,
+                std::string(op.is_recv ? "receive from" : "send to") + " rank " + std::to_string(op.peer) +
+                    " failed: " + (s == UCS_ERR_CANCELED ? "its connection failed" : ucs_status_string(s)));
 }
 
 void finish(Op& op, Status s) {
@@ -1132,11 +1134,6 @@ class UcxTransportImpl final : public UcxTransport {
   Status status_for(ucs_status_t s, const Op& op) const {
     if (s == UCS_ERR_MESSAGE_TRUNCATED) return truncated(op.peer);
     if (failed_) return sticky();
-    // Not ours (we cancel only once failed): UCX purging an endpoint whose connection failed.
-    if (s == UCS_ERR_CANCELED) {
-      return Status(Code::kRemote, std::string(op.is_recv ? "receive from" : "send to") + " rank " +
-                                       std::to_string(op.peer) + " failed: its connection failed");
-    }
     return plain_status(s, op);
   }
 
