@@ -196,8 +196,10 @@ class _EFBook:
         ef = self.states.get(count)
         device = _ef_device(like)
         if ef is None or ef.device != device:
+            # A state made on the host for a checkpoint template (ensure) moves to the buffer's
+            # device with whatever it holds.
+            blob = ef.save() if ef is not None else self._restored.pop(count, None)
             ef = self.states[count] = ErrorFeedback(count, device=device)
-            blob = self._restored.pop(count, None)
             if blob is not None:
                 ef.load(blob)
         return ef
