@@ -20,12 +20,12 @@
 #   gradwire configurations compress the replicas' all-reduce (the reduce-scatter inside a
 #   host stays dense).
 # Needs root, and libgradwire.so in build/ (scripts/build.sh), GW_BUILD_DIR, or GRADWIRE_LIB.
-# The namespaces are named $GW_NETNS_PREFIX-* (default gwfsdp, subnet 10.78.0), apart from
+# The namespaces are named $GW_NETNS_PREFIX-* (default gwfsdp, subnet 10.79.0), apart from
 # the other benchmarks' (gwns).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 export GW_NETNS_PREFIX=${GW_NETNS_PREFIX:-gwfsdp}
-export GW_NETNS_SUBNET=${GW_NETNS_SUBNET:-10.78.0}
+export GW_NETNS_SUBNET=${GW_NETNS_SUBNET:-10.79.0}
 . "$root/scripts/cluster/lib.sh"
 np=4 rates="1gbit 200mbit" steps=60 reshard=1 hosts=0 out="" py=$root/.venv/bin/python
 configs="gloo none bf16:rounding=stochastic qsgd:bits=8 qsgd:bits=4 topk:ratio=0.01"
