@@ -73,6 +73,11 @@ Status compressed_reduce_scatter(Context& c, const ReduceScatterArgs& a) {
   const float* add_f32 = nullptr;  // float32 input with ef: added to acc chunk by chunk
   // The sum of my block: float32 with a codec, the input type without.
   void* sum = nullptr;
+  // dst (n floats) = (add: +=) the input widened, outside my block.
+  auto widen_others = [&](float* dst, bool add) {
+    widen(dst, in, own_start, a.dtype, add);
+    widen(dst + own_start + own_len, in + (own_start + own_len) * es, n - own_start - own_len, a.dtype, add);
+  };
   {
     ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");
     if (codec == nullptr) {
@@ -89,16 +94,14 @@ Status compressed_reduce_scatter(Context& c, const ReduceScatterArgs& a) {
         if (a.dtype == DType::kFloat32) {
           add_f32 = static_cast<const float*>(a.send);  // each encode adds its chunk as it goes
         } else {
-          widen(res, in, own_start, a.dtype, true);
-          widen(res + own_start + own_len, in + (own_start + own_len) * es, n - own_start - own_len, a.dtype, true);
+          widen_others(res, true);
         }
         acc = res;
         src = res;
         src_dtype = DType::kFloat32;
       } else if (!codec->accepts(a.dtype)) {
         float* wide = c.scratch.bytes.get<float>(1, n);
-        widen(wide, in, own_start, a.dtype, false);
-        widen(wide + own_start + own_len, in + (own_start + own_len) * es, n - own_start - own_len, a.dtype, false);
+        widen_others(wide, false);
         src = wide;
         src_dtype = DType::kFloat32;
       }
