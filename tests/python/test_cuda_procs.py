@@ -198,10 +198,11 @@ def test_reduce_scatter_on_cuda_equals_cpu_bit_for_bit(ranks_results):
     """comm.reduce_scatter / ireduce_scatter of uneven blocks (one empty) on device tensors,
     codec none, qsgd 4-bit + EF and topk 1% + EF: every step's block and the final residual
     bit-identical to the same calls on CPU tensors."""
-    for res in ranks_results:
-        for name, entry in res["reduce_scatter"].items():
-            assert all(entry["steps_equal"]), (res["rank"], name, entry)
-            assert entry["residual_equal"] in (None, True), (res["rank"], name, entry)
+    for r in results_of(ranks_results):
+        assert r["reduce_scatter"], r["rank"]
+        for name, entry in r["reduce_scatter"].items():
+            assert entry["steps_equal"] and all(entry["steps_equal"]), (r["rank"], name, entry)
+            assert entry["residual_equal"] in (None, True), (r["rank"], name, entry)
 
 
 def test_hook_replayed_on_cpu_gives_the_cuda_run_bit_for_bit(ranks_results):
