@@ -450,6 +450,35 @@ Status reduce_scatterv_call(gw_comm_t comm, const ScatterArgs& a, const DeviceCh
   return submit_call(comm, async.request, [run](gw::Communicator& cm) { return run(cm, nullptr); });
 }
 
+// gw_allgather_compressed and its non-blocking twin. Device buffers: raw (codec NULL) only.
+Status allgather_compressed_call(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                                 gw_codec_t codec, const Async& async) {
+  GW_RETURN_IF_ERROR(check_comm_and_request(comm, async));
+  if (!gw::collective_dtype_valid(static_cast<int>(dtype))) {
+    return gw::invalid_argument("dtype " + std::to_string(static_cast<int>(dtype)) + " is not a gw_dtype_t");
+  }
+  GW_ASSIGN_OR_RETURN(const bool device, on_device({{sendbuf, "sendbuf"}, {recvbuf, "recvbuf"}}, nullptr));
+  const auto dt = static_cast<gw::DType>(dtype);
+  gw::Codec* c = codec_of(codec);
+  if (device && c != nullptr) {
+    return gw::unsupported("a compressed all-gather takes host buffers; on device buffers pass codec NULL (raw)");
+  }
+  if (device) {
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(count), gw::dtype_size(dt), &bytes)) {
+      return gw::invalid_argument("sendbuf of " + std::to_string(count) + " elements is larger than any buffer");
+    }
+    if (!async.on) return comm->comm->allgather_device(sendbuf, recvbuf, bytes, nullptr);
+    return submit_device_call(comm, nullptr, async.request,
+                              [=](gw::Communicator& cm, const gw::Communicator::StreamPoint& after) {
+                                return cm.allgather_device(sendbuf, recvbuf, bytes, after);
+                              });
+  }
+  auto run = [=](gw::Communicator& cm) { return cm.allgather_compressed(sendbuf, recvbuf, count, dt, c); };
+  if (!async.on) return run(*comm->comm);
+  return submit_call(comm, async.request, run);
+}
+
 }  // namespace
 
 extern "C" {
@@ -777,6 +806,20 @@ gw_result_t gw_allgather(gw_comm_t comm, const void* sendbuf, void* recvbuf, siz
     GW_ASSIGN_OR_RETURN(bool device, on_device({{sendbuf, "sendbuf"}, {recvbuf, "recvbuf"}}, nullptr));
     if (device) return comm->comm->allgather_device(sendbuf, recvbuf, bytes, nullptr);
     return comm->comm->allgather(sendbuf, recvbuf, bytes);
+  });
+}
+
+gw_result_t gw_allgather_compressed(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                                    gw_codec_t codec) {
+  return guard("gw_allgather_compressed", [&]() -> Status {
+    return allgather_compressed_call(comm, sendbuf, recvbuf, count, dtype, codec, Async{});
+  });
+}
+
+gw_result_t gw_iallgather_compressed(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
+                                     gw_codec_t codec, gw_request_t* request) {
+  return guard("gw_iallgather_compressed", [&]() -> Status {
+    return allgather_compressed_call(comm, sendbuf, recvbuf, count, dtype, codec, Async{request});
   });
 }
 

@@ -32,12 +32,12 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-bool kind_valid(uint8_t k) { return k >= 1 && k <= static_cast<uint8_t>(CallKind::kReduceScatterV); }
+bool kind_valid(uint8_t k) { return k >= 1 && k <= static_cast<uint8_t>(CallKind::kAllgatherCompressed); }
 
 // Whether a kind's count is elements (else bytes).
 bool counts_elements(CallKind k) {
   return k == CallKind::kAllreduce || k == CallKind::kSparseAllgatherDense || k == CallKind::kReduce ||
-         k == CallKind::kReduceScatter || k == CallKind::kReduceScatterV;
+         k == CallKind::kReduceScatter || k == CallKind::kReduceScatterV || k == CallKind::kAllgatherCompressed;
 }
 
 std::string op_text(uint8_t op) {
@@ -75,6 +75,7 @@ std::string fields(const CallDescriptor& d, const CallDescriptor& o, bool all = 
   if (show(d.op != o.op, d.op != kNoField)) s += " op=" + op_text(d.op);
   if (show(d.spec != o.spec, d.kind == CallKind::kAllreduce))
     s += " codec=" + (d.spec.empty() ? std::string("none") : d.spec);
+  if (show(d.spec != o.spec, d.kind == CallKind::kAllgatherCompressed)) s += " codec=" + d.spec;
   if (show(d.spec != o.spec, d.kind == CallKind::kReduceScatterV))
     s += " codec=" + (d.spec.empty() ? std::string("null (raw)") : d.spec);
   if (show(d.algo != o.algo, d.algo != kNoField)) s += " algo=" + algo_text(d.algo);
@@ -114,6 +115,7 @@ const char* call_kind_name(CallKind kind) {
     case CallKind::kGather: return "gather";
     case CallKind::kScatter: return "scatter";
     case CallKind::kReduceScatterV: return "reduce_scatterv";
+    case CallKind::kAllgatherCompressed: return "allgather_compressed";
   }
   return "an unknown collective";
 }

@@ -34,7 +34,8 @@ enum class CallKind : uint8_t {
   kAlltoallv = 13,      // sizes are per pair: checked by the algorithm itself
   kGather = 14,
   kScatter = 15,
-  kReduceScatterV = 16,  // blocks of any sizes, raw or compressed; count: all blocks; sizes: their digest
+  kReduceScatterV = 16,       // blocks of any sizes, raw or compressed; count: all blocks; sizes: their digest
+  kAllgatherCompressed = 17,  // count: elements per rank
 };
 constexpr uint8_t kNoField = 0xff;  // op, dtype or algo that a kind does not have
 

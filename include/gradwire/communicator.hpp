@@ -163,6 +163,11 @@ class GW_API Communicator {
   Status reduce_scatterv(const void* send, void* recv, const size_t* counts, DType dtype, ReduceOp op, Codec* codec,
                          ErrorFeedback* ef);
   Status allgatherv(const void* send, size_t send_bytes, void* recv, const size_t* recv_bytes, const size_t* displs);
+  // All-gather on a compressed wire (quantized weights, ZeRO++'s qwZ): recv (size() * count
+  // elements of dtype: float32, float16 or bfloat16) = every rank's send block, encoded once
+  // by codec and decoded by every rank, its own block too, so that every rank holds the same
+  // bits. send may be recv's own block (in place). codec null: the raw all-gather.
+  Status allgather_compressed(const void* send, void* recv, size_t count, DType dtype, Codec* codec);
   Status alltoall(const void* send, void* recv, size_t bytes);
   Status alltoallv(const void* send, const size_t* send_bytes, const size_t* send_displs, void* recv,
                    const size_t* recv_bytes, const size_t* recv_displs);

@@ -430,6 +430,25 @@ GW_API gw_result_t gw_ireduce_scatterv_device(gw_comm_t comm, const void* sendbu
                                               const size_t* recvcounts, gw_dtype_t dtype, gw_red_op_t op,
                                               gw_codec_t codec, gw_ef_state_t ef, void* stream, gw_request_t* request);
 
+/* All-gather on a compressed wire (quantized weights: ZeRO++'s qwZ, FSDP's parameter
+ * all-gather). recvbuf (nranks * count elements of dtype) = every rank's sendbuf (count
+ * elements) in rank order, each block encoded once by its rank with codec and decoded by
+ * every rank, its own block included, so that every rank holds the same bits (block `rank`
+ * is the decode of sendbuf, not sendbuf itself). dtype: GW_FLOAT32, GW_FLOAT16 or
+ * GW_BFLOAT16 (widened to float32 for codecs that take float32 only, and rounded back to
+ * nearest). sendbuf may be block `rank` of recvbuf (in place). Every rank passes the same
+ * count, dtype and codec spec; calls that differ fail with GW_ERR_INVALID_USAGE on every
+ * rank. A block whose message does not decode to count elements of this codec fails the
+ * call with GW_ERR_INVALID_MESSAGE naming the rank it came from. codec NULL: the raw
+ * all-gather (gw_allgather of count elements; any dtype; device buffers too). For weights,
+ * "qsgd:bits=8,rounding=nearest,bucket=256" is blockwise int8 (min and scale per 256);
+ * "bf16" halves float32. Host buffers with a codec; the non-blocking twin returns a request,
+ * and the buffers and codec stay in use until it finishes. */
+GW_API gw_result_t gw_allgather_compressed(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                                           gw_dtype_t dtype, gw_codec_t codec);
+GW_API gw_result_t gw_iallgather_compressed(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                                            gw_dtype_t dtype, gw_codec_t codec, gw_request_t* request);
+
 /* Every rank's message (any length, e.g. a sparse encoding) to every rank. The messages are
  * concatenated in rank order into recvbuf (capacity bytes); lengths (nranks entries)
  * receives each one's length. */

@@ -168,6 +168,8 @@ _OPTIONAL = {
     "gw_allreduce_device": (_c.c_int, [_vp, _vp, _vp, _sz, _c.c_int, _c.c_int, _vp, _vp, _c.c_int, _vp]),
     "gw_iallreduce_device": (_c.c_int, [_vp, _vp, _vp, _sz, _c.c_int, _c.c_int, _vp, _vp, _c.c_int, _vp, _p(_vp)]),
     "gw_allgather_device": (_c.c_int, [_vp, _vp, _vp, _sz, _vp]),
+    "gw_allgather_compressed": (_c.c_int, [_vp, _vp, _vp, _sz, _c.c_int, _vp]),
+    "gw_iallgather_compressed": (_c.c_int, [_vp, _vp, _vp, _sz, _c.c_int, _vp, _p(_vp)]),
     "gw_broadcast_device": (_c.c_int, [_vp, _vp, _sz, _c.c_int, _vp]),
     "gw_get_build_info": (_c.c_char_p, []),
     "gw_comm_enable_nccl": (_c.c_int, [_vp]),

@@ -596,8 +596,29 @@ class Communicator:
         check(query(self._handle(), n, DTYPES[dtype], codec._h if codec else None, ctypes.byref(a)))
         return {v: k for k, v in ALGOS.items()}[a.value]
 
-    def allgather(self, x, out):
-        """out (size() times x's bytes) = every rank's x in rank order; returns out."""
+    def _allgather_compressed_args(self, x, out, codec):
+        ptr, n, dtype = _buffer(x, "input", device_ok=True)
+        optr, on, odtype = _buffer(out, "out", device_ok=True)
+        if odtype != dtype:
+            raise GradwireError(_INVALID, "out is %s but the input is %s" % (odtype, dtype))
+        if on != n * self.size:
+            raise GradwireError(_INVALID, "out holds %d elements, not size() * %d" % (on, n))
+        if isinstance(codec, str):
+            codec = Codec(codec)
+        return ptr, optr, n, DTYPES[dtype], codec
+
+    def allgather(self, x, out, codec=None):
+        """out (size() times x's bytes) = every rank's x in rank order; returns out. x may be
+        out's own block (in place).
+
+        codec (a spec or Codec): the all-gather on a compressed wire, for float32, float16 or
+        bfloat16 host tensors (quantized weights, e.g. "qsgd:bits=8,rounding=nearest"): every
+        rank's block is encoded once and every rank decodes every block, its own too, so out
+        holds the same bits on every rank and its own block is the decode of x."""
+        if codec is not None:
+            ptr, optr, n, dt, codec = self._allgather_compressed_args(x, out, codec)
+            check(lib.gw_allgather_compressed(self._handle(), ptr, optr, n, dt, codec._h))
+            return out
         ptr, nbytes = _raw(x, "input")
         optr, obytes = _raw(out, "out")
         if obytes != nbytes * self.size:
@@ -607,6 +628,15 @@ class Communicator:
         else:
             check(lib.gw_allgather(self._handle(), ptr, optr, nbytes))
         return out
+
+    def iallgather(self, x, out, codec=None):
+        """Non-blocking allgather (raw, or with codec on host tensors); returns a Request. x,
+        out and codec must not be touched until it has completed."""
+        ptr, optr, n, dt, codec = self._allgather_compressed_args(x, out, codec)
+        req = ctypes.c_void_p()
+        check(lib.gw_iallgather_compressed(self._handle(), ptr, optr, n, dt, codec._h if codec else None,
+                                           ctypes.byref(req)))
+        return Request(req, (x, out, codec))
 
     def broadcast(self, x, root=0):
         """x on every rank = x on root (in place); returns x."""

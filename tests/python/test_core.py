@@ -165,6 +165,21 @@ def test_a_dead_rank_is_shrunk_away():
         assert x["after_revoke"] == gradwire_lib.GW_ERR_REVOKED, x
 
 
+def test_allgather_on_a_compressed_wire():
+    """3 processes: Communicator.allgather(codec=...) gives every rank the same bits, each block
+    being the decode of its rank's message (int8 blockwise and bf16 of float32; int8 and fp16 of
+    bfloat16 in place through iallgather); bad arguments raise before any call."""
+    res = run_ranks("allgather_compressed", nranks=3, timeout=90)
+    for x in res:
+        assert x["blocks_are_decodes"], x
+        assert x["max_err"]["qsgd:bits=8,rounding=nearest,bucket=256/torch.float32"] < 0.03, x
+        assert 0 < x["max_err"]["bf16/torch.float32"] < 0.05, x
+        assert x["errors"]["out_size"] == gradwire_lib.GW_ERR_INVALID_ARGUMENT, x
+        assert x["errors"]["int32"] == gradwire_lib.GW_ERR_UNSUPPORTED, x
+        assert x["errors"]["bad_spec"] == gradwire_lib.GW_ERR_INVALID_ARGUMENT, x
+    assert len({str(x["digests"]) for x in res}) == 1, res
+
+
 def test_reduce_scatter_blocks_of_any_size_raw_and_compressed():
     """3 processes: Communicator.reduce_scatter with uneven blocks (one may be empty), exact
     raw float64 sums and int32 max, bfloat16 through codec "none" summed in float32 (256 + 1

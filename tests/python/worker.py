@@ -461,6 +461,57 @@ def scenario_shrink():
     return r
 
 
+def scenario_allgather_compressed():
+    """Communicator.allgather / iallgather with a codec: every rank's block is the decode of
+    its rank's own message (a local encode at the same size gives the same bits for a
+    deterministic codec), the same bits on every rank, in place too, float32 and bfloat16;
+    argument errors raised before any call."""
+    import torch
+    r = {}
+    comm = gradwire.Communicator.from_env(timeout_s=20)
+    n = 3001 + 17 * 0  # every rank passes the same count (a prime)
+    digests = {}
+    ok = True
+    for spec, dtype in [("qsgd:bits=8,rounding=nearest,bucket=256", torch.float32), ("bf16", torch.float32),
+                        ("qsgd:bits=8,rounding=nearest", torch.bfloat16), ("fp16", torch.bfloat16)]:
+        xs = [torch.from_numpy(np.random.default_rng(k).standard_normal(n).astype(np.float32)).to(dtype)
+              for k in range(SIZE)]
+        out = torch.zeros(SIZE * n, dtype=dtype)
+        in_place = dtype == torch.bfloat16
+        if in_place:
+            out[RANK * n:(RANK + 1) * n] = xs[RANK]
+            comm.iallgather(out[RANK * n:(RANK + 1) * n], out, codec=spec).wait()
+        else:
+            comm.allgather(xs[RANK], out, codec=spec)
+        codec = gradwire.Codec(spec)
+        for k in range(SIZE):
+            # What rank k's block must be: its message decoded (in float32, rounded to dtype).
+            want = torch.zeros(n, dtype=torch.float32)
+            gradwire.decode(codec.encode(xs[k].float() if dtype != torch.float32 else xs[k], rank=k), want)
+            ok &= bool(torch.equal(out[k * n:(k + 1) * n], want.to(dtype)))
+        err = float((out.float() - torch.cat(xs).float()).abs().max())
+        r.setdefault("max_err", {})[spec + "/" + str(dtype)] = err
+        digests[spec + str(dtype)] = out.view(torch.uint8 if dtype == torch.float32 else torch.int16).sum().item()
+    r["blocks_are_decodes"] = ok
+    r["digests"] = digests
+    errors = {}
+    x = np.zeros(5, dtype=np.float32)
+    for name, call in [("out_size", lambda: comm.allgather(x, np.zeros(5 * SIZE + 1, dtype=np.float32), codec="bf16")),
+                       ("int32", lambda: comm.allgather(np.zeros(5, dtype=np.int32),
+                                                        np.zeros(5 * SIZE, dtype=np.int32), codec="bf16")),
+                       ("bad_spec", lambda: comm.allgather(x, np.zeros(5 * SIZE, dtype=np.float32),
+                                                           codec="qsgd:bits=3"))]:
+        try:
+            call()
+            errors[name] = 0
+        except gradwire.GradwireError as e:
+            errors[name] = e.code
+    r["errors"] = errors
+    comm.barrier()
+    comm.close()
+    return r
+
+
 def scenario_reduce_scatter():
     """Communicator.reduce_scatter / ireduce_scatter with blocks of different sizes: raw and
     exact (float64, int32 max), codec "none" on bfloat16 summed in float32, qsgd with an

@@ -98,6 +98,17 @@ struct ReduceScatterArgs {
   ErrorFeedback* ef;
 };
 Status compressed_reduce_scatter(Context& c, const ReduceScatterArgs& a);
+// recv (size * count elements of dtype: float32, float16 or bfloat16) = every rank's block of
+// send, each encoded once by codec and decoded by every rank, its own too (the same bits on
+// every rank). send may be recv's own block (in place).
+struct CompressedAllgatherArgs {
+  const void* send;
+  void* recv;
+  uint64_t count;
+  DType dtype;
+  Codec* codec;
+};
+Status compressed_allgather(Context& c, const CompressedAllgatherArgs& a);
 // recv (root only, n elements) = op over ranks of send.
 Status reduce(Context& c, const void* send, void* recv, size_t n, DType dtype, ReduceOp op, int root);
 // Block r (lengths[r] bytes) lands at recv + displs[r]; send is this rank's block.

@@ -1,0 +1,144 @@
+// All-gather on a compressed wire (ZeRO++'s quantized weight all-gather): every rank encodes
+// its block once, chunk by chunk, and sends each chunk straight to every other rank
+// (staggered, like the reduce-scatter's owners); every rank decodes every block, its own
+// included, so that all ranks end with the same bits. The block may be recv's own slot (in
+// place, as FSDP2 passes it): chunk k is encoded before its own slot is overwritten by the
+// decode, and later chunks are still untouched.
+#include <cstring>
+#include <string>
+
+#include "collectives/algorithms/host/algorithms.hpp"
+#include "collectives/algorithms/schedules/ef_rules.hpp"
+#include "collectives/common/message_step.hpp"
+#include "compressors/element_io.hpp"
+
+namespace gw::coll {
+namespace {
+
+void widen(float* dst, const void* src, uint64_t n, DType dtype) {
+  detail::with_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    const auto* s = static_cast<const typename T::Storage*>(src);
+    for (uint64_t i = 0; i < n; ++i) dst[i] = T::load(s[i]);
+  });
+}
+
+void narrow(void* dst, const float* src, uint64_t n, DType dtype) {
+  detail::with_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    auto* d = static_cast<typename T::Storage*>(dst);
+    for (uint64_t i = 0; i < n; ++i) d[i] = T::store(src[i]);
+  });
+}
+
+}  // namespace
+
+Status compressed_allgather(Context& c, const CompressedAllgatherArgs& a) {
+  const int p = c.size;
+  const uint64_t n = a.count;
+  const size_t es = dtype_size(a.dtype);
+  Codec& codec = *a.codec;
+  const Chunking chunks = Chunking::for_segment(n, c.chunk_bytes, sizeof(float));
+  const uint32_t nk = chunks.count(n);
+  if (nk == 0) return Status::ok();
+  // Input the codec does not take, and output other than float32, go through float32 scratch.
+  const bool widen_input = !codec.accepts(a.dtype);
+  const bool narrow_output = a.dtype != DType::kFloat32;
+  const DType enc_dtype = widen_input ? DType::kFloat32 : a.dtype;
+  const size_t max_msg = codec.max_encoded_bytes(chunks.elems, enc_dtype);
+  const size_t slots = static_cast<size_t>(p) * nk;  // (rank, chunk): rank's chunk k
+  uint8_t* msgs = c.scratch.bytes.get<uint8_t>(0, slots * max_msg);
+  float* wide = widen_input || narrow_output ? c.scratch.bytes.get<float>(1, chunks.elems) : nullptr;
+  transport::Op* sends = c.scratch.sends.get(slots);
+  transport::Op* recvs = c.scratch.recvs.get(slots);
+  auto slot = [&](int r, uint32_t k) { return static_cast<size_t>(r) * nk + k; };
+  auto msg_of = [&](int r, uint32_t k) { return msgs + slot(r, k) * max_msg; };
+  const uint64_t base_step = c.stream_step(c.seq);
+  const CodecId want = codec.spec().id;
+  auto* out = static_cast<uint8_t*>(a.recv);
+  const auto* in = static_cast<const uint8_t*>(a.send);
+
+  for (int i = 1; i < p; ++i) {
+    const int peer = (c.rank + p - i) % p;
+    for (uint32_t k = 0; k < nk; ++k) {
+      GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(0, k), msg_of(peer, k), max_msg, recvs[slot(peer, k)]));
+    }
+  }
+
+  // Chunk k of rank r's block = the decode of r's message (this rank's own too).
+  auto decode_chunk = [&](int r, uint32_t k, size_t bytes) -> Status {
+    const uint64_t len = chunks.length(n, k);
+    const std::string from = "block from rank " + std::to_string(r);
+    Result<MessageInfo> info = inspect(msg_of(r, k), bytes);
+    if (!info.is_ok()) return info.status().with_context(from);
+    if (info->codec != want) {
+      return Status(Code::kInvalidMessage, from + ": a " + codec_name(info->codec) + " message where this call's codec is " +
+                                               codec_name(want));
+    }
+    uint8_t* dst = out + (static_cast<uint64_t>(r) * n + chunks.offset(k)) * es;
+    if (!narrow_output) return timed_decode(c, msg_of(r, k), bytes, reinterpret_cast<float*>(dst), len,
+                                            DecodeMode::kOverwrite).with_context(from);
+    GW_RETURN_IF_ERROR(timed_decode(c, msg_of(r, k), bytes, wide, len, DecodeMode::kOverwrite).with_context(from));
+    narrow(dst, wide, len, a.dtype);
+    return Status::ok();
+  };
+  // Foreign chunks are decoded in the order they are sent: chunk by chunk, and within a
+  // chunk from rank - 1 (whose first send is to this rank) backwards.
+  uint64_t done = 0;
+  const uint64_t foreign = static_cast<uint64_t>(p - 1) * nk;
+  auto nth = [&](uint64_t j, int& peer, uint32_t& k) {
+    k = static_cast<uint32_t>(j / static_cast<uint64_t>(p - 1));
+    peer = (c.rank + p - 1 - static_cast<int>(j % static_cast<uint64_t>(p - 1))) % p;
+  };
+  auto drain_ready = [&]() -> Result<bool> {
+    bool any = false;
+    while (done < foreign) {
+      int peer;
+      uint32_t k;
+      nth(done, peer, k);
+      transport::Op& r = recvs[slot(peer, k)];
+      if (!r.finished()) break;
+      GW_RETURN_IF_ERROR(c.wait(r));
+      GW_RETURN_IF_ERROR(decode_chunk(peer, k, r.bytes));
+      ++done;
+      any = true;
+    }
+    return any;
+  };
+
+  for (uint32_t k = 0; k < nk; ++k) {
+    const uint64_t off = chunks.offset(k);
+    const uint64_t len = chunks.length(n, k);
+    const void* src = in + off * es;
+    if (widen_input) {
+      widen(wide, src, len, a.dtype);
+      src = wide;
+    }
+    const EncodeContext ctx{message_step(base_step, 0, k), static_cast<uint32_t>(c.rank)};
+    size_t bytes = 0;
+    {
+      ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode", hidden_counter(c), &c.tp);
+      GW_ASSIGN_OR_RETURN(bytes, codec.encode(src, len, enc_dtype, ctx, msg_of(c.rank, k), max_msg));
+    }
+    for (int i = 1; i < p; ++i) {
+      const int peer = (c.rank + i) % p;
+      GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(0, k), msg_of(c.rank, k), bytes, sends[slot(peer, k)]));
+    }
+    c.tp.progress();
+    // The send is queued from msg_of(rank, k), which the decode only reads.
+    GW_RETURN_IF_ERROR(decode_chunk(c.rank, k, bytes));
+    GW_RETURN_IF_ERROR(drain_ready().status());
+  }
+  while (done < foreign) {
+    GW_ASSIGN_OR_RETURN(const bool any, drain_ready());
+    if (any || c.tp.progress()) continue;
+    GW_RETURN_IF_ERROR(c.idle("blocks from the other ranks", c.deadline));
+  }
+  for (int i = 1; i < p; ++i) {
+    const int peer = (c.rank + i) % p;
+    GW_RETURN_IF_ERROR(c.wait_all(sends + slot(peer, 0), nk));
+  }
+  return Status::ok();
+}
+
+}  // namespace gw::coll
