@@ -454,20 +454,16 @@ Status reduce_scatterv_call(gw_comm_t comm, const ScatterArgs& a, const DeviceCh
 Status allgather_compressed_call(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
                                  gw_codec_t codec, const Async& async) {
   GW_RETURN_IF_ERROR(check_comm_and_request(comm, async));
-  if (!gw::collective_dtype_valid(static_cast<int>(dtype))) {
-    return gw::invalid_argument("dtype " + std::to_string(static_cast<int>(dtype)) + " is not a gw_dtype_t");
-  }
-  GW_ASSIGN_OR_RETURN(const bool device, on_device({{sendbuf, "sendbuf"}, {recvbuf, "recvbuf"}}, nullptr));
-  const auto dt = static_cast<gw::DType>(dtype);
   gw::Codec* c = codec_of(codec);
+  const auto dt = static_cast<gw::DType>(dtype);
+  GW_RETURN_IF_ERROR(
+      gw::comm_detail::check_allgather_compressed(sendbuf, recvbuf, count, comm->comm->size(), dt, c != nullptr));
+  GW_ASSIGN_OR_RETURN(const bool device, on_device({{sendbuf, "sendbuf"}, {recvbuf, "recvbuf"}}, nullptr));
   if (device && c != nullptr) {
     return gw::unsupported("a compressed all-gather takes host buffers; on device buffers pass codec NULL (raw)");
   }
   if (device) {
-    uint64_t bytes = 0;
-    if (__builtin_mul_overflow(static_cast<uint64_t>(count), gw::dtype_size(dt), &bytes)) {
-      return gw::invalid_argument("sendbuf of " + std::to_string(count) + " elements is larger than any buffer");
-    }
+    const size_t bytes = count * gw::dtype_size(dt);
     if (!async.on) return comm->comm->allgather_device(sendbuf, recvbuf, bytes, nullptr);
     return submit_device_call(comm, nullptr, async.request,
                               [=](gw::Communicator& cm, const gw::Communicator::StreamPoint& after) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gradwire/status.hpp"
+#include "gradwire/types.hpp"
 
 namespace gw::comm_detail {
 
@@ -32,6 +33,30 @@ inline Status check_p2p_args(const void* buf, size_t bytes, int peer, int nranks
   }
   GW_RETURN_IF_ERROR(check_size("bytes", bytes, 1, "bytes"));
   if (bytes > 0 && buf == nullptr) return invalid_argument("buf is null");
+  return Status::ok();
+}
+
+// The compressed all-gather's arguments (nranks blocks of count elements; with_codec: the
+// dtypes a codec can carry), checked by the blocking call and before a non-blocking one is
+// queued.
+inline Status check_allgather_compressed(const void* send, const void* recv, size_t count, int nranks, DType dtype,
+                                         bool with_codec) {
+  if (!collective_dtype_valid(static_cast<int>(dtype))) {
+    return invalid_argument("dtype " + std::to_string(static_cast<int>(dtype)) + " is not a gw_dtype_t");
+  }
+  const size_t es = dtype_size(dtype);
+  GW_RETURN_IF_ERROR(check_size("sendbuf", count, es, dtype_name(dtype)));
+  uint64_t total = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(count), static_cast<uint64_t>(nranks), &total)) {
+    return invalid_argument("recvbuf (nranks * count) is larger than any buffer");
+  }
+  GW_RETURN_IF_ERROR(check_size("recvbuf (nranks * count)", total, es, dtype_name(dtype)));
+  if (count > 0 && send == nullptr) return invalid_argument("sendbuf is null");
+  if (count > 0 && recv == nullptr) return invalid_argument("recvbuf is null");
+  if (with_codec && dtype != DType::kFloat32 && dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
+    return unsupported(std::string("a compressed all-gather takes float32, float16 or bfloat16, not ") +
+                       dtype_name(dtype) + " (pass no codec for a raw one)");
+  }
   return Status::ok();
 }
 

@@ -72,12 +72,13 @@ Status compressed_allgather(Context& c, const CompressedAllgatherArgs& a) {
     Result<MessageInfo> info = inspect(msg_of(r, k), bytes);
     if (!info.is_ok()) return info.status().with_context(from);
     if (info->codec != want) {
-      return Status(Code::kInvalidMessage, from + ": a " + codec_name(info->codec) + " message where this call's codec is " +
-                                               codec_name(want));
+      return Status(Code::kInvalidMessage, from + ": a " + codec_name(info->codec) +
+                                               " message where this call's codec is " + codec_name(want));
     }
     uint8_t* dst = out + (static_cast<uint64_t>(r) * n + chunks.offset(k)) * es;
-    if (!narrow_output) return timed_decode(c, msg_of(r, k), bytes, reinterpret_cast<float*>(dst), len,
-                                            DecodeMode::kOverwrite).with_context(from);
+    if (!narrow_output)
+      return timed_decode(c, msg_of(r, k), bytes, reinterpret_cast<float*>(dst), len, DecodeMode::kOverwrite)
+          .with_context(from);
     GW_RETURN_IF_ERROR(timed_decode(c, msg_of(r, k), bytes, wide, len, DecodeMode::kOverwrite).with_context(from));
     narrow(dst, wide, len, a.dtype);
     return Status::ok();
