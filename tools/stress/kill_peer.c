@@ -96,7 +96,8 @@ typedef struct {
   const char* codec; /* NULL: dense */
   gw_algo_t algo;
   const char* name;
-  int scatter; /* 1: gw_reduce_scatterv (uneven blocks, in place) instead of an all-reduce */
+  int scatter; /* 1: gw_reduce_scatterv (uneven blocks, in place), 2: gw_allgather_compressed (in place), 0: an
+                  all-reduce */
 } combo_t;
 static const combo_t kCombos[] = {
     {NULL, GW_ALGO_AUTO, "none/auto", 0},
@@ -112,6 +113,7 @@ static const combo_t kCombos[] = {
     {NULL, GW_ALGO_RABENSEIFNER, "none/rabenseifner", 0},
     {"qsgd:bits=4", GW_ALGO_AUTO, "qsgd/reduce_scatterv", 1},
     {NULL, GW_ALGO_AUTO, "raw/reduce_scatterv", 1},
+    {"qsgd:bits=8,rounding=nearest", GW_ALGO_AUTO, "qsgd/allgather_compressed", 2},
 };
 #define NUM_COMBOS ((int)(sizeof kCombos / sizeof kCombos[0]))
 
@@ -286,13 +288,19 @@ static void report_and_exit(int out_fd, report_t* rep, double teardown_s) {
 }
 
 /* One call of the run's collective on x (count floats), blocking or (req) not: the all-reduce,
- * or the reduce-scatter of blocks of count / np elements (the first count % np one longer),
- * in place. */
+ * the reduce-scatter of blocks of count / np elements (the first count % np one longer), or
+ * the compressed all-gather of blocks of count / np elements; in place. */
 static gw_result_t collective(gw_comm_t comm, const combo_t* cb, gw_codec_t codec, float* x, int count, int np,
                               int rank, gw_request_t* req) {
   if (!cb->scatter) {
     if (req != NULL) return gw_iallreduce(comm, x, x, (size_t)count, GW_FLOAT32, GW_SUM, codec, NULL, cb->algo, req);
     return gw_allreduce_ex(comm, x, x, (size_t)count, GW_FLOAT32, GW_SUM, codec, NULL, cb->algo);
+  }
+  if (cb->scatter == 2) {
+    const size_t block = (size_t)(count / np);
+    float* own = x + (size_t)rank * block;
+    if (req != NULL) return gw_iallgather_compressed(comm, own, x, block, GW_FLOAT32, codec, req);
+    return gw_allgather_compressed(comm, own, x, block, GW_FLOAT32, codec);
   }
   size_t counts[MAX_NP], start = 0;
   for (int r = 0; r < np; ++r) {
