@@ -22,6 +22,16 @@ and the exact ones through a dense call, and both results are put back in place.
 Error feedback costs memory: a rank's residual covers everything it sends, i.e. the whole
 (padded) gradient of the module's compressed parameters in fp32, world times its shard.
 
+The parameters' all-gathers (forward, and backward again with reshard_after_forward) carry
+twice the reduce-scatter's bytes. compress_fsdp(param_codec=...) installs an AllGather that
+sends them quantized (ZeRO++'s qwZ), e.g. "qsgd:bits=8,rounding=nearest,bucket=256": every
+rank encodes its block of the sharded parameters once and every rank decodes every block, its
+own too, so the unsharded parameters that forward and backward use are the same bits on every
+rank. Only those unsharded copies are quantized: the sharded parameters the optimizer updates
+(FSDP copies them into the all-gather buffer first) stay exact, and each all-gather quantizes
+them afresh (no error feedback: nothing accumulates). Norms and parameters under two
+dimensions stay exact there (default_param_exact), going through a raw all-gather.
+
 The communicator is the group's own when FSDP's group is a gradwire process group
 (init_process_group("gradwire")), else one made over the group with
 gradwire.torch.init_communicator (every rank of the group must then call compress_fsdp, or the
@@ -40,27 +50,50 @@ try:  # FSDP2 (torch 2.6 and later); on older torch importing gradwire.torch sti
 except Exception:  # torch without FSDP2 (Debian's 1.13 even fails importing its FSDP1 under Python 3.11)
     FSDPModule = None
     _FSDPReduceScatter = object
+try:  # the custom all-gather (set_custom_all_gather) came with the custom reduce-scatter
+    from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _FSDPAllGather
+except Exception:
+    _FSDPAllGather = object
 
 from . import _lib
 from ._backend import available, get_communicator, is_gradwire_group
 from ._lib import GradwireError
 from .core import Codec, Communicator, ErrorFeedback
 
-__all__ = ["FSDPCompression", "ReduceScatter", "ReplicateAllReduce", "compress_fsdp", "default_exact"]
+__all__ = ["AllGather", "FSDPCompression", "ReduceScatter", "ReplicateAllReduce", "compress_fsdp", "default_exact",
+           "default_param_exact"]
 
 _STATE_VERSION = 1
 
 # Modules whose parameters compress_fsdp keeps exact by default: a lookup table (an embedding
 # row is only touched by the tokens that use it, and its error would wait in the residual for
 # as long) and the norms' scales (few values, each one scaling a whole channel).
-_EXACT_MODULES = (nn.Embedding, nn.EmbeddingBag, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm,
-                  nn.modules.batchnorm._NormBase) + ((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ())
+_NORM_MODULES = (nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm,
+                 nn.modules.batchnorm._NormBase) + ((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ())
+_EXACT_MODULES = (nn.Embedding, nn.EmbeddingBag) + _NORM_MODULES
+
+# Codecs that keep every value of a weight (an all-gather's output is the weights forward uses:
+# a sparsifier or a sign would zero or flatten most of them).
+_WEIGHT_CODECS = ("qsgd", "bf16", "fp16")
+_GATHER_DTYPES = ("float32", "float16", "bfloat16")  # what the compressed all-gather takes
 
 
 def default_exact(name, param, module=None):
     """compress_fsdp's default rule: exact for parameters of embeddings and norms (module),
     and for every parameter of fewer than two dimensions (biases, scales)."""
     if module is not None and isinstance(module, _EXACT_MODULES):
+        return True
+    return param.dim() < 2
+
+
+def default_param_exact(name, param, module=None):
+    """compress_fsdp's default rule for the parameters' all-gather (param_codec): exact for the
+    parameters of norms (module) and every parameter under two dimensions (biases, norms'
+    scales: few bytes, each value shifting or scaling a whole channel). Embeddings are quantized
+    like every other matrix, as ZeRO++ quantizes all weights: unlike a gradient's error, a
+    weight's does not wait in a residual for the rows a batch touches; each all-gather
+    quantizes the exact sharded weights afresh."""
+    if module is not None and isinstance(module, _NORM_MODULES):
         return True
     return param.dim() < 2
 
@@ -90,6 +123,22 @@ def _codec(codec):
     if isinstance(codec, Codec):
         return codec
     raise TypeError("codec must be a spec string, a gradwire.Codec or None, not %s" % type(codec).__name__)
+
+
+def _weight_codec(codec):
+    """A codec for the parameters' all-gather, checked now (compress_fsdp's time, not the first
+    forward's)."""
+    c = _codec(codec)
+    if c is None:
+        return None
+    if c.name not in _WEIGHT_CODECS:
+        raise GradwireError(_lib.GW_ERR_INVALID_ARGUMENT, "param_codec %r: a weight codec must keep every value "
+                            "(qsgd with rounding=nearest, bf16 or fp16), not %s, whose decode is the weights "
+                            "forward runs on" % (c.spec, c.name))
+    if not _lib.has("gw_allgather_compressed") or not _lib.has("gw_iallgather_compressed"):
+        raise GradwireError(_lib.GW_ERR_UNSUPPORTED, "this libgradwire has no compressed all-gather "
+                            "(gw_allgather_compressed): param_codec needs a newer library")
+    return c
 
 
 def _make_communicator(group):
@@ -185,6 +234,54 @@ class _Layout:
         return cols, None
 
 
+class _GatherLayout:
+    """Which columns of one FSDP parameter group's all-gather block are compressed and which
+    exact. FSDP2 gathers every parameter of the group (with a gradient or not), its all-gather
+    input being each parameter's padded shard one after the other (foreach_all_gather's
+    copy-in), the same columns as the reduce-scatter's when every parameter has a gradient.
+    Where the block is not that (a tensor subclass's fsdp_pre_all_gather, another torch), or the
+    call is the backward's re-gather over a post-forward mesh (reshard_after_forward=N), the
+    all-gather goes raw: the post-forward shards are already the forward's decoded bits, which a
+    raw all-gather gives back unchanged, where a second quantization would move them."""
+
+    def __init__(self, param_group, exact_flags):
+        self.param_group = param_group
+        self.exact = exact_flags  # FSDPParam -> bool, by identity
+        self.world = param_group.mesh_info.shard_mesh_size
+        self._cache = {}
+        self.mismatch = None  # why the last unexpected block went raw
+
+    def widths(self):
+        return [fp.padded_sharded_param_size.numel() for fp in self.param_group.fsdp_params]
+
+    def post_forward(self, world):
+        """Whether this call is the re-gather over the post-forward mesh."""
+        return bool(getattr(self.param_group, "is_sharded_post_forward", False)) or world != self.world
+
+    def columns(self, block, world):
+        """(_Columns, None) for a block that mixes exact and compressed parameters, else (None,
+        whether all of it goes raw)."""
+        pg = self.param_group
+        if self.post_forward(world):
+            return None, True
+        fps = pg.fsdp_params
+        if any(hasattr(fp._sharded_local_tensor, "fsdp_pre_all_gather") for fp in fps):
+            return None, True
+        widths = self.widths()
+        if sum(widths) != block:
+            self.mismatch = ("an all-gather block of %d elements is not the %d of the parameters' padded shards"
+                             % (block, sum(widths)))
+            return None, True
+        flags = tuple(self.exact[fp] for fp in fps)
+        if len(set(flags)) == 1:
+            return None, flags[0]
+        key = (tuple(widths), flags)
+        cols = self._cache.get(key)
+        if cols is None:
+            cols = self._cache[key] = _Columns(widths, flags)
+        return cols, None
+
+
 class _EFBook:
     """Error-feedback states by buffer size, saved and restored as rank-local blobs."""
 
@@ -231,7 +328,8 @@ class _EFBook:
 
 
 class _Work(dist.Work):
-    """A reduce-scatter in flight (async_op=True): wait() finishes it, columns included."""
+    """A reduce-scatter or all-gather in flight (async_op=True): wait() finishes it, columns
+    included."""
 
     def __init__(self, requests, finish):
         super().__init__()
@@ -419,6 +517,115 @@ class ReduceScatter(_Base, _FSDPReduceScatter):
             self.name, self.codec.spec if self.codec is not None else None, self.use_ef)
 
 
+class AllGather(_Base, _FSDPAllGather):
+    """FSDP2's parameter AllGather on gradwire (module.set_custom_all_gather(ag)), on a
+    compressed wire: codec (a weight codec: "qsgd:bits=8,rounding=nearest,bucket=256", "bf16",
+    "fp16", or a gradwire.Codec; None: a raw all-gather) quantizes every rank's block once and
+    every rank decodes every block, its own too, so that all ranks hold the same unsharded
+    parameters. FSDP's all-gather input is a copy of the sharded parameters in the output's own
+    block (in place): the sharded parameters themselves are never touched. comm, name: as
+    ReduceScatter's.
+
+    Alone it compresses the whole float32/float16/bfloat16 buffer; compress_fsdp binds it to the
+    module's parameters so that exact ones (default_param_exact) go through a raw all-gather.
+    A buffer of another dtype (FSDP gathers mixed dtypes as uint8) goes raw. Host tensors only
+    with a codec: the library's compressed all-gather has no device path. stats: as
+    ReduceScatter's (world - 1 messages of its block per rank)."""
+
+    def __init__(self, codec=None, comm=None, name=""):
+        _Base.__init__(self, _weight_codec(codec), False, comm, name)
+        if comm is not None and not isinstance(comm, Communicator):
+            raise TypeError("comm must be a gradwire.Communicator, not %s" % type(comm).__name__)
+
+    @staticmethod
+    def _msgs(world):
+        return world - 1  # its block to every other rank
+
+    def allocate(self, size, *, dtype, device):
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def _gather_parts(self, block, world, dtype):
+        """(columns or None, codec of a uniform buffer or None for raw)."""
+        if self.codec is None or dtype not in _GATHER_DTYPES:
+            return None, None
+        if self.layout is None:
+            return None, self.codec
+        cols, all_exact = self.layout.columns(block, world)
+        if self.layout.mismatch is not None:
+            warnings.warn("gradwire FSDP all-gather %r: %s; it goes raw"
+                          % (self.name or "<root>", self.layout.mismatch), stacklevel=3)
+            self.layout.mismatch = None
+        if cols is None:
+            return None, (None if all_exact else self.codec)
+        return cols, self.codec
+
+    @staticmethod
+    def _one(comm, group, x, out, codec, async_op):
+        if codec is None and _dtype_name(x) not in _lib.DTYPES:  # float8 and the like: torch's own
+            work = dist.all_gather_into_tensor(out, x, group=group, async_op=async_op)
+            return _DistRequest(work) if async_op else None
+        if async_op:
+            return comm.iallgather(x, out, codec=codec)
+        comm.allgather(x, out, codec=codec)
+        return None
+
+    def __call__(self, output_tensor, input_tensor, group, async_op=False):
+        world = group.size() if group is not None else dist.get_world_size()
+        x, out = input_tensor, output_tensor
+        block = x.numel()
+        if out.numel() != world * block or out.dtype != x.dtype:
+            raise GradwireError(_lib.GW_ERR_INVALID_ARGUMENT, "all-gather output of %d %s elements for %d ranks "
+                                "of %d %s" % (out.numel(), out.dtype, world, block, x.dtype))
+        if (self.layout is not None and self.layout.post_forward(world)) or \
+                (self.comm is not None and self.comm.size != world):
+            # The backward's re-gather over a post-forward mesh (reshard_after_forward=N): another
+            # group, whose shards already hold the forward's decoded bits. torch's raw all-gather
+            # on that group gives them back unchanged.
+            self._account(0, block, None, x.element_size(), world, _dtype_name(x))
+            return dist.all_gather_into_tensor(out, x, group=group, async_op=async_op) if async_op else \
+                dist.all_gather_into_tensor(out, x, group=group)
+        comm = self._comm_for(group)
+        cols, codec = self._gather_parts(block, world, _dtype_name(x))
+        if (cols is not None or codec is not None) and (x.device.type != "cpu" or out.device.type != "cpu"):
+            raise GradwireError(_lib.GW_ERR_UNSUPPORTED, "gradwire FSDP all-gather %r: the compressed all-gather "
+                                "takes host tensors, this one is on %s (param_codec works with FSDP on the CPU; "
+                                "pass param_codec=None to keep FSDP's own all-gather)"
+                                % (self.name or "<root>", x.device))
+        before = comm.stats() if not async_op and hasattr(comm, "stats") else None
+        if cols is None:
+            n_c, n_e = (block, 0) if codec is not None else (0, block)
+            self._account(n_c, n_e, codec, x.element_size(), world, _dtype_name(x))
+            req = self._one(comm, group, x, out, codec, async_op)
+            requests, finish = ([req] if req is not None else []), (lambda: None)
+        else:
+            ci, ei = cols.index("compressed", x.device), cols.index("exact", x.device)
+            # x is out's own block: both parts are copied out of it before anything lands there.
+            xc, xe = x.index_select(0, ci), x.index_select(0, ei)
+            oc = out.new_empty(world * cols.n_compressed)
+            oe = out.new_empty(world * cols.n_exact)
+            self._account(cols.n_compressed, cols.n_exact, codec, x.element_size(), world, _dtype_name(x))
+            # Every rank makes the two calls in this order.
+            requests = [r for r in (self._one(comm, group, xc, oc, codec, async_op),
+                                    self._one(comm, group, xe, oe, None, async_op)) if r is not None]
+
+            def finish():
+                o2 = out.view(world, block)
+                o2.index_copy_(1, ci, oc.view(world, cols.n_compressed))
+                o2.index_copy_(1, ei, oe.view(world, cols.n_exact))
+        if before is not None:
+            after = comm.stats()
+            if after is not None:
+                self.stats.measured_bytes += after["bytes_sent"] - before["bytes_sent"]
+        if async_op:
+            return _Work(requests, finish)
+        finish()
+        return None
+
+    def __repr__(self):
+        return "gradwire.fsdp.AllGather(%r, codec=%r)" % (self.name,
+                                                          self.codec.spec if self.codec is not None else None)
+
+
 class ReplicateAllReduce(_Base):
     """HSDP's all-reduce between replicas as an FSDP all-reduce hook
     (module.set_all_reduce_hook(hook)), for FSDP sharded over a 1-D mesh of the shard group: FSDP
@@ -472,7 +679,8 @@ class ReplicateAllReduce(_Base):
 
 class FSDPCompression:
     """What compress_fsdp installed, by FSDP module name ("" is the root): reduce_scatters
-    (ReduceScatter) and all_reduces (ReplicateAllReduce, HSDP only). A Stateful for
+    (ReduceScatter), all_reduces (ReplicateAllReduce, HSDP only) and all_gathers (AllGather,
+    with param_codec only; they keep no state). A Stateful for
     torch.distributed.checkpoint: state_dict() holds every residual under a key of this rank
     (rank-local state; a plain tensor under one key for all ranks would be saved once, by
     rank 0), and load_state_dict() puts them back."""
@@ -480,7 +688,9 @@ class FSDPCompression:
     def __init__(self):
         self.reduce_scatters = {}
         self.all_reduces = {}
-        self.exact = {}  # parameter name -> True when it stays exact
+        self.all_gathers = {}
+        self.exact = {}        # parameter name -> True when its gradient stays exact
+        self.param_exact = {}  # parameter name -> True when its all-gather stays exact (param_codec only)
 
     @staticmethod
     def _key(name):
@@ -504,9 +714,11 @@ class FSDPCompression:
                     obj.load_state_dict(saved[self._key(n)])
 
     def stats(self):
-        """Totals over every module: {"reduce_scatter": {...}, "all_reduce": {...}}."""
+        """Totals over every module: {"reduce_scatter": {...}, "all_reduce": {...},
+        "all_gather": {...}} (all_gather: the parameters' all-gathers, with param_codec)."""
         out = {}
-        for part, objs in (("reduce_scatter", self.reduce_scatters), ("all_reduce", self.all_reduces)):
+        for part, objs in (("reduce_scatter", self.reduce_scatters), ("all_reduce", self.all_reduces),
+                           ("all_gather", self.all_gathers)):
             tot = _Stats().as_dict()
             for obj in objs.values():
                 for k, v in obj.stats.as_dict().items():
@@ -521,8 +733,11 @@ class FSDPCompression:
 
     def close(self):
         """Closes the communicators compress_fsdp made (never a process group's own)."""
-        for obj in list(self.reduce_scatters.values()) + list(self.all_reduces.values()):
+        for obj in self._objects():
             obj.close()
+
+    def _objects(self):
+        return list(self.reduce_scatters.values()) + list(self.all_reduces.values()) + list(self.all_gathers.values())
 
 
 def _param_group(module):
@@ -534,9 +749,11 @@ def _param_group(module):
 
 
 def compress_fsdp(model, codec="qsgd:bits=8", ef=True, exact=None, min_size=1024, replicate_group=None,
-                  replicate_codec="same", replicate_ef=None, comm=None, replicate_comm=None):
+                  replicate_codec="same", replicate_ef=None, comm=None, replicate_comm=None, param_codec=None,
+                  param_exact=None):
     """Installs gradwire's reduce-scatter on every FSDP module of model (after fully_shard, before
-    the first backward); returns the FSDPCompression (save it with the model's checkpoint).
+    the first backward), and with param_codec its parameter all-gather (before the first
+    forward); returns the FSDPCompression (save it with the model's checkpoint).
 
     codec: the lossy codec of compressed parameters (None: everything dense and exact).
     ef: error feedback for them. exact: predicate (name, param) -> True for parameters to keep
@@ -547,7 +764,16 @@ def compress_fsdp(model, codec="qsgd:bits=8", ef=True, exact=None, min_size=1024
       it after the reduce-scatter by a ReplicateAllReduce hook with replicate_codec ("same":
       codec) and replicate_ef (None: ef), exact parameters dense there too.
     comm / replicate_comm: gradwire Communicators to use instead of the groups' own (or, for
-      groups of another backend, instead of new ones made here, collectively, over them)."""
+      groups of another backend, instead of new ones made here, collectively, over them).
+    param_codec: None keeps FSDP's own parameter all-gathers; a weight codec ("qsgd:bits=8,
+      rounding=nearest,bucket=256": int8 blocks, ~3.9x fewer bytes than float32; "bf16";
+      "fp16") installs an AllGather on every FSDP module that sends the sharded parameters
+      quantized: the unsharded copies forward and backward use are the decode (the same bits on
+      every rank), the sharded parameters the optimizer updates stay exact. FSDP on the CPU
+      only (host tensors). A bad spec or a codec that drops values (topk, sign, ...) raises here.
+    param_exact: predicate (name, param) -> True for parameters whose all-gather stays raw;
+      None: default_param_exact (norms, every parameter under two dimensions; embeddings are
+      quantized). Parameters under min_size elements stay exact too."""
     if FSDPModule is None:
         raise RuntimeError("gradwire.compress_fsdp needs FSDP2 (torch.distributed.fsdp.fully_shard), which torch %s "
                            "lacks" % torch.__version__)
@@ -556,6 +782,7 @@ def compress_fsdp(model, codec="qsgd:bits=8", ef=True, exact=None, min_size=1024
     if replicate_codec == "same":
         replicate_codec = codec
     replicate_ef = ef if replicate_ef is None else replicate_ef
+    pcodec = _weight_codec(param_codec)
     names = {id(p): n for n, p in model.named_parameters()}
     result = FSDPCompression()
     made = {}  # process group -> (communicator, owned), shared by the modules on one group
@@ -576,7 +803,11 @@ def compress_fsdp(model, codec="qsgd:bits=8", ef=True, exact=None, min_size=1024
         pg = _param_group(module)
         if pg is None:
             continue
-        flags, pnames = {}, {}
+        if pcodec is not None and pg.device.type != "cpu":
+            raise GradwireError(_lib.GW_ERR_UNSUPPORTED, "gradwire.compress_fsdp: param_codec %r: module %r runs on "
+                                "%s, and the compressed all-gather takes host tensors (FSDP on the CPU); pass "
+                                "param_codec=None" % (pcodec.spec, mname or "<root>", pg.device))
+        flags, pnames, pflags = {}, {}, {}
         for fp in pg.fsdp_params:
             p = fp.sharded_param
             pname = names.get(id(p)) or getattr(fp, "_param_fqn", None) or fp._module_info.param_name
@@ -585,6 +816,10 @@ def compress_fsdp(model, codec="qsgd:bits=8", ef=True, exact=None, min_size=1024
             keep = keep or p.numel() < min_size
             flags[fp], pnames[fp] = keep, pname
             result.exact[pname] = keep
+            if pcodec is not None:
+                pkeep = bool(param_exact(pname, p)) if param_exact is not None else default_param_exact(pname, p, owner)
+                pflags[fp] = pkeep or p.numel() < min_size
+                result.param_exact[pname] = pflags[fp]
         if replicate_group is not None and getattr(pg.mesh_info, "replicate_mesh_dim", None) is not None:
             raise ValueError("gradwire.compress_fsdp: module %r is sharded over a 2-D (HSDP) mesh, whose replicas FSDP "
                              "all-reduces itself; for gradwire's replica all-reduce shard over the 1-D shard mesh "
@@ -605,12 +840,17 @@ def compress_fsdp(model, codec="qsgd:bits=8", ef=True, exact=None, min_size=1024
                 hook.ef.ensure(layout.full_compressed_columns())
             module.set_all_reduce_hook(hook)
             result.all_reduces[mname] = hook
+        if pcodec is not None:
+            ag = AllGather(param_codec, comm=comm_of(shard_group, comm), name=mname)  # a codec of its own
+            ag.layout = _GatherLayout(pg, pflags)
+            module.set_custom_all_gather(ag)
+            result.all_gathers[mname] = ag
     if not result.reduce_scatters:
         warnings.warn("gradwire.compress_fsdp: the model has no FSDP module (call fully_shard first)", stacklevel=2)
     # The communicators made here belong to the result: the first module's object closes them.
     for c, owned in made.values():
         if owned:
-            for obj in list(result.reduce_scatters.values()) + list(result.all_reduces.values()):
+            for obj in result._objects():
                 if obj.comm is c:
                     obj._owns_comm = True
                     break

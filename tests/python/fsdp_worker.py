@@ -331,6 +331,262 @@ def scenario_world3():
     return r
 
 
+# ---- the parameters' all-gather (compress_fsdp(param_codec=...), gradwire.fsdp.AllGather) ----
+
+WEIGHT8 = "qsgd:bits=8,rounding=nearest,bucket=256"
+
+
+def perturbed_net(seed=5):
+    """Net with weights off the 1/8 grid (a quantization moves them) and norms off 1 and 0."""
+    model = Net()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    return model
+
+
+def fsdp_groups(model):
+    """(name, FSDP module, its parameter group) for every FSDP module of model."""
+    from torch.distributed.fsdp import FSDPModule
+    out = []
+    for name, m in model.named_modules():
+        if isinstance(m, FSDPModule):
+            pg = m._get_fsdp_state()._fsdp_param_group
+            if pg is not None:
+                out.append((name, m, pg))
+    return out
+
+
+def local_shards(model):
+    """This rank's sharded parameters (the optimizer's), flat."""
+    return torch.cat([p.to_local().detach().reshape(-1).clone() for p in model.parameters()])
+
+
+def fsdp_param_names(model):
+    names = {id(p): n for n, p in model.named_parameters()}
+    return {fp: names[id(fp.sharded_param)] for _, _, pg in fsdp_groups(model) for fp in pg.fsdp_params}
+
+
+def unsharded(model):
+    """Every parameter as the modules' all-gathers give it: each FSDP module unshards (its
+    all-gather, custom or FSDP's own), its unsharded parameters are copied, and it reshards."""
+    names, out = fsdp_param_names(model), {}
+    for _, m, pg in fsdp_groups(model):
+        m.unshard()
+        for fp in pg.fsdp_params:
+            out[names[fp]] = fp.unsharded_param.detach().clone()
+        m.reshard()
+    return out
+
+
+def true_params(model):
+    """The exact unsharded parameters (the sharded ones gathered by DTensor, not by FSDP)."""
+    return {n: p.full_tensor().detach().clone() for n, p in model.named_parameters()}
+
+
+def expected_gather(model, spec, exact):
+    """What a compressed all-gather must give, built independently of gradwire.fsdp: per FSDP
+    module and rank, the compressed parameters' padded shards (dim 0 padded with zeros to a
+    multiple of the world size, SIZE rows of [world, shard]) one after the other are encoded
+    and decoded by the codec (the test blocks fit one chunk), exact parameters are their true
+    values."""
+    from gradwire.core import Codec, decode
+    codec, names, full = Codec(spec), fsdp_param_names(model), true_params(model)
+    out = {}
+    for _, _, pg in fsdp_groups(model):
+        rows, comp = [], []
+        for fp in pg.fsdp_params:
+            t = full[names[fp]]
+            per = -(-t.shape[0] // SIZE)
+            padded = torch.zeros((per * SIZE,) + tuple(t.shape[1:]), dtype=t.dtype)
+            padded[:t.shape[0]] = t
+            rows.append(padded.reshape(SIZE, -1))
+            if not exact[names[fp]]:
+                comp.append(len(rows) - 1)
+        if comp:
+            block = torch.cat([rows[i] for i in comp], 1)
+            dec = torch.empty_like(block)
+            for r in range(SIZE):
+                decode(codec.encode(block[r].contiguous()), dec[r])
+            off = 0
+            for i in comp:
+                w = rows[i].shape[1]
+                rows[i] = dec[:, off:off + w]
+                off += w
+        for fp, r in zip(pg.fsdp_params, rows):
+            t = full[names[fp]]
+            out[names[fp]] = r.reshape((-1,) + tuple(t.shape[1:]))[:t.shape[0]]
+    return out
+
+
+def gather_check(gwt, spec, steps=2):
+    """Trains a few steps with param_codec=spec (so that the weights are the optimizer's, not
+    the initial ones), then checks one all-gather of every module: against the codec applied
+    to each rank's block (bit for bit), exact parameters bit for bit against the true values,
+    the error of compressed ones against the int8 bound, the sharded parameters untouched."""
+    model = shard(perturbed_net(), world_mesh())
+    gw = gwt.compress_fsdp(model, codec=None, min_size=64, param_codec=spec)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for s in range(steps):
+        step(model, opt, s)
+    before = local_shards(model)
+    got = unsharded(model)
+    after = local_shards(model)
+    want, full = expected_gather(model, spec, gw.param_exact), true_params(model)
+    r = {"exact_names": sorted(n for n, e in gw.param_exact.items() if e),
+         "compressed_names": sorted(n for n, e in gw.param_exact.items() if not e),
+         "master_unchanged": bool(torch.equal(before, after)),
+         "equal_expected": {n: bool(torch.equal(got[n], want[n])) for n in got},
+         "exact_equal_true": {n: bool(torch.equal(got[n], full[n])) for n in got if gw.param_exact[n]},
+         "digest": _digest(torch.cat([got[n].reshape(-1) for n in sorted(got)])),
+         "stats": gw.stats()["all_gather"]}
+    errs = {n: float((got[n] - full[n]).abs().max()) for n in got if not gw.param_exact[n]}
+    # int8, nearest: at most half a step of a bucket, whose range is at most the range of the
+    # rank's compressed values (padding zeros included).
+    lo = min(min(float(full[n].min()), 0.0) for n in errs)
+    hi = max(max(float(full[n].max()), 0.0) for n in errs)
+    r["max_err"], r["int8_bound"] = max(errs.values()), 0.5 * (hi - lo) / 255 * (1 + 1e-5)
+    # bf16: torch's own rounding of the true values (round to nearest even).
+    r["equal_torch_bf16"] = all(torch.equal(got[n], full[n].bfloat16().float()) for n in errs)
+    gw.close()
+    return r
+
+
+def scenario_allgather():
+    """The parameters' all-gather: param_codec None leaves FSDP's own; AllGather(None) equals it
+    bit for bit; int8 and bf16 weights against the codec applied to every block; training with
+    reshard_after_forward True, False and 2 (a post-forward mesh); the backward's re-gather
+    gives the forward's bits; AllGather alone, async and on a uint8 buffer; its errors."""
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather
+    import gradwire.fsdp as gwf
+    from gradwire import GradwireError
+    gwt = setup()
+    mesh = world_mesh()
+    r = {}
+    # (a) None: nothing installed, FSDP's own all-gather; a raw AllGather gives the same bits.
+    model = shard(perturbed_net(), mesh)
+    gw = gwt.compress_fsdp(model, codec=None, min_size=64)
+    r["none_installs_nothing"] = (not gw.all_gathers and
+                                  all(type(pg._all_gather_comm) is DefaultAllGather for _, _, pg in fsdp_groups(model)))
+    step(model, None, 0)
+    own = unsharded(model)
+    for _, m, _ in fsdp_groups(model):
+        m.set_custom_all_gather(gwf.AllGather(None))
+    raw = unsharded(model)
+    full = true_params(model)
+    r["raw_equals_own"] = all(torch.equal(raw[n], own[n]) for n in own)
+    r["own_equals_true"] = all(torch.equal(own[n], full[n]) for n in own)
+
+    # (b) int8 weights, (e) bf16 weights.
+    r["int8"] = gather_check(gwt, WEIGHT8)
+    r["bf16"] = gather_check(gwt, "bf16")
+
+    # (c) Training: int8 weights (dense reduce-scatter) next to dense, reshard_after_forward
+    # True, False and 2; every Linear and Embedding records the weight it runs forward with and
+    # the one its backward sees.
+    from torch.distributed.fsdp import fully_shard
+    losses, consistent, calls = {}, {}, {}
+    for label, spec, reshard in (("dense", None, True), ("int8_reshard", WEIGHT8, True),
+                                 ("int8_keep", WEIGHT8, False), ("int8_reshard2", WEIGHT8, 2)):
+        model = perturbed_net()
+        for b in model.blocks:
+            fully_shard(b, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+        gw = gwt.compress_fsdp(model, codec=None, min_size=64, param_codec=spec)
+        seen = {"fwd": {}, "bwd": {}}
+
+        def record(mod, inp, out, name):
+            seen["fwd"][name] = mod.weight.detach().clone()
+            out.register_hook(lambda g: seen["bwd"].__setitem__(name, mod.weight.detach().clone()))
+
+        for n, m in model.named_modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                m.register_forward_hook(lambda mod, inp, out, n=n: record(mod, inp, out, n))
+        opt = torch.optim.SGD(model.parameters(), lr=1.0 / 16)
+        trace, same = [], True
+        for s in range(24):
+            trace.append(step(model, opt, s % 6))
+            same = same and seen["fwd"].keys() == seen["bwd"].keys() and \
+                all(torch.equal(seen["fwd"][n], seen["bwd"][n]) for n in seen["fwd"])
+        losses[label] = [trace[0], sum(trace[-6:]) / 6]
+        consistent[label] = bool(same)
+        calls[label] = gw.stats()["all_gather"]["calls"] / 24 if spec else None
+        gw.close()
+    r.update(losses=losses, fwd_bwd_same=consistent, gathers_per_step=calls)
+
+    # Mixed precision (parameters all-gathered in bf16): int8 on the wire, decoded to bf16;
+    # identical across ranks, within the int8 bound plus bf16's rounding.
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    model = perturbed_net()
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for b in model.blocks:
+        fully_shard(b, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    gw = gwt.compress_fsdp(model, codec=None, min_size=64, param_codec=WEIGHT8)
+    step(model, torch.optim.SGD(model.parameters(), lr=1.0 / 16), 0)
+    got, full = unsharded(model), true_params(model)
+    comp = [n for n, e in gw.param_exact.items() if not e]
+    lo, hi = min(min(float(full[n].min()), 0.0) for n in comp), max(max(float(full[n].max()), 0.0) for n in comp)
+    r["bf16_params"] = {
+        "dtype": str(got[comp[0]].dtype),
+        "digest": _digest(torch.cat([got[n].float().reshape(-1) for n in sorted(got)])),
+        "max_err": max(float((got[n].float() - full[n]).abs().max()) for n in comp),
+        "bound": 0.5 * (hi - lo) / 255 + 2.0 ** -8 * max(hi, -lo),
+        "exact_equal": all(torch.equal(got[n], full[n].bfloat16()) for n, e in gw.param_exact.items() if e),
+        "stats": gw.stats()["all_gather"]}
+    gw.close()
+
+    # AllGather alone (no layout: all of it compressed), in place as FSDP calls it; async
+    # gives the sync call's bits; a uint8 buffer (FSDP's for mixed dtypes) goes raw.
+    ag = gwf.AllGather(WEIGHT8)
+    n = 1001
+    src = torch.randn(n, generator=torch.Generator().manual_seed(RANK))
+    outs = []
+    for async_op in (False, True):
+        out = torch.empty(SIZE * n)
+        x = out.narrow(0, RANK * n, n)
+        x.copy_(src)
+        w = ag(out, x, None, async_op=async_op)
+        if w is not None:
+            w.wait()
+        outs.append(out)
+    exact = torch.empty(SIZE * n)
+    dist.all_gather_into_tensor(exact, src)
+    r["alone_async_equal"] = bool(torch.equal(outs[0], outs[1]))
+    r["alone_rel_err"] = float((outs[0] - exact).norm() / exact.norm())
+    r["alone_digest"] = _digest(outs[0])
+    u8 = torch.empty(SIZE * 40, dtype=torch.uint8)
+    u8.narrow(0, RANK * 40, 40).copy_(torch.arange(40, dtype=torch.uint8) + RANK)
+    ag(u8, u8.narrow(0, RANK * 40, 40), None)
+    r["uint8_raw"] = bool(torch.equal(u8, torch.cat([torch.arange(40, dtype=torch.uint8) + q for q in range(SIZE)])))
+    r["uint8_stats"] = ag.stats.as_dict()
+    # Errors: a tensor off the host (meta stands for cuda here).
+    try:
+        ag(torch.empty(SIZE * 8, device="meta"), torch.empty(8, device="meta"), None)
+        r["meta_error"] = None
+    except GradwireError as e:
+        r["meta_error"] = str(e)
+    dist.destroy_process_group()
+    return r
+
+
+def scenario_allgather_world3():
+    """Three ranks (every first dimension padded, odd blocks): int8 weights against the codec
+    applied to every block, and training next to dense."""
+    gwt = setup()
+    r = {"int8": gather_check(gwt, WEIGHT8)}
+    for label, spec in (("dense", None), ("int8", WEIGHT8)):
+        model = shard(perturbed_net(), world_mesh())
+        gw = gwt.compress_fsdp(model, codec="qsgd:bits=8", min_size=64, param_codec=spec)
+        opt = torch.optim.SGD(model.parameters(), lr=1.0 / 16)
+        trace = [step(model, opt, s % 6, scale=1.0 / 48) for s in range(12)]
+        r["loss_" + label] = [trace[0], sum(trace[-6:]) / 6]
+        gw.close()
+    dist.destroy_process_group()
+    return r
+
+
 def main():
     scenario, out = sys.argv[1], sys.argv[2]
     result = globals()["scenario_" + scenario]()

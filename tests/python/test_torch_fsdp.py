@@ -3,8 +3,9 @@
 (fsdp_worker.py): dense equals FSDP2's own reduce-scatter; exact parameters stay exact next to
 compressed ones in one module; compressed + EF trains; the residuals go through a
 torch.distributed.checkpoint and back into new processes; HSDP's all-reduce between replicas
-through the hook (2 replicas x 2 shards); world size 3. Every parameter's first dimension is
-padded by FSDP (not a multiple of the world size)."""
+through the hook (2 replicas x 2 shards); world size 3; the parameters' all-gather on a
+compressed wire (compress_fsdp(param_codec=...), gradwire.fsdp.AllGather). Every parameter's
+first dimension is padded by FSDP (not a multiple of the world size)."""
 import os
 
 import pytest
@@ -102,3 +103,86 @@ def test_fsdp_world_size_3():
         assert r["dense"][0] == r["default"][0], r
         q, d = r["qsgd8"], r["dense"]
         assert q[1] < q[0] and abs(q[1] - d[1]) <= 0.05 * d[1], r
+
+
+# The parameters' all-gather: which parameters stay exact by default_param_exact (min_size=64:
+# the norms, biases; the embedding and every weight matrix are quantized).
+PARAM_EXACT = ["blocks.0.fc1.bias", "blocks.0.fc2.bias", "blocks.0.ln.bias", "blocks.0.ln.weight",
+               "blocks.1.fc1.bias", "blocks.1.fc2.bias", "blocks.1.ln.bias", "blocks.1.ln.weight",
+               "head.bias", "ln.bias", "ln.weight"]
+
+
+def _check_gather(g, codec):
+    assert g["exact_names"] == PARAM_EXACT and "emb.weight" in g["compressed_names"], g
+    # The sharded (optimizer's) parameters are not touched by the all-gather.
+    assert g["master_unchanged"], g
+    # Every unsharded parameter is what the codec makes of each rank's block of the padded
+    # shards (this checks the column layout), exact ones bit for bit the true values.
+    assert all(g["equal_expected"].values()), g["equal_expected"]
+    assert g["exact_equal_true"] and all(g["exact_equal_true"].values()), g["exact_equal_true"]
+    st = g["stats"]
+    assert st["compressed_elements"] > 0 and st["exact_elements"] > 0, st
+    assert 0 < st["measured_bytes"] <= st["wire_bytes"] < st["dense_bytes"], st
+    if codec == "int8":
+        assert 0 < g["max_err"] <= g["int8_bound"], g
+        assert st["wire_bytes"] < 0.45 * st["dense_bytes"], st
+    else:  # bf16: torch's rounding of the true values
+        assert g["equal_torch_bf16"], g
+
+
+def test_fsdp_param_allgather():
+    results = _run("allgather")
+    for r in results:
+        # param_codec=None installs nothing: FSDP2's own all-gather, which gives the true
+        # parameters; gradwire's raw AllGather gives the same bits.
+        assert r["none_installs_nothing"] and r["own_equals_true"] and r["raw_equals_own"], r
+        _check_gather(r["int8"], "int8")
+        _check_gather(r["bf16"], "bf16")
+        # Training on int8 weights tracks dense; reshard_after_forward True, False and 2 (the
+        # backward's re-gather over the post-forward mesh goes raw) train alike, and the
+        # backward sees the bits the forward ran with.
+        d = r["losses"]["dense"]
+        for label in ("int8_reshard", "int8_keep", "int8_reshard2"):
+            q = r["losses"][label]
+            assert q[1] < q[0] and abs(q[1] - d[1]) <= 0.02 * d[1], r["losses"]
+        assert all(r["fwd_bwd_same"].values()), r["fwd_bwd_same"]
+        # Three FSDP modules: all-gathered again in backward unless reshard_after_forward=False.
+        assert r["gathers_per_step"] == {"dense": None, "int8_reshard": 6.0, "int8_keep": 3.0,
+                                         "int8_reshard2": 6.0}, r["gathers_per_step"]
+        # Mixed precision: the all-gather in bf16, int8 on the wire.
+        b = r["bf16_params"]
+        assert b["dtype"] == "torch.bfloat16" and b["exact_equal"] and 0 < b["max_err"] <= b["bound"], b
+        assert b["stats"]["wire_bytes"] < b["stats"]["dense_bytes"], b
+        # AllGather alone: in place, async gives the blocking call's bits; a uint8 buffer
+        # (FSDP's for mixed dtypes) goes raw; a tensor off the host is refused by name.
+        assert r["alone_async_equal"] and 0 < r["alone_rel_err"] < 0.02, r
+        assert r["uint8_raw"], r
+        assert r["meta_error"] and "host tensors" in r["meta_error"] and "meta" in r["meta_error"], r
+    # Every rank holds the same unsharded parameters.
+    for key in (("int8", "digest"), ("bf16", "digest"), ("bf16_params", "digest")):
+        assert len({r[key[0]][key[1]] for r in results}) == 1, key
+    assert len({r["alone_digest"] for r in results}) == 1
+
+
+def test_fsdp_param_allgather_world_size_3():
+    results = _run("allgather_world3", nranks=3)
+    for r in results:
+        _check_gather(r["int8"], "int8")
+        # qsgd 8-bit + EF gradients with int8 weights tracks the same without.
+        q, d = r["loss_int8"], r["loss_dense"]
+        assert q[1] < q[0] and abs(q[1] - d[1]) <= 0.03 * d[1], r
+    assert len({r["int8"]["digest"] for r in results}) == 1
+
+
+def test_param_codec_refused_at_setup():
+    import torch.nn as nn
+    import gradwire.fsdp as gwf
+    from gradwire import GradwireError
+    # A bad spec, and a codec that drops values, fail when compress_fsdp runs, not at the
+    # first forward.
+    with pytest.raises(GradwireError):
+        gwf.compress_fsdp(nn.Linear(4, 4), codec=None, param_codec="qsgd:bits=99")
+    for spec in ("topk:ratio=0.01", "sign"):
+        with pytest.raises(GradwireError, match="keep every value"):
+            gwf.AllGather(spec)
+    assert gwf.AllGather(None).codec is None and gwf.AllGather("none").codec is None
