@@ -11,6 +11,12 @@ the root sharded over the ranks, with the gradients reduce-scattered by
                      topk:ratio=0.01, bf16:rounding=stochastic, ...), error feedback per --ef;
                      embeddings, norms, biases and parameters under --min-size elements exact
 
+and the parameters all-gathered (forward, and again in backward with --reshard-after-forward 1)
+by FSDP2's own all-gather, or with --param-codec SPEC (gradwire codecs only) on gradwire's
+compressed all-gather: qsgd:bits=8,rounding=nearest,bucket=256 (int8 weights) or bf16; norms,
+biases and parameters under --min-size elements exact, embeddings quantized
+(compress_fsdp(param_codec=...)). The optimizer's sharded weights stay exact either way.
+
 One run (4 local ranks):
 
     examples/fsdp_train.py --launch 4 --codec qsgd:bits=8 --ef
@@ -19,11 +25,13 @@ Every row of the comparison, one run per row and seed, kept in --results (a run 
 exists is not run again), then a markdown table:
 
     examples/fsdp_train.py --compare --seeds 0,1,2 --only "gloo|none|bf16|qsgd:bits=8"
+    examples/fsdp_train.py --compare --seeds 0,1,2 --only "gradwire dense|weights"
 
 Rank 0 prints one JSON line (or writes --json): validation loss (nats per byte) and bits per
 byte, the final training loss, ms per step (median after the first tenth of the steps), and
-the bytes per step: what the reduce-scatter sends (the codec's encoded size, per rank) and,
-on the gradwire backend, everything the communicator sent (all-gathers included).
+the bytes per step: what the reduce-scatter and the parameters' all-gathers send (the codec's
+encoded size, per rank; FSDP2's own: the dense buffer) and, on the gradwire backend, everything
+the communicator sent (measured).
 """
 import argparse
 import json
@@ -39,6 +47,10 @@ sys.path.insert(0, HERE)
 
 from gwtrain import launch, tasks  # noqa: E402
 
+# Blockwise int8 weights: per 256 values a min and a step, rounded to nearest (deterministic:
+# the backward's re-gather gives the forward's weights), ~3.9x fewer bytes than float32.
+INT8_WEIGHTS = "qsgd:bits=8,rounding=nearest,bucket=256"
+
 ROWS = [  # name, arguments
     ("FSDP2 reduce-scatter (gloo)", ["--codec", "gloo"]),
     ("gradwire dense", ["--codec", "none"]),
@@ -46,6 +58,10 @@ ROWS = [  # name, arguments
     ("qsgd 8-bit + EF", ["--codec", "qsgd:bits=8", "--ef"]),
     ("qsgd 4-bit + EF", ["--codec", "qsgd:bits=4", "--ef"]),
     ("topk 1% + EF", ["--codec", "topk:ratio=0.01", "--ef"]),
+    # The parameters' all-gathers compressed too (they carry two thirds of a step's bytes).
+    ("gradwire dense, int8 weights", ["--codec", "none", "--param-codec", INT8_WEIGHTS]),
+    ("qsgd 8-bit + EF, int8 weights", ["--codec", "qsgd:bits=8", "--ef", "--param-codec", INT8_WEIGHTS]),
+    ("bf16 SR, bf16 weights", ["--codec", "bf16:rounding=stochastic", "--no-ef", "--param-codec", "bf16"]),
 ]
 
 
@@ -55,6 +71,9 @@ def parse_args(argv=None):
     p.add_argument("--ef", dest="ef", action="store_true", help="error feedback (default)")
     p.add_argument("--no-ef", dest="ef", action="store_false")
     p.set_defaults(ef=True)
+    p.add_argument("--param-codec", default="none",
+                   help="the parameters' all-gather: none (FSDP2's own) or a gradwire weight codec "
+                        "(qsgd:bits=8,rounding=nearest,bucket=256, bf16, fp16); gradwire --codec only")
     p.add_argument("--min-size", type=int, default=1024, help="parameters with fewer elements stay exact")
     p.add_argument("--reshard-after-forward", type=int, default=1, choices=(0, 1),
                    help="FSDP2's reshard_after_forward for the blocks and the root (1: all-gather again in "
@@ -92,6 +111,8 @@ def parse_args(argv=None):
                    "runs in DIR (RATE-CONFIG.json)")
     args, rest = p.parse_known_args(argv)
     args.extra = rest  # --compare: passed to every run
+    if args.param_codec != "none" and args.codec in ("gloo", "default") and not args.compare:
+        p.error("--param-codec needs gradwire's reduce-scatter (--codec none or a codec), not --codec %s" % args.codec)
     if not args.compare and rest:
         p.error("unrecognized arguments: %s" % " ".join(rest))
     args.epochs, args.schedule = 0, "cosine"
@@ -137,6 +158,7 @@ def train(args):
     model = task.model
     nparams = sum(p.numel() for p in model.parameters())
     spec = None if args.codec == "none" else args.codec
+    param_spec = None if args.param_codec == "none" else args.param_codec
     if args.hsdp:
         mesh = _hsdp_mesh(args.hsdp, size)
         native = args.codec in ("gloo", "default")
@@ -145,15 +167,16 @@ def train(args):
             import gradwire.torch as gwt
             shard_spec = None if args.shard_codec == "none" else args.shard_codec
             gw = gwt.compress_fsdp(model, codec=shard_spec, replicate_codec=spec, ef=args.ef, min_size=args.min_size,
-                                   replicate_group=mesh["replicate"].get_group())
+                                   replicate_group=mesh["replicate"].get_group(), param_codec=param_spec)
     else:
         _wrap(model, args.reshard_after_forward)
         if args.codec not in ("gloo", "default"):
             import gradwire.torch as gwt
-            gw = gwt.compress_fsdp(model, codec=spec, ef=args.ef, min_size=args.min_size)
+            gw = gwt.compress_fsdp(model, codec=spec, ef=args.ef, min_size=args.min_size, param_codec=param_spec)
     opt, sched = task.optimizer(model.parameters())
 
     curve, losses, step_times, sent = [], [], [], []
+    ag_train = {"wire_bytes": 0, "dense_bytes": 0, "compressed_elements": 0, "exact_elements": 0}
     train_s = 0.0
 
     def evaluate(step):
@@ -175,6 +198,7 @@ def train(args):
     for step in range(args.steps):
         x, y = task.batch(step)
         before = comm.stats()["bytes_sent"] if comm is not None else 0
+        ag_before = gw.stats()["all_gather"] if gw is not None and gw.all_gathers else None
         t0 = time.perf_counter()
         loss = task.loss(model(x), y)
         opt.zero_grad(set_to_none=True)
@@ -184,6 +208,10 @@ def train(args):
         dt = time.perf_counter() - t0
         if comm is not None:
             sent.append(comm.stats()["bytes_sent"] - before)
+        if ag_before is not None:  # the training steps' all-gathers (validation's forwards gather too)
+            ag_after = gw.stats()["all_gather"]
+            for k in ag_train:
+                ag_train[k] += ag_after[k] - ag_before[k]
         train_s += dt
         if step >= warm:
             step_times.append(dt)
@@ -205,23 +233,32 @@ def train(args):
     # Bytes a rank sends a step. Reduce-scatter: gradwire's by the codec's encoded size (the
     # library sends exactly that); FSDP2's own: a ring over the padded buffer, (S - 1) blocks of
     # the S ranks of a shard group. HSDP's replica all-reduce: 2 (R - 1) / R of the block.
+    # Parameters' all-gathers: every rank's block to the S - 1 others, once a step per FSDP
+    # module, twice with reshard_after_forward (the root too: _wrap sets it explicitly); with
+    # --param-codec by the codec's encoded size (its AllGather counts the calls it makes).
     shard = size // args.hsdp if args.hsdp else size
     padded = sum(-(-p.shape[0] // shard) * shard * (p.numel() // p.shape[0]) for p in model.parameters())
     block = padded // shard
     steps_run = max(1, len(losses))
     rs_dense = (shard - 1) * block * 4.0
     ar_dense = 2.0 * (args.hsdp - 1) / args.hsdp * block * 4.0 if args.hsdp else 0.0
-    rs_bytes, ar_bytes, compressed_fraction = rs_dense, ar_dense, 0.0
+    ag_dense = (shard - 1) * block * 4.0 * (2 if args.reshard_after_forward else 1)
+    rs_bytes, ar_bytes, ag_bytes, compressed_fraction, param_fraction = rs_dense, ar_dense, ag_dense, 0.0, 0.0
     if gw is not None:
         st = gw.stats()
         rs, ar = st["reduce_scatter"], st["all_reduce"]
         rs_bytes, rs_dense = rs["wire_bytes"] / steps_run, rs["dense_bytes"] / steps_run
         if args.hsdp:
             ar_bytes, ar_dense = ar["wire_bytes"] / steps_run, ar["dense_bytes"] / steps_run
+        if gw.all_gathers:
+            ag = ag_train
+            ag_bytes, ag_dense = ag["wire_bytes"] / steps_run, ag["dense_bytes"] / steps_run
+            param_fraction = ag["compressed_elements"] / max(1, ag["compressed_elements"] + ag["exact_elements"])
         part = ar if args.hsdp else rs
         compressed_fraction = part["compressed_elements"] / max(1, part["compressed_elements"] + part["exact_elements"])
     result = {
         "codec": args.codec, "ef": bool(args.ef and args.codec not in ("gloo", "default", "none")),
+        "param_codec": param_spec,
         "backend": "gloo" if gloo else "gradwire", "ranks": size, "seed": args.seed, "steps": len(losses),
         "planned_steps": args.steps, "global_batch": args.batch * size, "params": nparams, "data": task.about,
         "reshard_after_forward": bool(args.reshard_after_forward), "min_size": args.min_size,
@@ -232,6 +269,9 @@ def train(args):
         "rs_bytes_per_step": rs_bytes, "rs_dense_bytes_per_step": rs_dense,
         "replica_ar_bytes_per_step": ar_bytes, "replica_ar_dense_bytes_per_step": ar_dense,
         "compressed_fraction": compressed_fraction,
+        "ag_bytes_per_step": ag_bytes, "ag_dense_bytes_per_step": ag_dense, "param_compressed_fraction": param_fraction,
+        "total_bytes_per_step": rs_bytes + ar_bytes + ag_bytes,
+        "total_dense_bytes_per_step": rs_dense + ar_dense + ag_dense,
         "comm_bytes_per_step": float(t[3]) if comm is not None and not args.hsdp else None,
         "torch": torch.__version__,
     }
@@ -239,6 +279,8 @@ def train(args):
         result["loss_trace"] = losses
     if gw is not None:
         result["exact_params"] = sorted(n for n, e in gw.exact.items() if e)
+        if gw.all_gathers:
+            result["param_exact_params"] = sorted(n for n, e in gw.param_exact.items() if e)
         gw.close()
     if rank == 0:
         line = json.dumps(result)
@@ -289,18 +331,39 @@ def _run(name, extra, seed, args):
     return r
 
 
+def _ag_bytes(r):
+    """(all-gather bytes a rank sends a step, dense equivalent); results kept from before
+    --param-codec: dense, the reduce-scatter's dense bytes per all-gather."""
+    if "ag_bytes_per_step" in r:
+        return r["ag_bytes_per_step"], r["ag_dense_bytes_per_step"]
+    n = 2 if r.get("reshard_after_forward", True) else 1
+    return n * r["rs_dense_bytes_per_step"], n * r["rs_dense_bytes_per_step"]
+
+
+def _total_bytes(r):
+    """(what a rank sends a step, by the codecs' encoded sizes, dense equivalent)."""
+    ag, ag_dense = _ag_bytes(r)
+    ar, ar_dense = r.get("replica_ar_bytes_per_step", 0.0), r.get("replica_ar_dense_bytes_per_step", 0.0)
+    return r["rs_bytes_per_step"] + ar + ag, r["rs_dense_bytes_per_step"] + ar_dense + ag_dense
+
+
+def _weights(r):
+    return r.get("param_codec") or "-"
+
+
 def table(rows):
     """vs gradwire dense: the mean over a row's seeds of its loss less dense's on the same seed."""
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     dense = {r["seed"]: r["final"]["val_loss"] for _, runs in rows for r in runs
-             if r.get("codec") == "none" and not r.get("failed")}
-    out = ["| run | EF | validation loss (nats/byte), mean | vs gradwire dense | spread | per seed | bits / byte "
-           "| final train loss | ms / step | reduce-scatter bytes / step / rank | vs dense | all bytes sent / step / rank |",
-           "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+             if r.get("codec") == "none" and not r.get("param_codec") and not r.get("failed")}
+    out = ["| run | EF | weights on the wire | validation loss (nats/byte), mean | vs gradwire dense | spread | per seed "
+           "| bits / byte | final train loss | ms / step | reduce-scatter bytes / step / rank | all-gather bytes / step "
+           "/ rank | total bytes / step / rank | vs dense | all bytes sent / step / rank (measured) |",
+           "|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, runs in rows:
         ok = [r for r in runs if not r.get("failed")]
         if not ok:
-            out.append("| %s | | failed | | | | | | | | | |" % name)
+            out.append("| %s | | | failed | | | | | | | | | | | |" % name)
             continue
         vals = [r["final"]["val_loss"] for r in ok]
         v = mean(vals)
@@ -309,13 +372,15 @@ def table(rows):
         note = " (a seed failed)" if len(ok) < len(runs) else ""
         if any(r.get("exit_failure") for r in ok):
             note += " (a rank crashed while exiting, after the result)"
-        out.append("| %s%s | %s | %.4f | %s | %.4f | %s | %.4f | %.4f | %.1f | %s | %.3f | %s |" % (
-            name, note, "yes" if ok[0]["ef"] else "no", v,
+        totals = [_total_bytes(r) for r in ok]
+        out.append("| %s%s | %s | %s | %.4f | %s | %.4f | %s | %.4f | %.4f | %.1f | %s | %s | %s | %.3f | %s |" % (
+            name, note, "yes" if ok[0]["ef"] else "no", _weights(ok[0]), v,
             "%+.4f" % mean(paired) if len(paired) == len(ok) else "-", max(vals) - min(vals),
             " / ".join("%.3f" % x for x in vals), mean([r["final"]["val_bits_per_byte"] for r in ok]),
             mean([r["final_train_loss"] for r in ok]), mean([r["step_ms_median"] for r in ok]),
             "%.2f MB" % (mean([r["rs_bytes_per_step"] for r in ok]) / 1e6),
-            mean([r["rs_bytes_per_step"] / r["rs_dense_bytes_per_step"] for r in ok]),
+            "%.2f MB" % (mean([_ag_bytes(r)[0] for r in ok]) / 1e6),
+            "%.2f MB" % (mean([t for t, _ in totals]) / 1e6), mean([t / d for t, d in totals]),
             "%.2f MB" % (mean(comm) / 1e6) if comm else "-"))
     return "\n".join(out)
 
@@ -358,6 +423,8 @@ def _label(r):
     if hsdp:
         what += " between replicas" + ("" if r.get("shard_codec") in (None, "none") else
                                        ", %s reduce-scatter" % r["shard_codec"])
+    if r.get("param_codec"):
+        what += ", %s weights" % r["param_codec"]
     return what
 
 
@@ -373,20 +440,23 @@ def report(directory):
     mb = lambda x: "%.2f MB" % (x / 1e6) if x else "-"  # noqa: E731
     out = []
     for rate in sorted(runs, key=lambda r: -float(r.rstrip("mgbit") or 0) * (1000 if "gbit" in r else 1)):
-        rs = sorted(runs[rate], key=lambda r: (order.index(r["codec"]) if r["codec"] in order else 9, r["codec"]))
+        rs = sorted(runs[rate], key=lambda r: (order.index(r["codec"]) if r["codec"] in order else 9, r["codec"],
+                                               r.get("param_codec") or ""))
         hsdp = any(r.get("hsdp") for r in rs)
-        ms = {r["codec"]: r["step_ms_median"] for r in rs}
+        # The references: gradwire dense and gloo with FSDP2's own all-gathers.
+        ms = {r["codec"]: r["step_ms_median"] for r in rs if not r.get("param_codec")}
         out.append("### %s%s\n" % (rate, ", HSDP" if hsdp else ""))
         last = ("replicas' all-reduce bytes / step / rank" if hsdp else "all bytes sent / step / rank")
         out.append("| configuration | step (median) | step (mean) | vs gradwire dense | vs gloo | reduce-scatter "
-                   "bytes / step / rank | %s |" % last)
-        out.append("|---|---:|---:|---:|---:|---:|---:|")
+                   "bytes / step / rank | all-gather bytes / step / rank | %s |" % last)
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
         for r in rs:
             dense, gloo = ms.get("none"), ms.get("gloo")
-            out.append("| %s | %.0f ms | %.0f ms | %s | %s | %s | %s |" % (
+            out.append("| %s | %.0f ms | %.0f ms | %s | %s | %s | %s | %s |" % (
                 _label(r), r["step_ms_median"], r["step_ms_mean"],
                 "%.2fx" % (dense / r["step_ms_median"]) if dense else "-",
                 "%.2fx" % (gloo / r["step_ms_median"]) if gloo else "-", mb(r["rs_bytes_per_step"]),
+                mb(_ag_bytes(r)[0]),
                 mb(r.get("replica_ar_bytes_per_step")) if hsdp else mb(r.get("comm_bytes_per_step"))))
         out.append("")
     return "\n".join(out)

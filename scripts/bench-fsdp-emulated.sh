@@ -14,6 +14,11 @@
 #   backend; none: gradwire's dense reduce-scatter; anything else a gradwire codec, with error
 #   feedback except bf16/fp16), -R 1: FSDP2's reshard_after_forward (0: parameters all-gathered
 #   once a step), PYTHON .venv/bin/python, OUT build/training/fsdp-emulated-DATE.
+#   A configuration CODEC+w=WSPEC also sends the parameters' all-gathers on gradwire's
+#   compressed wire with the weight codec WSPEC (--param-codec; CODEC a gradwire one, none
+#   included), e.g. "none qsgd:bits=8+w=qsgd:bits=8,rounding=nearest,bucket=256
+#   bf16:rounding=stochastic+w=bf16" (int8 weights, bf16 weights); without it FSDP2's own
+#   all-gathers run.
 #   -H HOSTS: HSDP across HOSTS emulated hosts of RANKS / HOSTS ranks each (shared memory
 #   inside a host, the shaped link between hosts): FSDP shards inside a host and the replicas
 #   (one per host) average over the link; gloo and default run FSDP2's own HSDP (a 2-D mesh),
@@ -59,8 +64,10 @@ fi
 for rate in $rates; do
   if [ "$hosts" != 0 ]; then netns_up "$hosts" "$rate"; else netns_up "$np" "$rate"; fi
   for cfg in $configs; do
-    name=$(echo "$cfg" | tr ':=,.' '____')
-    case "$cfg" in
+    name=$(echo "$cfg" | tr ':=,.+' '_____')
+    codec=${cfg%%+w=*} wcodec=none
+    case "$cfg" in *+w=*) wcodec=${cfg#*+w=} ;; esac
+    case "$codec" in
       gloo | default | none | bf16* | fp16*) ef=--no-ef ;;
       *) ef=--ef ;;
     esac
@@ -69,7 +76,8 @@ for rate in $rates; do
     # links by. gloo on the namespaces' interface. With -H the ranks of one host share a
     # namespace and a boot id (netns_run_grid): UCX uses shared memory between them only.
     cmd=(env GLOO_SOCKET_IFNAME=eth0 GW_DEBUG=WARN GRADWIRE_LIB="$lib" OMP_NUM_THREADS=1
-      "$py" -W ignore "$root/examples/fsdp_train.py" --codec "$cfg" $ef --steps "$steps" --no-eval
+      "$py" -W ignore "$root/examples/fsdp_train.py" --codec "$codec" --param-codec "$wcodec" $ef
+      --steps "$steps" --no-eval
       --reshard-after-forward "$reshard" "${hsdp[@]}" --json "$out/$rate-$name.json")
     if [ "$hosts" != 0 ]; then
       netns_run_grid "$hosts" $((np / hosts)) env UCX_NET_DEVICES=eth0 "${cmd[@]}" >/dev/null
