@@ -450,29 +450,28 @@ Status reduce_scatterv_call(gw_comm_t comm, const ScatterArgs& a, const DeviceCh
   return submit_call(comm, async.request, [run](gw::Communicator& cm) { return run(cm, nullptr); });
 }
 
-// gw_allgather_compressed and its non-blocking twin. Device buffers: raw (codec NULL) only.
+// gw_allgather_compressed, its non-blocking twin and their _device forms (on stream; the
+// plain calls recognise device buffers and order them on the legacy default stream).
 Status allgather_compressed_call(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
-                                 gw_codec_t codec, const Async& async) {
+                                 gw_codec_t codec, const DeviceChoice& where, const Async& async) {
   GW_RETURN_IF_ERROR(check_comm_and_request(comm, async));
   gw::Codec* c = codec_of(codec);
   const auto dt = static_cast<gw::DType>(dtype);
   GW_RETURN_IF_ERROR(
       gw::comm_detail::check_allgather_compressed(sendbuf, recvbuf, count, comm->comm->size(), dt, c != nullptr));
-  GW_ASSIGN_OR_RETURN(const bool device, on_device({{sendbuf, "sendbuf"}, {recvbuf, "recvbuf"}}, nullptr));
-  if (device && c != nullptr) {
-    return gw::unsupported("a compressed all-gather takes host buffers; on device buffers pass codec NULL (raw)");
+  bool device = where.explicit_device;
+  if (!device) {
+    GW_ASSIGN_OR_RETURN(device, on_device({{sendbuf, "sendbuf"}, {recvbuf, "recvbuf"}}, nullptr));
   }
-  if (device) {
-    const size_t bytes = count * gw::dtype_size(dt);
-    if (!async.on) return comm->comm->allgather_device(sendbuf, recvbuf, bytes, nullptr);
-    return submit_device_call(comm, nullptr, async.request,
-                              [=](gw::Communicator& cm, const gw::Communicator::StreamPoint& after) {
-                                return cm.allgather_device(sendbuf, recvbuf, bytes, after);
-                              });
-  }
-  auto run = [=](gw::Communicator& cm) { return cm.allgather_compressed(sendbuf, recvbuf, count, dt, c); };
-  if (!async.on) return run(*comm->comm);
-  return submit_call(comm, async.request, run);
+  void* stream = where.stream;
+  auto run = [=](gw::Communicator& cm, const gw::Communicator::StreamPoint& after) -> Status {
+    if (!device) return cm.allgather_compressed(sendbuf, recvbuf, count, dt, c);
+    if (after != nullptr) return cm.allgather_compressed_device(sendbuf, recvbuf, count, dt, c, after);
+    return cm.allgather_compressed_device(sendbuf, recvbuf, count, dt, c, stream);
+  };
+  if (!async.on) return run(*comm->comm, nullptr);
+  if (device) return submit_device_call(comm, stream, async.request, run);
+  return submit_call(comm, async.request, [run](gw::Communicator& cm) { return run(cm, nullptr); });
 }
 
 }  // namespace
@@ -808,14 +807,29 @@ gw_result_t gw_allgather(gw_comm_t comm, const void* sendbuf, void* recvbuf, siz
 gw_result_t gw_allgather_compressed(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
                                     gw_codec_t codec) {
   return guard("gw_allgather_compressed", [&]() -> Status {
-    return allgather_compressed_call(comm, sendbuf, recvbuf, count, dtype, codec, Async{});
+    return allgather_compressed_call(comm, sendbuf, recvbuf, count, dtype, codec, DeviceChoice{}, Async{});
   });
 }
 
 gw_result_t gw_iallgather_compressed(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count, gw_dtype_t dtype,
                                      gw_codec_t codec, gw_request_t* request) {
   return guard("gw_iallgather_compressed", [&]() -> Status {
-    return allgather_compressed_call(comm, sendbuf, recvbuf, count, dtype, codec, Async{request});
+    return allgather_compressed_call(comm, sendbuf, recvbuf, count, dtype, codec, DeviceChoice{}, Async{request});
+  });
+}
+
+gw_result_t gw_allgather_compressed_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                                           gw_dtype_t dtype, gw_codec_t codec, void* stream) {
+  return guard("gw_allgather_compressed_device", [&]() -> Status {
+    return allgather_compressed_call(comm, sendbuf, recvbuf, count, dtype, codec, DeviceChoice{true, stream}, Async{});
+  });
+}
+
+gw_result_t gw_iallgather_compressed_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                                            gw_dtype_t dtype, gw_codec_t codec, void* stream, gw_request_t* request) {
+  return guard("gw_iallgather_compressed_device", [&]() -> Status {
+    return allgather_compressed_call(comm, sendbuf, recvbuf, count, dtype, codec, DeviceChoice{true, stream},
+                                     Async{request});
   });
 }
 

@@ -196,6 +196,10 @@ class GW_API Communicator {
   Status reduce_scatterv_device(const void* send, void* recv, const size_t* counts, DType dtype, ReduceOp op,
                                 Codec* codec, DeviceEfState* ef, void* stream);
   Status allgather_device(const void* send, void* recv, size_t bytes, void* stream);
+  // allgather_compressed on device buffers: float32 with a codec (codec null: the raw one, any
+  // dtype); the same bits as the host call.
+  Status allgather_compressed_device(const void* send, void* recv, size_t count, DType dtype, Codec* codec,
+                                     void* stream);
   Status broadcast_device(void* buf, size_t bytes, int root, void* stream);
   // The same, ordered after a point taken earlier with mark_stream (a non-blocking call takes
   // it in the caller's thread when the call is made, then runs later on the progress thread).
@@ -204,6 +208,8 @@ class GW_API Communicator {
   Status allreduce_device(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Codec* codec,
                           DeviceEfState* ef, Algo algo, const StreamPoint& after);
   Status allgather_device(const void* send, void* recv, size_t bytes, const StreamPoint& after);
+  Status allgather_compressed_device(const void* send, void* recv, size_t count, DType dtype, Codec* codec,
+                                     const StreamPoint& after);
   Status broadcast_device(void* buf, size_t bytes, int root, const StreamPoint& after);
   Status reduce_scatterv_device(const void* send, void* recv, const size_t* counts, DType dtype, ReduceOp op,
                                 Codec* codec, DeviceEfState* ef, const StreamPoint& after);
@@ -269,6 +275,8 @@ class GW_API Communicator {
   Status allreduce_device_at(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Codec* codec,
                              DeviceEfState* ef, Algo algo, const DeviceOrder& order);
   Status allgather_device_at(const void* send, void* recv, size_t bytes, const DeviceOrder& order);
+  Status allgather_compressed_device_at(const void* send, void* recv, size_t count, DType dtype, Codec* codec,
+                                        const DeviceOrder& order);
   Status broadcast_device_at(void* buf, size_t bytes, int root, const DeviceOrder& order);
   Status reduce_scatterv_device_at(const void* send, void* recv, const size_t* counts, DType dtype, ReduceOp op,
                                    Codec* codec, DeviceEfState* ef, const DeviceOrder& order);

@@ -442,12 +442,18 @@ GW_API gw_result_t gw_ireduce_scatterv_device(gw_comm_t comm, const void* sendbu
  * call with GW_ERR_INVALID_MESSAGE naming the rank it came from. codec NULL: the raw
  * all-gather (gw_allgather of count elements; any dtype; device buffers too). For weights,
  * "qsgd:bits=8,rounding=nearest,bucket=256" is blockwise int8 (min and scale per 256);
- * "bf16" halves float32. Host buffers with a codec; the non-blocking twin returns a request,
- * and the buffers and codec stay in use until it finishes. */
+ * "bf16" halves float32. Device buffers (GW_FLOAT32 with a codec) give the host's bits, the
+ * plain calls on the legacy default stream, the _device calls on stream. The non-blocking
+ * twins return a request; the buffers and codec stay in use until it finishes. */
 GW_API gw_result_t gw_allgather_compressed(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
                                            gw_dtype_t dtype, gw_codec_t codec);
 GW_API gw_result_t gw_iallgather_compressed(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
                                             gw_dtype_t dtype, gw_codec_t codec, gw_request_t* request);
+GW_API gw_result_t gw_allgather_compressed_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                                                  gw_dtype_t dtype, gw_codec_t codec, void* stream);
+GW_API gw_result_t gw_iallgather_compressed_device(gw_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                                                   gw_dtype_t dtype, gw_codec_t codec, void* stream,
+                                                   gw_request_t* request);
 
 /* Every rank's message (any length, e.g. a sparse encoding) to every rank. The messages are
  * concatenated in rank order into recvbuf (capacity bytes); lengths (nranks entries)

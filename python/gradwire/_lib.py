@@ -170,6 +170,8 @@ _OPTIONAL = {
     "gw_allgather_device": (_c.c_int, [_vp, _vp, _vp, _sz, _vp]),
     "gw_allgather_compressed": (_c.c_int, [_vp, _vp, _vp, _sz, _c.c_int, _vp]),
     "gw_iallgather_compressed": (_c.c_int, [_vp, _vp, _vp, _sz, _c.c_int, _vp, _p(_vp)]),
+    "gw_allgather_compressed_device": (_c.c_int, [_vp, _vp, _vp, _sz, _c.c_int, _vp, _vp]),
+    "gw_iallgather_compressed_device": (_c.c_int, [_vp, _vp, _vp, _sz, _c.c_int, _vp, _vp, _p(_vp)]),
     "gw_broadcast_device": (_c.c_int, [_vp, _vp, _sz, _c.c_int, _vp]),
     "gw_get_build_info": (_c.c_char_p, []),
     "gw_comm_enable_nccl": (_c.c_int, [_vp]),

@@ -612,12 +612,17 @@ class Communicator:
         out's own block (in place).
 
         codec (a spec or Codec): the all-gather on a compressed wire, for float32, float16 or
-        bfloat16 host tensors (quantized weights, e.g. "qsgd:bits=8,rounding=nearest"): every
-        rank's block is encoded once and every rank decodes every block, its own too, so out
-        holds the same bits on every rank and its own block is the decode of x."""
+        bfloat16 host tensors, float32 CUDA tensors (on the current stream), e.g. quantized
+        weights ("qsgd:bits=8,rounding=nearest"): every rank's block is encoded once and every
+        rank decodes every block, its own too, so out holds the same bits on every rank and its
+        own block is the decode of x."""
         if codec is not None:
             ptr, optr, n, dt, codec = self._allgather_compressed_args(x, out, codec)
-            check(lib.gw_allgather_compressed(self._handle(), ptr, optr, n, dt, codec._h))
+            if self._on_device(x):
+                check(lib.gw_allgather_compressed_device(self._handle(), ptr, optr, n, dt, codec._h,
+                                                         self._device_stream(x)))
+            else:
+                check(lib.gw_allgather_compressed(self._handle(), ptr, optr, n, dt, codec._h))
             return out
         ptr, nbytes = _raw(x, "input")
         optr, obytes = _raw(out, "out")
@@ -630,12 +635,16 @@ class Communicator:
         return out
 
     def iallgather(self, x, out, codec=None):
-        """Non-blocking allgather (raw, or with codec on host tensors); returns a Request. x,
-        out and codec must not be touched until it has completed."""
+        """Non-blocking allgather (raw, or with codec); returns a Request. x, out and codec must
+        not be touched until it has completed."""
         ptr, optr, n, dt, codec = self._allgather_compressed_args(x, out, codec)
         req = ctypes.c_void_p()
-        check(lib.gw_iallgather_compressed(self._handle(), ptr, optr, n, dt, codec._h if codec else None,
-                                           ctypes.byref(req)))
+        h = codec._h if codec else None
+        if self._on_device(x):
+            check(lib.gw_iallgather_compressed_device(self._handle(), ptr, optr, n, dt, h, self._device_stream(x),
+                                                      ctypes.byref(req)))
+        else:
+            check(lib.gw_iallgather_compressed(self._handle(), ptr, optr, n, dt, h, ctypes.byref(req)))
         return Request(req, (x, out, codec))
 
     def broadcast(self, x, root=0):

@@ -207,6 +207,35 @@ def reduce_scatter_part(comm):
     return r
 
 
+# ---------------------------------------------------------------- comm.allgather(codec=)
+
+AG_CASES = [("int8", "qsgd:bits=8,rounding=nearest,bucket=256"), ("bf16", "bf16"), ("topk", "topk:ratio=0.05")]
+
+
+def allgather_part(comm):
+    """comm.allgather / iallgather with a codec on device tensors against the same calls on CPU
+    tensors (deterministic codecs): the gathered blocks bit for bit, in place through
+    iallgather too."""
+    n = 40961  # several messages, odd
+    r = {}
+    for name, spec in AG_CASES:
+        runs = {}
+        for device in ("cpu", DEV):
+            g = torch.Generator().manual_seed(99 + RANK)
+            x = torch.randn(n, generator=g).to(device)
+            out = torch.full((n * SIZE,), -7.0, device=device)
+            comm.allgather(x, out, codec=spec)
+            inplace = torch.full((n * SIZE,), -7.0, device=device)
+            inplace[RANK * n:(RANK + 1) * n] = x
+            comm.iallgather(inplace[RANK * n:(RANK + 1) * n], inplace, codec=spec).wait()
+            sync()
+            runs[device] = (out.cpu(), inplace.cpu())
+        host, dev = runs["cpu"], runs[DEV]
+        r[name] = {"steps_equal": [same_bits(dev[0], host[0]), same_bits(dev[1], host[1])],
+                   "residual_equal": None, "digest": digest(dev[0])}
+    return r
+
+
 # ---------------------------------------------------------------- the DDP comm hook
 
 HOOK_CASES = [  # name, codec, algo
@@ -387,6 +416,7 @@ def main():
         result = {"rank": comm.rank, "size": comm.size, "device": DEV, "torch": torch.__version__,
                   "library": gradwire.library_path,
                   "allreduce": allreduce_part(comm), "reduce_scatter": reduce_scatter_part(comm),
+                  "allgather_compressed": allgather_part(comm),
                   "hook": hook_part(comm, gwt)}
         with open(os.path.join(outdir, "rank%d.json.tmp" % RANK), "w") as f:
             json.dump(result, f)

@@ -205,6 +205,18 @@ def test_reduce_scatter_on_cuda_equals_cpu_bit_for_bit(ranks_results):
             assert entry["residual_equal"] in (None, True), (r["rank"], name, entry)
 
 
+def test_allgather_compressed_on_cuda_equals_cpu_bit_for_bit(ranks_results):
+    """comm.allgather / iallgather (in place) with int8, bf16 and top-k codecs on device tensors:
+    the gathered blocks bit-identical to the same calls on CPU tensors, the same on every rank."""
+    res = results_of(ranks_results)
+    for r in res:
+        assert r["allgather_compressed"], r["rank"]
+        for name, entry in r["allgather_compressed"].items():
+            assert entry["steps_equal"] and all(entry["steps_equal"]), (r["rank"], name, entry)
+    for name in res[0]["allgather_compressed"]:
+        assert len({r["allgather_compressed"][name]["digest"] for r in res}) == 1, name
+
+
 def test_hook_replayed_on_cpu_gives_the_cuda_run_bit_for_bit(ranks_results):
     """The library's guarantee inside the hook: the CUDA run's bucket inputs, replayed through
     comm_hook on CPU tensors (same bucket indices and parameters, a fresh HookState), give

@@ -54,6 +54,14 @@ struct DeviceReduceScatter {
 };
 Status device_reduce_scatter(Context& c, DeviceBackend& dev, const DeviceReduceScatter& a);
 Status device_allgather(Context& c, DeviceBackend& dev, const void* send, void* recv, size_t bytes);
+// compressed_allgather's algorithm on device buffers: float32 with a codec.
+struct DeviceAllgatherCompressed {
+  const float* send;  // count elements; may be recv's own block
+  float* recv;        // size * count elements
+  uint64_t count;
+  const Codec* codec;  // never null
+};
+Status device_allgather_compressed(Context& c, DeviceBackend& dev, const DeviceAllgatherCompressed& a);
 Status device_broadcast(Context& c, DeviceBackend& dev, void* buf, size_t bytes, int root);
 
 // Host-side steps waiting for a point in the device stream (a staged message to be complete
