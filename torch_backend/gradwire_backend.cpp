@@ -493,6 +493,33 @@ gw_red_op_t gw_op(const c10d::ReduceOp& reduce, at::ScalarType s, const char* op
                               " is not supported (SUM, AVG, PRODUCT, MIN and MAX are)");
 }
 
+// PREMUL_SUM (NCCL's op, FSDP2's set_gradient_divide_factor): the sum of factor * input. The
+// reductions that take it (all_reduce, reduce_scatter, reduce_scatter_tensor) scale the input
+// on the caller's stream and sum.
+struct PreMul {
+  bool on = false;
+  double factor = 1.0;
+  at::Tensor tensor;  // the factor as a one-element tensor, where the op carries one
+  at::Tensor apply(const at::Tensor& x) const { return tensor.defined() ? x * tensor.to(x.device()) : x * factor; }
+};
+
+PreMul premul_of(const c10d::ReduceOp& reduce, at::ScalarType s, const char* op) {
+  PreMul p;
+  if (reduce.op_ != c10d::ReduceOp::PREMUL_SUM) return p;
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(s), "gradwire backend: ", op,
+                              " with ReduceOp.PREMUL_SUM takes floating-point tensors, not ", c10::toString(s));
+  const auto* sup = dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(reduce.supplement_.get());
+  TORCH_CHECK(sup != nullptr, "gradwire backend: ", op, ": ReduceOp.PREMUL_SUM without its factor");
+#if TORCH_VERSION_MAJOR >= 2
+  if (sup->tensor_factor.defined()) p.tensor = sup->tensor_factor;
+#else
+  if (!sup->tensor_factors.empty()) p.tensor = sup->tensor_factors[0];
+#endif
+  p.factor = sup->double_factor;
+  p.on = true;
+  return p;
+}
+
 const at::Tensor& single(const Tensors& ts, const char* op) {
   TORCH_CHECK_NOT_IMPLEMENTED(ts.size() == 1, "gradwire backend: ", op, " takes one tensor per process, got ",
                               ts.size());
@@ -687,7 +714,9 @@ class GradwireBackend : public BackendBase {
     const char* name = "all_reduce";
     const at::Tensor& t = single(tensors, name);
     const gw_dtype_t dt = gw_dtype(t.scalar_type(), name);
-    const gw_red_op_t op = gw_op(opts.reduceOp, t.scalar_type(), name);
+    const PreMul pm = premul_of(opts.reduceOp, t.scalar_type(), name);
+    const gw_red_op_t op = pm.on ? GW_SUM : gw_op(opts.reduceOp, t.scalar_type(), name);
+    if (pm.on) at::Tensor(t).copy_(pm.apply(t));  // in place, as the result will be
     if (Accelerator* acc = accel_for(tensors)) {
       DeviceBuffer b = device_buffer(*acc, t);
       DeviceOp d{c10d::OpType::ALLREDUCE,
@@ -799,10 +828,16 @@ class GradwireBackend : public BackendBase {
                                                 const c10d::ReduceScatterOptions& opts) override {
     const char* name = "reduce_scatter";
     const at::Tensor& out = single(outputs, name);
-    const Tensors& in = single_list(inputs, name);
-    check_list(in, out, name, "input");
+    const Tensors& listed = single_list(inputs, name);
+    check_list(listed, out, name, "input");
     const gw_dtype_t dt = gw_dtype(out.scalar_type(), name);
-    const gw_red_op_t op = gw_op(opts.reduceOp, out.scalar_type(), name);
+    const PreMul pm = premul_of(opts.reduceOp, out.scalar_type(), name);
+    const gw_red_op_t op = pm.on ? GW_SUM : gw_op(opts.reduceOp, out.scalar_type(), name);
+    Tensors scaled;
+    if (pm.on) {
+      for (const auto& t : listed) scaled.push_back(pm.apply(t));
+    }
+    const Tensors& in = pm.on ? scaled : listed;
     if (Accelerator* acc = accel_for(flatten(inputs))) {
       return device_reduce_scatter(*acc, c10d::OpType::REDUCE_SCATTER, "gradwire:reduce_scatter", name, in, out,
                                    flatten(inputs), outputs, dt, op, opts.timeout);
@@ -817,14 +852,16 @@ class GradwireBackend : public BackendBase {
                   opts.timeout);
   }
 
-  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& given,
                                                       const c10d::ReduceScatterOptions& opts) override {
     const char* name = "reduce_scatter_tensor";
-    same_type(in, out, name);
-    TORCH_CHECK(in.numel() == out.numel() * size_, "gradwire backend: ", name, ": the input has ", in.numel(),
+    same_type(given, out, name);
+    TORCH_CHECK(given.numel() == out.numel() * size_, "gradwire backend: ", name, ": the input has ", given.numel(),
                 " elements, expected world size (", size_, ") x output (", out.numel(), ")");
     const gw_dtype_t dt = gw_dtype(out.scalar_type(), name);
-    const gw_red_op_t op = gw_op(opts.reduceOp, out.scalar_type(), name);
+    const PreMul pm = premul_of(opts.reduceOp, out.scalar_type(), name);
+    const gw_red_op_t op = pm.on ? GW_SUM : gw_op(opts.reduceOp, out.scalar_type(), name);
+    at::Tensor in = pm.on ? pm.apply(given) : given;
     if (Accelerator* acc = accel_for(Tensors{in, out})) {
       return device_reduce_scatter(*acc, c10d::OpType::_REDUCE_SCATTER_BASE, "gradwire:reduce_scatter_tensor", name,
                                    {in}, out, {in}, {out}, dt, op, opts.timeout);

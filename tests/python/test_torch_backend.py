@@ -196,6 +196,31 @@ def scenario_collectives(torch, dist, gwb, rank, size, out):
     full = [_values(torch, 4 * size, torch.float32, r) for r in range(size)]
     dist.reduce_scatter_tensor(o, full[rank], op=D.MAX)
     c.same("reduce_scatter_tensor MAX", o, _reduce(torch, full, D.MAX, torch.float32)[rank * 4:(rank + 1) * 4])
+    # PREMUL_SUM (FSDP2's gradient divide factor): sum of factor * input, the input untouched;
+    # the factor as a number and as a tensor (dyadic, so every result is exact).
+    if hasattr(dist, "_make_nccl_premul_sum"):
+        for factor in (0.5, torch.tensor(0.25)):
+            f = float(factor)
+            op = dist._make_nccl_premul_sum(factor)
+            want = _reduce(torch, full, D.SUM, torch.float32) * f
+            before = full[rank].clone()
+            o = torch.empty(4, dtype=torch.float32)
+            dist.reduce_scatter_tensor(o, full[rank], op=op)
+            c.same("reduce_scatter_tensor PREMUL_SUM(%g)" % f, o, want[rank * 4:(rank + 1) * 4])
+            c.same("reduce_scatter_tensor PREMUL_SUM(%g) leaves the input" % f, full[rank], before)
+            o = torch.empty(4, dtype=torch.float32)
+            dist.reduce_scatter(o, list(full[rank].split(4)), op=op)
+            c.same("reduce_scatter PREMUL_SUM(%g)" % f, o, want[rank * 4:(rank + 1) * 4])
+            x = full[rank].clone()
+            dist.all_reduce(x, op=op)
+            c.same("all_reduce PREMUL_SUM(%g)" % f, x, want)
+        try:
+            dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist._make_nccl_premul_sum(0.5))
+            c.failures.append("all_reduce PREMUL_SUM on int32: no error")
+        except Exception as e:  # NotImplementedError from TORCH_CHECK_NOT_IMPLEMENTED
+            c.checked += 1
+            if "floating-point" not in str(e):
+                c.failures.append("all_reduce PREMUL_SUM on int32: %s" % e)
 
     # all_to_all_single: equal blocks and split sizes; all_to_all (lists)
     for n in (0, 1, 5):
