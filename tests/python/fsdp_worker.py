@@ -368,12 +368,14 @@ def fsdp_param_names(model):
     return {fp: names[id(fp.sharded_param)] for _, _, pg in fsdp_groups(model) for fp in pg.fsdp_params}
 
 
-def unsharded(model):
+def unsharded(model, async_op=False):
     """Every parameter as the modules' all-gathers give it: each FSDP module unshards (its
     all-gather, custom or FSDP's own), its unsharded parameters are copied, and it reshards."""
     names, out = fsdp_param_names(model), {}
     for _, m, pg in fsdp_groups(model):
-        m.unshard()
+        handle = m.unshard(async_op=async_op)
+        if handle is not None:
+            handle.wait()
         for fp in pg.fsdp_params:
             out[names[fp]] = fp.unsharded_param.detach().clone()
         m.reshard()
@@ -432,11 +434,13 @@ def gather_check(gwt, spec, steps=2):
         step(model, opt, s)
     before = local_shards(model)
     got = unsharded(model)
+    got_async = unsharded(model, async_op=True)  # FSDP's async_op=True: the AllGather's _Work
     after = local_shards(model)
     want, full = expected_gather(model, spec, gw.param_exact), true_params(model)
     r = {"exact_names": sorted(n for n, e in gw.param_exact.items() if e),
          "compressed_names": sorted(n for n, e in gw.param_exact.items() if not e),
          "master_unchanged": bool(torch.equal(before, after)),
+         "async_equal": all(torch.equal(got[n], got_async[n]) for n in got),
          "equal_expected": {n: bool(torch.equal(got[n], want[n])) for n in got},
          "exact_equal_true": {n: bool(torch.equal(got[n], full[n])) for n in got if gw.param_exact[n]},
          "digest": _digest(torch.cat([got[n].reshape(-1) for n in sorted(got)])),
