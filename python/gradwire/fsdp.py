@@ -529,8 +529,9 @@ class AllGather(_Base, _FSDPAllGather):
     Alone it compresses the whole float32/float16/bfloat16 buffer; compress_fsdp binds it to the
     module's parameters so that exact ones (default_param_exact) go through a raw all-gather.
     A buffer of another dtype (FSDP gathers mixed dtypes as uint8) goes raw. Host tensors only
-    with a codec: the library's compressed all-gather has no device path. stats: as
-    ReduceScatter's (world - 1 messages of its block per rank)."""
+    with a codec (the library's device path, float32 on a stream, is not wired to FSDP's
+    all-gather streams here). stats: as ReduceScatter's (world - 1 messages of its block per
+    rank)."""
 
     def __init__(self, codec=None, comm=None, name=""):
         _Base.__init__(self, _weight_codec(codec), False, comm, name)
@@ -587,9 +588,9 @@ class AllGather(_Base, _FSDPAllGather):
         comm = self._comm_for(group)
         cols, codec = self._gather_parts(block, world, _dtype_name(x))
         if (cols is not None or codec is not None) and (x.device.type != "cpu" or out.device.type != "cpu"):
-            raise GradwireError(_lib.GW_ERR_UNSUPPORTED, "gradwire FSDP all-gather %r: the compressed all-gather "
-                                "takes host tensors, this one is on %s (param_codec works with FSDP on the CPU; "
-                                "pass param_codec=None to keep FSDP's own all-gather)"
+            raise GradwireError(_lib.GW_ERR_UNSUPPORTED, "gradwire FSDP all-gather %r: gradwire.fsdp compresses "
+                                "the all-gather of host tensors only, this one is on %s (param_codec works with "
+                                "FSDP on the CPU; pass param_codec=None to keep FSDP's own all-gather)"
                                 % (self.name or "<root>", x.device))
         before = comm.stats() if not async_op and hasattr(comm, "stats") else None
         if cols is None:
@@ -805,8 +806,8 @@ def compress_fsdp(model, codec="qsgd:bits=8", ef=True, exact=None, min_size=1024
             continue
         if pcodec is not None and pg.device.type != "cpu":
             raise GradwireError(_lib.GW_ERR_UNSUPPORTED, "gradwire.compress_fsdp: param_codec %r: module %r runs on "
-                                "%s, and the compressed all-gather takes host tensors (FSDP on the CPU); pass "
-                                "param_codec=None" % (pcodec.spec, mname or "<root>", pg.device))
+                                "%s, and gradwire.fsdp compresses the all-gather of host tensors only (FSDP on the "
+                                "CPU); pass param_codec=None" % (pcodec.spec, mname or "<root>", pg.device))
         flags, pnames, pflags = {}, {}, {}
         for fp in pg.fsdp_params:
             p = fp.sharded_param
