@@ -37,10 +37,12 @@ from .core import Codec, Communicator, ErrorFeedback, get_unique_id
 from ._backend import BackendOptions, available, device_path, get_communicator, is_gradwire_group, nccl_enabled, trim
 from ._backend import unavailable_reason
 from ._backend import get_options as backend_options
-from .fsdp import FSDPCompression, ReduceScatter, ReplicateAllReduce, compress_fsdp, default_exact
+from .fsdp import (AllGather, FSDPCompression, ReduceScatter, ReplicateAllReduce, compress_fsdp, default_exact,
+                   default_param_exact)
 
-__all__ = ["BackendOptions", "FSDPCompression", "HookState", "ReduceScatter", "ReplicateAllReduce", "all_reduce",
-           "available", "backend_options", "comm_hook", "compress_fsdp", "default_exact", "device_path",
+__all__ = ["AllGather", "BackendOptions", "FSDPCompression", "HookState", "ReduceScatter", "ReplicateAllReduce",
+           "all_reduce", "available", "backend_options", "comm_hook", "compress_fsdp", "default_exact",
+           "default_param_exact", "device_path",
            "get_communicator", "init_communicator", "launcher_env", "nccl_enabled", "trim"]
 
 # Bucket dtypes the hook sends through gradwire (float32 may be compressed; the rest go dense).
