@@ -19,6 +19,7 @@ CheckGraph check_graph(const CallDescriptor& d) {
     }
     case CallKind::kAllgather:
     case CallKind::kAllgatherv:
+    case CallKind::kAllgatherCompressed:  // host: the encoded chunks travel the ring
     case CallKind::kTunerAgreement:
     case CallKind::kReduceScatter: return CheckGraph::kRing;  // ring all-gather and ring reduce-scatter
     case CallKind::kBarrier: return CheckGraph::kDissemination;

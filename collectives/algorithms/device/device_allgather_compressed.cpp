@@ -1,8 +1,9 @@
-// The compressed all-gather on device buffers: compressed_allgather.cpp's algorithm (float32),
-// with the encodes and decodes on the device and the messages staged through pinned host
-// memory, so that it gives the host algorithm's bits. Every encode and its copy down are
-// enqueued at once; a chunk is sent, and its own decode enqueued, as soon as its copy lands.
-// In place is safe: the decodes of this rank's block are enqueued after every encode.
+// The compressed all-gather on device buffers (float32): compressed_allgather.cpp's messages,
+// so the host algorithm's bits, with the encodes and decodes on the device and the messages
+// staged through pinned host memory, each sent straight to every other rank (the host call
+// forwards them along the ring). Every encode and its copy down are enqueued at once; a chunk
+// is sent, and its own decode enqueued, as soon as its copy lands. In place is safe: the
+// decodes of this rank's block are enqueued after every encode.
 #include <string>
 
 #include "collectives/algorithms/device/device_algorithms.hpp"

@@ -1,11 +1,13 @@
 // All-gather on a compressed wire (ZeRO++'s quantized weight all-gather): every rank encodes
-// its block once, chunk by chunk, and sends each chunk straight to every other rank
-// (staggered, like the reduce-scatter's owners); every rank decodes every block, its own
-// included, so that all ranks end with the same bits. The block may be recv's own slot (in
-// place, as FSDP2 passes it): chunk k is encoded before its own slot is overwritten by the
-// decode, and later chunks are still untouched.
+// its block once, chunk by chunk, and the encoded chunks travel the ring, each forwarded as
+// soon as it has arrived and been checked (one flow out and one in per rank: on shaped links
+// the direct all-to-all's p - 1 flows out lost a third of the rate at 16 MB blocks). Every
+// rank decodes every block, its own included, so that all ranks end with the same bits. The
+// block may be recv's own slot (in place, as FSDP2 passes it): chunk k is encoded before its
+// own slot is overwritten by the decode, and later chunks are still untouched.
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "collectives/algorithms/host/algorithms.hpp"
 #include "collectives/algorithms/schedules/ef_rules.hpp"
@@ -58,17 +60,22 @@ Status compressed_allgather(Context& c, const CompressedAllgatherArgs& a) {
   auto* out = static_cast<uint8_t*>(a.recv);
   const auto* in = static_cast<const uint8_t*>(a.send);
 
-  for (int i = 1; i < p; ++i) {
-    const int peer = (c.rank + p - i) % p;
+  // Step s (0 <= s < p - 1) carries block rank - s to next and brings block rank - s - 1
+  // from prev; a block is sent at most once by each rank, so its slot serves both ways.
+  auto block_at = [&](int s) { return c.wrap(c.rank - s); };
+  for (int s = 0; s < p - 1; ++s) {
+    const int b = block_at(s + 1);
     for (uint32_t k = 0; k < nk; ++k) {
-      GW_RETURN_IF_ERROR(c.tp.irecv(peer, c.tag(0, k), msg_of(peer, k), max_msg, recvs[slot(peer, k)]));
+      GW_RETURN_IF_ERROR(
+          c.tp.irecv(c.prev(), c.tag(static_cast<uint32_t>(s), k), msg_of(b, k), max_msg, recvs[slot(b, k)]));
     }
   }
 
   // Chunk k of rank r's block = the decode of r's message (this rank's own too).
   auto decode_chunk = [&](int r, uint32_t k, size_t bytes) -> Status {
     const uint64_t len = chunks.length(n, k);
-    const std::string from = "block from rank " + std::to_string(r);
+    std::string from = "block from rank " + std::to_string(r);
+    if (r != c.rank && r != c.prev()) from += " (forwarded by rank " + std::to_string(c.prev()) + ")";
     Result<MessageInfo> info = inspect(msg_of(r, k), bytes);
     if (!info.is_ok()) return info.status().with_context(from);
     if (info->codec != want) {
@@ -83,26 +90,28 @@ Status compressed_allgather(Context& c, const CompressedAllgatherArgs& a) {
     narrow(dst, wide, len, a.dtype);
     return Status::ok();
   };
-  // Foreign chunks are decoded in the order they are sent: chunk by chunk, and within a
-  // chunk from rank - 1 (whose first send is to this rank) backwards.
+  // Received chunks, step by step and chunk by chunk: each checked and decoded, then passed
+  // on to next unless next is the block's own rank.
+  std::vector<uint32_t> next_k(static_cast<size_t>(p > 1 ? p - 1 : 0), 0);
   uint64_t done = 0;
   const uint64_t foreign = static_cast<uint64_t>(p - 1) * nk;
-  auto nth = [&](uint64_t j, int& peer, uint32_t& k) {
-    k = static_cast<uint32_t>(j / static_cast<uint64_t>(p - 1));
-    peer = (c.rank + p - 1 - static_cast<int>(j % static_cast<uint64_t>(p - 1))) % p;
-  };
   auto drain_ready = [&]() -> Result<bool> {
     bool any = false;
-    while (done < foreign) {
-      int peer;
-      uint32_t k;
-      nth(done, peer, k);
-      transport::Op& r = recvs[slot(peer, k)];
-      if (!r.finished()) break;
-      GW_RETURN_IF_ERROR(c.wait(r));
-      GW_RETURN_IF_ERROR(decode_chunk(peer, k, r.bytes));
-      ++done;
-      any = true;
+    for (int s = 0; s < p - 1; ++s) {
+      const int b = block_at(s + 1);
+      uint32_t& k = next_k[static_cast<size_t>(s)];
+      while (k < nk && recvs[slot(b, k)].finished()) {
+        transport::Op& r = recvs[slot(b, k)];
+        GW_RETURN_IF_ERROR(c.wait(r));
+        GW_RETURN_IF_ERROR(decode_chunk(b, k, r.bytes));
+        if (s + 1 < p - 1) {
+          GW_RETURN_IF_ERROR(
+              c.tp.isend(c.next(), c.tag(static_cast<uint32_t>(s + 1), k), msg_of(b, k), r.bytes, sends[slot(b, k)]));
+        }
+        ++k;
+        ++done;
+        any = true;
+      }
     }
     return any;
   };
@@ -121,10 +130,7 @@ Status compressed_allgather(Context& c, const CompressedAllgatherArgs& a) {
       ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode", hidden_counter(c), &c.tp);
       GW_ASSIGN_OR_RETURN(bytes, codec.encode(src, len, enc_dtype, ctx, msg_of(c.rank, k), max_msg));
     }
-    for (int i = 1; i < p; ++i) {
-      const int peer = (c.rank + i) % p;
-      GW_RETURN_IF_ERROR(c.tp.isend(peer, c.tag(0, k), msg_of(c.rank, k), bytes, sends[slot(peer, k)]));
-    }
+    if (p > 1) GW_RETURN_IF_ERROR(c.tp.isend(c.next(), c.tag(0, k), msg_of(c.rank, k), bytes, sends[slot(c.rank, k)]));
     c.tp.progress();
     // The send is queued from msg_of(rank, k), which the decode only reads.
     GW_RETURN_IF_ERROR(decode_chunk(c.rank, k, bytes));
@@ -135,10 +141,8 @@ Status compressed_allgather(Context& c, const CompressedAllgatherArgs& a) {
     if (any || c.tp.progress()) continue;
     GW_RETURN_IF_ERROR(c.idle("blocks from the other ranks", c.deadline));
   }
-  for (int i = 1; i < p; ++i) {
-    const int peer = (c.rank + i) % p;
-    GW_RETURN_IF_ERROR(c.wait_all(sends + slot(peer, 0), nk));
-  }
+  // Sent: this rank's own block and every block it forwarded (all but next's own).
+  for (int s = 0; s < p - 1; ++s) GW_RETURN_IF_ERROR(c.wait_all(sends + slot(block_at(s), 0), nk));
   return Status::ok();
 }
 
