@@ -61,6 +61,7 @@ ROWS = [  # name, arguments
     # The parameters' all-gathers compressed too (they carry two thirds of a step's bytes).
     ("gradwire dense, int8 weights", ["--codec", "none", "--param-codec", INT8_WEIGHTS]),
     ("qsgd 8-bit + EF, int8 weights", ["--codec", "qsgd:bits=8", "--ef", "--param-codec", INT8_WEIGHTS]),
+    ("qsgd 4-bit + EF, int8 weights", ["--codec", "qsgd:bits=4", "--ef", "--param-codec", INT8_WEIGHTS]),
     ("bf16 SR, bf16 weights", ["--codec", "bf16:rounding=stochastic", "--no-ef", "--param-codec", "bf16"]),
 ]
 
