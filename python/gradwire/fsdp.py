@@ -411,6 +411,24 @@ class _Base:
             wire += codec.max_encoded_bytes(n_compressed, dtype) if codec is not None else n_compressed * esize
         s.wire_bytes += int(self._msgs(world) * wire)
 
+    @staticmethod
+    def _bytes_before(comm, async_op):
+        """The communicator's bytes sent before a blocking call (its wire bytes are then
+        measured); None for a non-blocking one, whose bytes other calls may mix with."""
+        return comm.stats() if not async_op and hasattr(comm, "stats") else None
+
+    def _complete(self, comm, before, requests, finish, async_op):
+        """Ends a call: the bytes it sent (blocking calls), then a _Work over its requests that
+        runs finish when waited for, or finish now."""
+        if before is not None:
+            after = comm.stats()
+            if after is not None:
+                self.stats.measured_bytes += after["bytes_sent"] - before["bytes_sent"]
+        if async_op:
+            return _Work(requests, finish)
+        finish()
+        return None
+
     def state_dict(self):
         return {"rank%d" % dist.get_rank(): self.ef.state_dict()}
 
@@ -482,7 +500,7 @@ class ReduceScatter(_Base, _FSDPReduceScatter):
         if factor is not None and factor != 1.0:
             x.mul_(factor)  # FSDP's own buffer, made for this call
         cols, codec = self._parts(block)
-        before = comm.stats() if not async_op and hasattr(comm, "stats") else None
+        before = self._bytes_before(comm, async_op)
         if cols is None:
             n_c, n_e = (block, 0) if codec is not None else (0, block)
             self._account(n_c, n_e, codec, x.element_size(), world, _dtype_name(x))
@@ -503,14 +521,7 @@ class ReduceScatter(_Base, _FSDPReduceScatter):
             def finish():
                 out.index_copy_(0, ci, oc)
                 out.index_copy_(0, ei, oe)
-        if before is not None:
-            after = comm.stats()
-            if after is not None:
-                self.stats.measured_bytes += after["bytes_sent"] - before["bytes_sent"]
-        if async_op:
-            return _Work(requests, finish)
-        finish()
-        return None
+        return self._complete(comm, before, requests, finish, async_op)
 
     def __repr__(self):
         return "gradwire.torch.ReduceScatter(%r, codec=%r, ef=%r)" % (
@@ -592,7 +603,7 @@ class AllGather(_Base, _FSDPAllGather):
                                 "the all-gather of host tensors only, this one is on %s (param_codec works with "
                                 "FSDP on the CPU; pass param_codec=None to keep FSDP's own all-gather)"
                                 % (self.name or "<root>", x.device))
-        before = comm.stats() if not async_op and hasattr(comm, "stats") else None
+        before = self._bytes_before(comm, async_op)
         if cols is None:
             n_c, n_e = (block, 0) if codec is not None else (0, block)
             self._account(n_c, n_e, codec, x.element_size(), world, _dtype_name(x))
@@ -613,14 +624,7 @@ class AllGather(_Base, _FSDPAllGather):
                 o2 = out.view(world, block)
                 o2.index_copy_(1, ci, oc.view(world, cols.n_compressed))
                 o2.index_copy_(1, ei, oe.view(world, cols.n_exact))
-        if before is not None:
-            after = comm.stats()
-            if after is not None:
-                self.stats.measured_bytes += after["bytes_sent"] - before["bytes_sent"]
-        if async_op:
-            return _Work(requests, finish)
-        finish()
-        return None
+        return self._complete(comm, before, requests, finish, async_op)
 
     def __repr__(self):
         return "gradwire.fsdp.AllGather(%r, codec=%r)" % (self.name,
@@ -659,7 +663,7 @@ class ReplicateAllReduce(_Base):
         if not x.is_contiguous():
             raise GradwireError(_lib.GW_ERR_INVALID_ARGUMENT, "the reduce-scatter output is not contiguous")
         cols, codec = self._parts(x.numel())
-        before = comm.stats() if hasattr(comm, "stats") else None
+        before = self._bytes_before(comm, False)
         if cols is None:
             self._account(x.numel() if codec is not None else 0, 0 if codec is not None else x.numel(), codec,
                           x.element_size(), world, _dtype_name(x))
@@ -672,10 +676,7 @@ class ReplicateAllReduce(_Base):
             self._allreduce(comm, xe, None)
             x.index_copy_(0, ci, xc)
             x.index_copy_(0, ei, xe)
-        if before is not None:
-            after = comm.stats()
-            if after is not None:
-                self.stats.measured_bytes += after["bytes_sent"] - before["bytes_sent"]
+        self._complete(comm, before, [], lambda: None, False)
 
 
 class FSDPCompression:

@@ -201,7 +201,10 @@ def scenario_collectives(torch, dist, gwb, rank, size, out):
     if hasattr(dist, "_make_nccl_premul_sum"):
         for factor in (0.5, torch.tensor(0.25)):
             f = float(factor)
-            op = dist._make_nccl_premul_sum(factor)
+            try:
+                op = dist._make_nccl_premul_sum(factor)
+            except TypeError:  # torch 1.13 takes a tensor factor as a list (one per device)
+                op = dist._make_nccl_premul_sum([factor])
             want = _reduce(torch, full, D.SUM, torch.float32) * f
             before = full[rank].clone()
             o = torch.empty(4, dtype=torch.float32)

@@ -45,8 +45,8 @@ Status device_allgather_compressed(Context& c, DeviceBackend& dev, const DeviceA
     auto h = validate_staged(msgs_h + at, len, chunks.length(n, k));
     if (!h.is_ok()) return h.status().with_context(from);
     if (h->codec != want) {
-      return Status(Code::kInvalidMessage, from + ": a " + codec_name(h->codec) +
-                                               " message where this call's codec is " + codec_name(want));
+      return Status(Code::kInvalidMessage,
+                    from + ": a " + codec_name(h->codec) + " message where this call's codec is " + codec_name(want));
     }
     ScopedSeconds t(c.stats != nullptr ? &c.stats->decode_s : nullptr, "decode");
     if (r != c.rank) GW_RETURN_IF_ERROR(dev.copy(msgs_dev + at, msgs_h + at, len));
@@ -61,8 +61,8 @@ Status device_allgather_compressed(Context& c, DeviceBackend& dev, const DeviceA
     size_t bytes = 0;
     {
       ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");
-      GW_ASSIGN_OR_RETURN(bytes, dev.encode_input(codec, a.send + chunks.offset(k), chunks.length(n, k), ctx,
-                                                  msgs_dev + at, max_msg));
+      GW_ASSIGN_OR_RETURN(
+          bytes, dev.encode_input(codec, a.send + chunks.offset(k), chunks.length(n, k), ctx, msgs_dev + at, max_msg));
     }
     GW_RETURN_IF_ERROR(dev.copy(msgs_h + at, msgs_dev + at, bytes));
     GW_ASSIGN_OR_RETURN(DeviceBackend::Fence f, dev.fence());
