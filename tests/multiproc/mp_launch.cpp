@@ -32,6 +32,17 @@ int rank_failed(int rank, const char* fmt, ...) {
   return kRankFailed;
 }
 
+int expect_invalid_usage(const MismatchCase& k, Communicator& c, int rank) {
+  const Status s = k.call(c, rank);
+  if (s.code() != Code::kInvalidUsage)
+    return rank_failed(rank, "%s: expected kInvalidUsage, got %s", k.what, s.to_string().c_str());
+  for (const char* name : k.names) {
+    if (s.message().find(name) == std::string::npos)
+      return rank_failed(rank, "%s: the message does not name %s: %s", k.what, name, s.message().c_str());
+  }
+  return kRankOk;
+}
+
 std::vector<int> fork_communicators(int np, const CommConfig& cfg,
                                     const std::function<int(Communicator&, int rank, int np)>& body,
                                     std::chrono::seconds limit, const std::vector<int>& node_of) {

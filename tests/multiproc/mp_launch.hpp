@@ -28,6 +28,16 @@ constexpr int kRankOk = 0, kRankInitFailed = 10, kRankFailed = 11;
 // kRankFailed, for a body to return.
 int rank_failed(int rank, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
+// A call the ranks make differently (call(c, rank)), and what every rank's error must name.
+struct MismatchCase {
+  const char* what;
+  std::function<Status(Communicator&, int rank)> call;
+  std::vector<const char*> names;
+};
+// A rank's body for a mismatch case: kRankOk when its call failed with kInvalidUsage naming
+// every one of k.names, else kRankFailed with what it got.
+int expect_invalid_usage(const MismatchCase& k, Communicator& c, int rank);
+
 // Forks np ranks that each join a communicator (unique-id init with cfg, the rendezvous
 // waiting up to 30 s) and pass a first barrier (so that no rank still in its init learns of
 // the others' mismatches as an init failure), then run body; each rank's exit code

@@ -209,12 +209,7 @@ TEST(AllgatherCompressed, DeviceBuffersGiveTheHostResultsBitForBit) {
 
 TEST(AllgatherCompressed, MismatchedCallsFailOnEveryRank) {
   const int np = 3;
-  struct Case {
-    const char* what;
-    std::function<Status(Communicator&, int)> call;
-    std::vector<const char*> names;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<test::MismatchCase> cases = {
       {"count",
        [](Communicator& c, int rank) {
          auto codec = test::make_codec("bf16");
@@ -245,21 +240,9 @@ TEST(AllgatherCompressed, MismatchedCallsFailOnEveryRank) {
        },
        {"allgather_compressed", "allgather "}},
   };
-  for (const Case& k : cases) {
+  for (const test::MismatchCase& k : cases) {
     SCOPED_TRACE(k.what);
-    expect_all_ok(run_np(np,
-                         [&](Communicator& c, int rank, int) {
-                           const Status s = k.call(c, rank);
-                           if (s.code() != Code::kInvalidUsage)
-                             return rank_failed(rank, "%s: expected kInvalidUsage, got %s", k.what,
-                                                s.to_string().c_str());
-                           for (const char* name : k.names) {
-                             if (s.message().find(name) == std::string::npos)
-                               return rank_failed(rank, "%s: the message does not name %s: %s", k.what, name,
-                                                  s.message().c_str());
-                           }
-                           return kOk;
-                         }),
+    expect_all_ok(run_np(np, [&](Communicator& c, int rank, int) { return test::expect_invalid_usage(k, c, rank); }),
                   np);
   }
 }

@@ -311,12 +311,7 @@ TEST(ReduceScatterV, DeviceBuffersGiveTheHostResultsBitForBit) {
 
 TEST(ReduceScatterV, MismatchedCallsFailOnEveryRank) {
   const int np = 3;
-  struct Case {
-    const char* what;
-    std::function<Status(Communicator&, int)> call;
-    std::vector<const char*> names;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<test::MismatchCase> cases = {
       {"counts",
        [](Communicator& c, int rank) {
          std::vector<size_t> counts = {5, 5, 5};
@@ -361,21 +356,9 @@ TEST(ReduceScatterV, MismatchedCallsFailOnEveryRank) {
        },
        {"bfloat16", "float16"}},
   };
-  for (const Case& k : cases) {
+  for (const test::MismatchCase& k : cases) {
     SCOPED_TRACE(k.what);
-    expect_all_ok(run_np(np,
-                         [&](Communicator& c, int rank, int) {
-                           const Status s = k.call(c, rank);
-                           if (s.code() != Code::kInvalidUsage)
-                             return rank_failed(rank, "%s: expected kInvalidUsage, got %s", k.what,
-                                                s.to_string().c_str());
-                           for (const char* name : k.names) {
-                             if (s.message().find(name) == std::string::npos)
-                               return rank_failed(rank, "%s: the message does not name %s: %s", k.what, name,
-                                                  s.message().c_str());
-                           }
-                           return kOk;
-                         }),
+    expect_all_ok(run_np(np, [&](Communicator& c, int rank, int) { return test::expect_invalid_usage(k, c, rank); }),
                   np);
   }
 }
