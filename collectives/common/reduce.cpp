@@ -115,4 +115,29 @@ void divide(void* dst, size_t n, DType dtype, int divisor) {
   });
 }
 
+void widen_to_float(float* dst, const void* src, uint64_t n, DType dtype, bool add) {
+  detail::with_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    const auto* s = static_cast<const typename T::Storage*>(src);
+    if (add) {
+      for (uint64_t i = 0; i < n; ++i) dst[i] += T::load(s[i]);
+    } else {
+      for (uint64_t i = 0; i < n; ++i) dst[i] = T::load(s[i]);
+    }
+  });
+}
+
+void narrow_from_float(void* dst, const float* src, uint64_t n, DType dtype, int divisor) {
+  detail::with_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    auto* d = static_cast<typename T::Storage*>(dst);
+    if (divisor == 1) {
+      for (uint64_t i = 0; i < n; ++i) d[i] = T::store(src[i]);
+    } else {
+      const auto q = static_cast<float>(divisor);
+      for (uint64_t i = 0; i < n; ++i) d[i] = T::store(src[i] / q);
+    }
+  });
+}
+
 }  // namespace gw::coll

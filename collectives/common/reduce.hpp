@@ -17,5 +17,10 @@ void reduce_into(void* dst, const void* src, size_t n, DType dtype, ReduceOp op)
 void reduce_sum(void* dst, const void* src, size_t n, DType dtype);
 // dst[i] /= divisor (divisor > 0); integers round toward zero.
 void divide(void* dst, size_t n, DType dtype, int divisor);
+// The compressed collectives' float32 side of float32, float16 or bfloat16 data:
+// dst = src widened (add: dst += src widened), and dst = src / divisor rounded to nearest in
+// dtype (the device divides alike).
+void widen_to_float(float* dst, const void* src, uint64_t n, DType dtype, bool add);
+void narrow_from_float(void* dst, const float* src, uint64_t n, DType dtype, int divisor = 1);
 
 }  // namespace gw::coll

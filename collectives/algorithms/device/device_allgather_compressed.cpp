@@ -44,10 +44,7 @@ Status device_allgather_compressed(Context& c, DeviceBackend& dev, const DeviceA
     const size_t at = slot(r, k) * max_msg;
     auto h = validate_staged(msgs_h + at, len, chunks.length(n, k));
     if (!h.is_ok()) return h.status().with_context(from);
-    if (h->codec != want) {
-      return Status(Code::kInvalidMessage,
-                    from + ": a " + codec_name(h->codec) + " message where this call's codec is " + codec_name(want));
-    }
+    GW_RETURN_IF_ERROR(check_message_codec(h->codec, want, from));
     ScopedSeconds t(c.stats != nullptr ? &c.stats->decode_s : nullptr, "decode");
     if (r != c.rank) GW_RETURN_IF_ERROR(dev.copy(msgs_dev + at, msgs_h + at, len));
     return dev.apply(h.value(), msgs_dev + at, len, a.recv + static_cast<uint64_t>(r) * n + chunks.offset(k),

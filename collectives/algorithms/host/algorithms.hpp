@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "collectives/common/context.hpp"
@@ -109,6 +110,13 @@ struct CompressedAllgatherArgs {
   Codec* codec;
 };
 Status compressed_allgather(Context& c, const CompressedAllgatherArgs& a);
+// kInvalidMessage, in from's name, unless a block's message is of the call's codec (a valid
+// message of another codec would decode, to something no rank sent under this call).
+inline Status check_message_codec(CodecId got, CodecId want, const std::string& from) {
+  if (got == want) return Status::ok();
+  return Status(Code::kInvalidMessage,
+                from + ": a " + codec_name(got) + " message where this call's codec is " + codec_name(want));
+}
 // recv (root only, n elements) = op over ranks of send.
 Status reduce(Context& c, const void* send, void* recv, size_t n, DType dtype, ReduceOp op, int root);
 // Block r (lengths[r] bytes) lands at recv + displs[r]; send is this rank's block.

@@ -5,35 +5,14 @@
 // rank decodes every block, its own included, so that all ranks end with the same bits. The
 // block may be recv's own slot (in place, as FSDP2 passes it): chunk k is encoded before its
 // own slot is overwritten by the decode, and later chunks are still untouched.
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "collectives/algorithms/host/algorithms.hpp"
-#include "collectives/algorithms/schedules/ef_rules.hpp"
 #include "collectives/common/message_step.hpp"
-#include "compressors/element_io.hpp"
+#include "collectives/common/reduce.hpp"
 
 namespace gw::coll {
-namespace {
-
-void widen(float* dst, const void* src, uint64_t n, DType dtype) {
-  detail::with_dtype(dtype, [&](auto t) {
-    using T = decltype(t);
-    const auto* s = static_cast<const typename T::Storage*>(src);
-    for (uint64_t i = 0; i < n; ++i) dst[i] = T::load(s[i]);
-  });
-}
-
-void narrow(void* dst, const float* src, uint64_t n, DType dtype) {
-  detail::with_dtype(dtype, [&](auto t) {
-    using T = decltype(t);
-    auto* d = static_cast<typename T::Storage*>(dst);
-    for (uint64_t i = 0; i < n; ++i) d[i] = T::store(src[i]);
-  });
-}
-
-}  // namespace
 
 Status compressed_allgather(Context& c, const CompressedAllgatherArgs& a) {
   const int p = c.size;
@@ -78,21 +57,18 @@ Status compressed_allgather(Context& c, const CompressedAllgatherArgs& a) {
     if (r != c.rank && r != c.prev()) from += " (forwarded by rank " + std::to_string(c.prev()) + ")";
     Result<MessageInfo> info = inspect(msg_of(r, k), bytes);
     if (!info.is_ok()) return info.status().with_context(from);
-    if (info->codec != want) {
-      return Status(Code::kInvalidMessage, from + ": a " + codec_name(info->codec) +
-                                               " message where this call's codec is " + codec_name(want));
-    }
+    GW_RETURN_IF_ERROR(check_message_codec(info->codec, want, from));
     uint8_t* dst = out + (static_cast<uint64_t>(r) * n + chunks.offset(k)) * es;
     if (!narrow_output)
       return timed_decode(c, msg_of(r, k), bytes, reinterpret_cast<float*>(dst), len, DecodeMode::kOverwrite)
           .with_context(from);
     GW_RETURN_IF_ERROR(timed_decode(c, msg_of(r, k), bytes, wide, len, DecodeMode::kOverwrite).with_context(from));
-    narrow(dst, wide, len, a.dtype);
+    narrow_from_float(dst, wide, len, a.dtype);
     return Status::ok();
   };
   // Received chunks, step by step and chunk by chunk: each checked and decoded, then passed
   // on to next unless next is the block's own rank.
-  std::vector<uint32_t> next_k(static_cast<size_t>(p > 1 ? p - 1 : 0), 0);
+  std::vector<uint32_t> next_k(static_cast<size_t>(p - 1), 0);
   uint64_t done = 0;
   const uint64_t foreign = static_cast<uint64_t>(p - 1) * nk;
   auto drain_ready = [&]() -> Result<bool> {
@@ -121,7 +97,7 @@ Status compressed_allgather(Context& c, const CompressedAllgatherArgs& a) {
     const uint64_t len = chunks.length(n, k);
     const void* src = in + off * es;
     if (widen_input) {
-      widen(wide, src, len, a.dtype);
+      widen_to_float(wide, src, len, a.dtype, false);
       src = wide;
     }
     const EncodeContext ctx{message_step(base_step, 0, k), static_cast<uint32_t>(c.rank)};

@@ -19,33 +19,6 @@ namespace {
 
 using Sched = ReduceScatterSchedule;
 
-// dst (float32) = src (float32, float16 or bfloat16); add: dst += src.
-void widen(float* dst, const void* src, uint64_t n, DType dtype, bool add) {
-  detail::with_dtype(dtype, [&](auto t) {
-    using T = decltype(t);
-    const auto* s = static_cast<const typename T::Storage*>(src);
-    if (add) {
-      for (uint64_t i = 0; i < n; ++i) dst[i] += T::load(s[i]);
-    } else {
-      for (uint64_t i = 0; i < n; ++i) dst[i] = T::load(s[i]);
-    }
-  });
-}
-
-// dst (dtype) = src / divisor, rounded to nearest (the device divides alike).
-void narrow(void* dst, const float* src, uint64_t n, DType dtype, int divisor) {
-  detail::with_dtype(dtype, [&](auto t) {
-    using T = decltype(t);
-    auto* d = static_cast<typename T::Storage*>(dst);
-    if (divisor == 1) {
-      for (uint64_t i = 0; i < n; ++i) d[i] = T::store(src[i]);
-    } else {
-      const auto q = static_cast<float>(divisor);
-      for (uint64_t i = 0; i < n; ++i) d[i] = T::store(src[i] / q);
-    }
-  });
-}
-
 Status wrong_length(int peer, uint32_t k, size_t got, uint64_t want) {
   return Status(Code::kRemote, "rank " + std::to_string(peer) + " sent " + std::to_string(got) + " bytes for chunk " +
                                    std::to_string(k) + " of this rank's block, expected " + std::to_string(want));
@@ -75,8 +48,8 @@ Status compressed_reduce_scatter(Context& c, const ReduceScatterArgs& a) {
   void* sum = nullptr;
   // dst (n floats) = (add: +=) the input widened, outside my block.
   auto widen_others = [&](float* dst, bool add) {
-    widen(dst, in, own_start, a.dtype, add);
-    widen(dst + own_start + own_len, in + (own_start + own_len) * es, n - own_start - own_len, a.dtype, add);
+    widen_to_float(dst, in, own_start, a.dtype, add);
+    widen_to_float(dst + own_start + own_len, in + (own_start + own_len) * es, n - own_start - own_len, a.dtype, add);
   };
   {
     ScopedSeconds t(c.stats != nullptr ? &c.stats->encode_s : nullptr, "encode");
@@ -85,7 +58,7 @@ Status compressed_reduce_scatter(Context& c, const ReduceScatterArgs& a) {
       if (own_len > 0) std::memcpy(sum, in + own_start * es, own_len * es);
     } else {
       float* s = c.scratch.bytes.get<float>(0, own_len);
-      widen(s, in + own_start * es, own_len, a.dtype, false);
+      widen_to_float(s, in + own_start * es, own_len, a.dtype, false);
       if (ef != nullptr) {
         // My own block is never compressed: what the residual held for it joins the sum now.
         float* res = ef->residual();
@@ -149,7 +122,7 @@ Status compressed_reduce_scatter(Context& c, const ReduceScatterArgs& a) {
       if (len > 0) std::memcpy(out, static_cast<uint8_t*>(sum) + off * es, len * es);
       if (a.op == ReduceOp::kAvg) divide(out, len, a.dtype, p);
     } else {
-      narrow(out, static_cast<float*>(sum) + off, len, a.dtype, divisor);
+      narrow_from_float(out, static_cast<float*>(sum) + off, len, a.dtype, divisor);
     }
     return Status::ok();
   };
