@@ -493,10 +493,11 @@ gw_red_op_t gw_op(const c10d::ReduceOp& reduce, at::ScalarType s, const char* op
                               " is not supported (SUM, AVG, PRODUCT, MIN and MAX are)");
 }
 
-// PREMUL_SUM (NCCL's op, FSDP2's set_gradient_divide_factor): the sum of factor * input. The
-// reductions that take it (all_reduce, reduce_scatter, reduce_scatter_tensor) scale the input
-// on the caller's stream and sum.
+// The op of a reduction that also takes PREMUL_SUM (NCCL's op, FSDP2's
+// set_gradient_divide_factor: the sum of factor * input): all_reduce, reduce_scatter and
+// reduce_scatter_tensor scale the input on the caller's stream (apply) and sum.
 struct PreMul {
+  gw_red_op_t op = GW_SUM;
   bool on = false;
   double factor = 1.0;
   at::Tensor tensor;  // the factor as a one-element tensor, where the op carries one
@@ -505,7 +506,10 @@ struct PreMul {
 
 PreMul premul_of(const c10d::ReduceOp& reduce, at::ScalarType s, const char* op) {
   PreMul p;
-  if (reduce.op_ != c10d::ReduceOp::PREMUL_SUM) return p;
+  if (reduce.op_ != c10d::ReduceOp::PREMUL_SUM) {
+    p.op = gw_op(reduce, s, op);
+    return p;
+  }
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(s), "gradwire backend: ", op,
                               " with ReduceOp.PREMUL_SUM takes floating-point tensors, not ", c10::toString(s));
   const auto* sup = dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(reduce.supplement_.get());
@@ -715,7 +719,7 @@ class GradwireBackend : public BackendBase {
     const at::Tensor& t = single(tensors, name);
     const gw_dtype_t dt = gw_dtype(t.scalar_type(), name);
     const PreMul pm = premul_of(opts.reduceOp, t.scalar_type(), name);
-    const gw_red_op_t op = pm.on ? GW_SUM : gw_op(opts.reduceOp, t.scalar_type(), name);
+    const gw_red_op_t op = pm.op;
     if (pm.on) at::Tensor(t).copy_(pm.apply(t));  // in place, as the result will be
     if (Accelerator* acc = accel_for(tensors)) {
       DeviceBuffer b = device_buffer(*acc, t);
@@ -832,7 +836,7 @@ class GradwireBackend : public BackendBase {
     check_list(listed, out, name, "input");
     const gw_dtype_t dt = gw_dtype(out.scalar_type(), name);
     const PreMul pm = premul_of(opts.reduceOp, out.scalar_type(), name);
-    const gw_red_op_t op = pm.on ? GW_SUM : gw_op(opts.reduceOp, out.scalar_type(), name);
+    const gw_red_op_t op = pm.op;
     Tensors scaled;
     if (pm.on) {
       for (const auto& t : listed) scaled.push_back(pm.apply(t));
@@ -860,7 +864,7 @@ class GradwireBackend : public BackendBase {
                 " elements, expected world size (", size_, ") x output (", out.numel(), ")");
     const gw_dtype_t dt = gw_dtype(out.scalar_type(), name);
     const PreMul pm = premul_of(opts.reduceOp, out.scalar_type(), name);
-    const gw_red_op_t op = pm.on ? GW_SUM : gw_op(opts.reduceOp, out.scalar_type(), name);
+    const gw_red_op_t op = pm.op;
     at::Tensor in = pm.on ? pm.apply(given) : given;
     if (Accelerator* acc = accel_for(Tensors{in, out})) {
       return device_reduce_scatter(*acc, c10d::OpType::_REDUCE_SCATTER_BASE, "gradwire:reduce_scatter_tensor", name,
